@@ -1,0 +1,26 @@
+"""gradoc: a training-stability doctor for PyTorch.
+
+>>> import gradoc
+>>> run = gradoc.watch(model, optimizer)        # doctest: +SKIP
+"""
+
+from ._version import __version__
+from .collect import Run, watch
+from .config import WatchConfig
+from .errors import GradocError
+from .schedule import every, log_spaced, never
+from .store import RunLog, Series, open_run
+
+__all__ = [
+    "GradocError",
+    "Run",
+    "RunLog",
+    "Series",
+    "WatchConfig",
+    "__version__",
+    "every",
+    "log_spaced",
+    "never",
+    "open_run",
+    "watch",
+]

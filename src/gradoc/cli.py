@@ -1,0 +1,128 @@
+"""The ``gradoc`` command line: ``run``, ``report``, ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._version import __version__
+from .errors import GradocError, UsageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gradoc",
+        description="A training-stability doctor for PyTorch.",
+    )
+    parser.add_argument("--version", action="version", version=f"gradoc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run a training script unchanged and diagnose it",
+        description="Run SCRIPT as `python SCRIPT ARGS` would, watching every optimizer it "
+        "creates; write the run directory and print a diagnosis at the end.",
+    )
+    run.add_argument(
+        "--out", metavar="DIR", help="run directory (default gradoc-runs/<script>-<time>)"
+    )
+    run.add_argument("--json", metavar="PATH", help="also write the report JSON here")
+    run.add_argument("script", metavar="SCRIPT")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+
+    report = sub.add_parser("report", help="summarise a run directory (finished or running)")
+    report.add_argument("run_dir", metavar="RUN_DIR")
+    report.add_argument("--json", action="store_true", help="print report.json instead")
+
+    demo = sub.add_parser("demo", help="run a built-in scenario and diagnose it")
+    demo.add_argument("scenario", nargs="?", metavar="SCENARIO")
+    demo.add_argument("--list", action="store_true", help="list the scenarios")
+    demo.add_argument("--out", metavar="DIR", help="run directory")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "report":
+            return _report(args)
+        if args.command == "demo":
+            from .demo import main as demo_main
+
+            return demo_main(args.scenario, list_only=args.list, out=args.out)
+        parser.print_help()
+        return 2
+    except GradocError as exc:
+        print(f"gradoc: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("GRADOC_DEBUG"):
+            raise
+        print(
+            f"gradoc: internal error: {type(exc).__name__}: {exc} "
+            "(set GRADOC_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 70
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ._runner import check_script, exec_script
+    from .collect import prepare_run_dir
+    from .collect.auto import AutoAttach
+    from .collect.run import Run
+    from .config import WatchConfig
+
+    script = check_script(args.script)
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} does not exist")
+    out = prepare_run_dir(args.out, script.stem)
+    run = Run(out, WatchConfig(), script=str(script))
+    auto = AutoAttach(run)
+    code = 1
+    try:
+        code = exec_script(script, list(args.args))
+    finally:
+        auto.remove()
+        status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
+        report = run.close(status=status, exit_code=code, json_path=args.json)
+    if report is not None:
+        print_run_summary(out, report)
+    return code
+
+
+def print_run_summary(out: Path, report: dict[str, Any], stderr: bool = True) -> None:
+    """The diagnosis at the end of a run; on stderr by default, so it survives `> log`."""
+    from rich.console import Console
+
+    from .report import print_summary
+    from .store import open_run
+
+    with open_run(out) as log:
+        print_summary(log, report, Console(stderr=stderr))
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import build_report, print_summary, to_json_text
+    from .store import open_run
+
+    with open_run(args.run_dir) as log:
+        report = build_report(log)
+        if args.json:
+            print(to_json_text(report), end="")
+        else:
+            print_summary(log, report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Attach to every optimizer a script creates, with no change to the script (``gradoc run``).
+
+Two global hooks do it: a module forward pre-hook remembers which modules ran, and an
+optimizer step pre-hook, on the first step of an optimizer it has not seen, finds the
+outermost modules that ran and own that optimizer's parameters, and attaches the run
+to them. From then on the global step hooks route every step to the run.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.optim import Optimizer
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from .run import Run
+
+
+class AutoAttach:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._ran: dict[int, weakref.ref[nn.Module]] = {}
+        self._handles = [
+            nn.modules.module.register_module_forward_pre_hook(self._saw),
+            register_optimizer_step_pre_hook(self._pre),
+            register_optimizer_step_post_hook(self._post),
+        ]
+
+    def _saw(self, module: nn.Module, args: Any) -> None:
+        ref = self._ran.get(id(module))
+        if (ref is None or ref() is not module) and torch.is_grad_enabled():
+            self._ran[id(module)] = weakref.ref(module)
+
+    def _owners(self, optimizer: Optimizer) -> list[nn.Module]:
+        """The outermost modules that ran and own at least one of the optimizer's parameters."""
+        ran = [m for m in (r() for r in self._ran.values()) if m is not None]
+        inner = {id(c) for m in ran for c in m.modules() if c is not m}
+        wanted = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        return [
+            m for m in ran if id(m) not in inner and any(id(p) in wanted for p in m.parameters())
+        ]
+
+    def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        if self.run.closed:
+            return
+        if optimizer not in self.run._targets:
+            self.run.attach(self._owners(optimizer), optimizer, hooks=False)
+        self.run.pre_step(optimizer)
+
+    def _post(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        if not self.run.closed:
+            self.run.post_step(optimizer)
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()

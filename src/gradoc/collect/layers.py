@@ -1,0 +1,107 @@
+"""Names and metadata of what a run watches: parameters and module outputs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch.nn as nn
+from torch.optim import Optimizer
+
+from ..stats import saturation_rule
+from ..stats.activations import SaturationRule
+
+# Pure containers: their output is a child's output, recorded already.
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.Identity)
+
+
+@dataclass(slots=True)
+class WatchedParam:
+    id: int
+    param: nn.Parameter
+    name: str
+    module: str
+    group: int
+
+
+@dataclass(slots=True)
+class WatchedModule:
+    id: int
+    name: str
+    saturation: SaturationRule | None
+
+
+def root_prefixes(roots: Sequence[nn.Module]) -> list[str]:
+    """Name prefixes for the roots: none for a single model, the class name for several."""
+    if len(roots) == 1:
+        return [""]
+    names = [type(r).__name__.lower() for r in roots]
+    return [f"{n}." if names.count(n) == 1 else f"{n}{i}." for i, n in enumerate(names)]
+
+
+def qualified(prefix: str, name: str) -> str:
+    return (prefix + name).rstrip(".") if prefix else name
+
+
+def param_rows(
+    roots: Sequence[nn.Module], optimizer: Optimizer, optimizer_index: int, first_id: int
+) -> tuple[list[WatchedParam], list[tuple[object, ...]]]:
+    """The optimizer's parameters in param-group order, named after the modules owning them."""
+    owner: dict[int, tuple[str, str, str]] = {}  # id(param) -> (param name, module name, type)
+    for prefix, root in zip(root_prefixes(roots), roots):
+        for mod_name, module in root.named_modules():
+            for p_name, p in module.named_parameters(recurse=False):
+                owner.setdefault(
+                    id(p),
+                    (
+                        qualified(prefix, f"{mod_name}.{p_name}" if mod_name else p_name),
+                        qualified(prefix, mod_name),
+                        type(module).__name__,
+                    ),
+                )
+    watched: list[WatchedParam] = []
+    rows: list[tuple[object, ...]] = []
+    seen: set[int] = set()
+    for g, group in enumerate(optimizer.param_groups):
+        for i, p in enumerate(group["params"]):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            name, module, mtype = owner.get(id(p), (f"group{g}.param{i}", "", None))
+            lid = first_id + len(watched)
+            watched.append(WatchedParam(lid, p, name, module, g))
+            rows.append(
+                (
+                    lid,
+                    "param",
+                    name,
+                    module,
+                    mtype,
+                    json.dumps(list(p.shape)),
+                    p.numel(),
+                    g,
+                    optimizer_index,
+                )
+            )
+    return watched, rows
+
+
+def module_rows(
+    roots: Sequence[nn.Module],
+    first_id: int,
+    include: Callable[[str, nn.Module], bool] | None,
+) -> tuple[dict[nn.Module, WatchedModule], list[tuple[object, ...]]]:
+    """The modules whose outputs are watched: all but pure containers, unless ``include`` says."""
+    watched: dict[nn.Module, WatchedModule] = {}
+    rows: list[tuple[object, ...]] = []
+    for prefix, root in zip(root_prefixes(roots), roots):
+        for mod_name, module in root.named_modules():
+            name = qualified(prefix, mod_name)
+            keep = include(name, module) if include else not isinstance(module, _CONTAINERS)
+            if not keep or module in watched:
+                continue
+            lid = first_id + len(rows)
+            watched[module] = WatchedModule(lid, name, saturation_rule(module))
+            rows.append((lid, "module", name, name, type(module).__name__, None, None, None, None))
+    return watched, rows

@@ -1,0 +1,465 @@
+"""The watched run: hooks on a model and its optimizer, one host transfer per step.
+
+Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
+
+1. forward: on activation steps a global forward hook summarises each watched
+   module's output on its device (armed only on those steps; otherwise no hook runs);
+2. ``backward()``: the loss is captured by the backward tap (a detached scalar);
+3. optimizer step pre-hook: gradient norms and max-abs (foreach reductions) and, on
+   parameter steps, a copy of the weights;
+4. optimizer step post-hook: weight and update norms; then everything the step produced,
+   plus the losses of steps not collected since, is packed into one vector and moved to
+   the host in one transfer; the writer thread turns it into rows.
+
+Non-finite counts are computed only for gradients whose max-abs came back non-finite,
+so only an already-broken step pays for a second (small) transfer.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.utils.hooks import RemovableHandle
+
+from .._version import __version__
+from ..config import WatchConfig
+from ..stats import activation_stats, combine, grad_stats, nonfinite_counts, unit_dim, update_stats
+from ..store.writer import RunWriter, insert_rows, real
+from . import taps
+from .layers import WatchedModule, WatchedParam, module_rows, param_rows
+
+
+@dataclass(slots=True)
+class _Target:
+    """One watched optimizer and its parameters."""
+
+    index: int
+    optimizer: Optimizer
+    params: list[WatchedParam]
+    # per-step scratch, set in the pre-hook and consumed in the post-hook
+    present: list[WatchedParam] = field(default_factory=list)
+    grads: Tensor | None = None
+    before: list[Tensor] | None = None
+    updates: Tensor | None = None
+
+
+@dataclass(slots=True)
+class _StepRow:
+    step: int
+    time: float
+    n_backward: int
+    lrs: list[float]
+    loss: Tensor | None
+
+
+@dataclass(slots=True)
+class _Pack:
+    """Device tensors concatenated for one transfer; remembers where each part lies."""
+
+    parts: list[Tensor] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, t: Tensor) -> slice:
+        t = t.reshape(-1)
+        self.parts.append(t)
+        self.size += t.numel()
+        return slice(self.size - t.numel(), self.size)
+
+    def to_host(self) -> Tensor:
+        if not self.parts:
+            return torch.zeros(0, dtype=torch.float64)
+        dtype = self.parts[0].dtype
+        return torch.cat([p.to(dtype) for p in self.parts]).cpu()
+
+
+def _first_tensor(output: Any) -> Tensor | None:
+    if isinstance(output, Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+        return output[0]
+    return None
+
+
+def _lr(group: dict[str, Any]) -> float:
+    lr = group.get("lr", math.nan)
+    return float(lr.item() if isinstance(lr, Tensor) else lr)
+
+
+class Run:
+    """A watched training run writing its log to ``dir/run.db``.
+
+    Made by :func:`gradoc.watch` (or ``gradoc run``); use it as a context manager or call
+    :meth:`close` so the log is complete and ``report.json`` is written.
+    """
+
+    def __init__(self, directory: Path, config: WatchConfig, *, script: str | None = None) -> None:
+        self.dir = directory
+        self.config = config
+        self.step = 0
+        """The current step: optimizer steps completed so far."""
+        self.closed = False
+        self._t0 = time.monotonic()
+        self._writer = RunWriter(
+            directory / "run.db",
+            flush_every_s=config.flush_every_s,
+            flush_every_steps=config.flush_every_steps,
+            queue_size=config.queue_size,
+            keep_recent_steps=config.keep_recent_steps,
+            keep_old_steps=config.keep_old_steps,
+        )
+        self._writer.set_meta(
+            gradoc=__version__,
+            torch=torch.__version__,
+            python=sys.version.split()[0],
+            script=script or (sys.argv[0] if sys.argv and sys.argv[0] else None),
+            argv=list(sys.argv),
+            started_at=time.time(),
+            status="running",
+            config=config.describe(),
+        )
+        self._targets: dict[Optimizer, _Target] = {}
+        self._primary: Optimizer | None = None
+        self._roots: list[nn.Module] = []
+        self._modules: dict[nn.Module, WatchedModule] = {}
+        self._next_id = 0
+        self._handles: list[RemovableHandle] = []
+        self._act_handle: RemovableHandle | None = None
+        self._device: torch.device | None = None
+        self._losses: list[Tensor] = []
+        self._n_backward = 0
+        self._forward_seen = False
+        self._pending: list[_StepRow] = []
+        self._acts: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
+        self._last_transfer = time.monotonic()
+        self._seen_nonfinite: set[str] = set()
+        taps.add_loss_sink(self)
+        _open_runs.add(self)
+
+    # -- attaching ----------------------------------------------------------------------
+    def attach(
+        self, models: nn.Module | list[nn.Module], optimizer: Optimizer, *, hooks: bool = True
+    ) -> None:
+        """Watch ``optimizer`` and the ``models`` owning its parameters.
+
+        With ``hooks=False`` the caller routes optimizer steps to :meth:`pre_step` and
+        :meth:`post_step` itself (``gradoc run`` does, through global optimizer hooks).
+        """
+        if self.closed:
+            raise RuntimeError("this gradoc run is closed")
+        if optimizer in self._targets:
+            return
+        roots = [models] if isinstance(models, nn.Module) else list(models)
+        new_roots = [r for r in roots if r not in self._roots]
+        self._roots += new_roots
+        params, rows = param_rows(self._roots, optimizer, len(self._targets), self._next_id)
+        self._next_id += len(rows)
+        modules, mrows = module_rows(new_roots, self._next_id, self.config.modules)
+        self._next_id += len(mrows)
+        self._modules.update(modules)
+        self._targets[optimizer] = _Target(len(self._targets), optimizer, params)
+        if self._primary is None:
+            self._primary = optimizer
+            self._arm_activations(self.config.activations(self.step))
+        if self._device is None and params:
+            self._device = params[0].param.device
+        all_rows = rows + mrows
+        self._writer.put(lambda conn: insert_rows(conn, "layers", all_rows))
+        for root in new_roots:
+            self._handles.append(root.register_forward_pre_hook(self._saw_forward))
+        if hooks:
+            self._handles.append(optimizer.register_step_pre_hook(lambda o, a, k: self.pre_step(o)))
+            self._handles.append(
+                optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o))
+            )
+
+    def _saw_forward(self, module: nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            self._forward_seen = True
+
+    # -- loss ---------------------------------------------------------------------------
+    def _on_backward(self, tensors: Any) -> None:
+        # With several runs open, a run takes only losses computed after its own model ran
+        # (a run attached later by `gradoc run` takes everything until it knows its model).
+        if self._roots and not self._forward_seen:
+            return
+        self._n_backward += 1
+        loss = taps.scalar_loss(tensors)
+        if loss is not None:
+            self._losses.append(loss)
+
+    # -- activations --------------------------------------------------------------------
+    def _arm_activations(self, on: bool) -> None:
+        if on and self._act_handle is None and self._modules:
+            self._act_handle = nn.modules.module.register_module_forward_hook(self._on_forward)
+        elif not on and self._act_handle is not None:
+            self._act_handle.remove()
+            self._act_handle = None
+
+    def _on_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        watched = self._modules.get(module)
+        if watched is None or not torch.is_grad_enabled():
+            return
+        x = _first_tensor(output)
+        if x is None or x.numel() == 0 or x.is_complex():
+            return
+        vec, active = activation_stats(x, watched.saturation, unit_dim(module, x))
+        self._acts.setdefault(watched.id, []).append((x.numel(), vec, active))
+
+    # -- optimizer step -----------------------------------------------------------------
+    def pre_step(self, optimizer: Optimizer) -> None:
+        target = self._targets.get(optimizer)
+        if target is None:
+            return
+        want_grads = self.config.grads(self.step)
+        want_params = self.config.params(self.step)
+        if not (want_grads or want_params):
+            return
+        target.present = [w for w in target.params if w.param.grad is not None]
+        if want_grads:
+            target.grads = grad_stats([w.param.grad for w in target.present], self._device)  # type: ignore[misc]
+        if want_params:
+            target.before = [w.param.detach().clone() for w in target.present]
+
+    def post_step(self, optimizer: Optimizer) -> None:
+        target = self._targets.get(optimizer)
+        if target is None:
+            return
+        if target.before is not None:
+            target.updates = update_stats(
+                [w.param for w in target.present], target.before, self._device
+            )
+            target.before = None
+        if optimizer is not self._primary:
+            return
+        loss = torch.stack(self._losses).float().mean() if self._losses else None
+        lrs = [_lr(g) for g in optimizer.param_groups]
+        self._pending.append(
+            _StepRow(self.step, time.monotonic() - self._t0, self._n_backward, lrs, loss)
+        )
+        self._losses, self._n_backward, self._forward_seen = [], 0, False
+        collected = self._acts or any(
+            t.grads is not None or t.updates is not None for t in self._targets.values()
+        )
+        if (
+            collected
+            or len(self._pending) >= self.config.flush_every_steps
+            or time.monotonic() - self._last_transfer >= self.config.flush_every_s
+        ):
+            self._transfer()
+        self.step += 1
+        self._arm_activations(self.config.activations(self.step))
+
+    def _transfer(self) -> None:
+        """Pack this step's statistics and pending losses, move them to the host once."""
+        pack = _Pack()
+        rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
+        targets = []
+        for t in self._targets.values():
+            g = pack.add(t.grads) if t.grads is not None else None
+            u = pack.add(t.updates) if t.updates is not None else None
+            if g is not None or u is not None:
+                targets.append((t, list(t.present), g, u))
+        acts = {
+            lid: [(n, pack.add(v), pack.add(a) if a is not None else None) for n, v, a in calls]
+            for lid, calls in self._acts.items()
+        }
+        host = pack.to_host()
+        self._last_transfer = time.monotonic()
+        counts: dict[int, float] = {}
+        for _, present, g, _ in targets:
+            if g is not None:
+                n = len(present)
+                bad = [i for i, v in enumerate(host[g][n:].tolist()) if not math.isfinite(v)]
+                if bad:
+                    # NOTE: the grads are still there (zero_grad comes later), so the counts
+                    # describe exactly the gradients this step used.
+                    found = nonfinite_counts([present[i].param.grad for i in bad]).tolist()  # type: ignore[misc]
+                    counts.update({present[i].id: c for i, c in zip(bad, found)})
+        step_rows, self._pending = rows, []
+        for t in self._targets.values():
+            t.grads = t.updates = None
+        self._acts = {}
+        self._writer.put(_StepRecord(self, host, step_rows, targets, acts, counts))
+
+    # -- closing ------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write everything collected so far to the run log (waits for the writer)."""
+        if not self.closed:
+            if self._pending:
+                self._transfer()
+            self._writer.flush()
+
+    def event(self, kind: str, message: str, step: int | None = None, **data: Any) -> None:
+        """Record an event in the run log (shown in reports)."""
+        t = time.monotonic() - self._t0
+        row = (
+            None,
+            self.step if step is None else step,
+            t,
+            kind,
+            message,
+            json.dumps(data, default=str),
+        )
+        self._writer.put(lambda conn: insert_rows(conn, "events", [row]))
+
+    def close(
+        self,
+        status: str = "finished",
+        exit_code: int | None = None,
+        json_path: str | Path | None = None,
+    ) -> dict[str, Any] | None:
+        """Stop watching, complete the run log and write ``report.json`` (and ``json_path``).
+
+        Returns the report; a second call does nothing and returns None.
+        """
+        if self.closed:
+            return None
+        self._arm_activations(False)
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        taps.remove_loss_sink(self)
+        if self._pending:
+            self._transfer()
+        self._writer.set_meta(
+            status=status,
+            exit_code=exit_code,
+            ended_at=time.time(),
+            duration_s=round(time.monotonic() - self._t0, 3),
+            steps=self.step,
+        )
+        self.closed = True
+        self._writer.close()
+        _open_runs.discard(self)
+        from ..report import write_report  # the report reads the finished log
+
+        return write_report(self.dir, json_path)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        self.event("interrupted" if interrupted else "crash", f"{type(exc).__name__}: {exc}")
+        self.close("interrupted" if interrupted else "crashed")
+
+    def __repr__(self) -> str:
+        return f"<gradoc.Run {str(self.dir)!r} step={self.step}{' closed' if self.closed else ''}>"
+
+
+class _StepRecord:
+    """Turns one transfer into rows; runs on the writer thread."""
+
+    def __init__(
+        self, run: Run, host: Tensor, rows: Any, targets: Any, acts: Any, counts: dict[int, float]
+    ) -> None:
+        self.run, self.host, self.rows, self.targets, self.acts, self.counts = (
+            run,
+            host,
+            rows,
+            targets,
+            acts,
+            counts,
+        )
+
+    def __call__(self, conn: Any) -> int:
+        values = self.host.tolist()
+        step = self.rows[-1][0].step  # the statistics belong to the newest pending step
+        param_rows, sumsq, with_grads = [], 0.0, False
+        for _, present, g, u in self.targets:
+            n = len(present)
+            gv = values[g] if g is not None else [None] * 2 * n
+            uv = values[u] if u is not None else [None] * 2 * n
+            with_grads |= g is not None
+            for i, w in enumerate(present):
+                norm, maxabs = gv[i], gv[n + i]
+                # counts were taken only where max-abs was non-finite; elsewhere they are 0
+                bad = None if g is None else int(self.counts.get(w.id, 0))
+                param_rows.append(
+                    (step, w.id, real(norm), real(maxabs), bad, real(uv[i]), real(uv[n + i]))
+                )
+                sumsq += norm * norm if norm is not None else 0.0
+        nonfinite = int(sum(self.counts.values()))
+        act_rows = []
+        for lid, calls in self.acts.items():
+            s = combine(
+                [(n, values[v]) for n, v, _ in calls],
+                [values[a] if a is not None else None for _, _, a in calls],
+            )
+            blob = array.array("f", s.unit_active).tobytes() if s.unit_active is not None else None
+            act_rows.append(
+                (
+                    step,
+                    lid,
+                    len(calls),
+                    s.numel,
+                    real(s.mean),
+                    real(s.std),
+                    real(s.zero_frac),
+                    real(s.sat_frac),
+                    s.nonfinite,
+                    s.positions,
+                    blob,
+                )
+            )
+        step_rows = []
+        for r, sl in self.rows:
+            loss = values[sl][0] if sl is not None else None
+            current = r.step == step and with_grads
+            step_rows.append(
+                (
+                    r.step,
+                    r.time,
+                    real(loss),
+                    r.n_backward,
+                    real(math.sqrt(sumsq)) if current else None,
+                    nonfinite if current else None,
+                    json.dumps(r.lrs),
+                )
+            )
+            if loss is not None and not math.isfinite(loss):
+                self._first(conn, "nonfinite_loss", r.step, f"loss is {loss} at step {r.step}")
+        if nonfinite:
+            self._first(
+                conn,
+                "nonfinite_grad",
+                step,
+                f"{nonfinite} non-finite gradient values at step {step}",
+            )
+        insert_rows(conn, "steps", step_rows)
+        insert_rows(conn, "param_stats", param_rows)
+        insert_rows(conn, "act_stats", act_rows)
+        return int(step)
+
+    def _first(self, conn: Any, kind: str, step: int, message: str) -> None:
+        """Record the first occurrence of a kind of non-finite value as an event."""
+        if kind in self.run._seen_nonfinite:
+            return
+        self.run._seen_nonfinite.add(kind)
+        t = time.monotonic() - self.run._t0
+        insert_rows(conn, "events", [(None, step, t, kind, message, None)])
+
+
+_open_runs: set[Run] = set()
+
+
+@atexit.register
+def _close_open_runs() -> None:
+    """A script that never closed its run still leaves a complete log and report."""
+    for run in list(_open_runs):
+        run.close(status="exited")

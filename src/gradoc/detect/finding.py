@@ -1,0 +1,31 @@
+"""A finding: one problem the run log shows, in the shape of report.json."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "info"]
+
+
+@dataclass(kw_only=True, slots=True)
+class Finding:
+    kind: str
+    """One of DESIGN.md's finding kinds, e.g. ``nonfinite``."""
+    severity: Severity
+    step: int | None
+    """The first step at which the problem was seen."""
+    layer: str | None
+    """The module's fully qualified name (``''`` is the model itself), if one is involved."""
+    summary: str
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    hypotheses: list[dict[str, Any]] = field(default_factory=list)
+    ruled_out: list[dict[str, Any]] = field(default_factory=list)
+    fixes: list[dict[str, Any]] = field(default_factory=list)
+    origin: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        if data["origin"] is None:
+            del data["origin"]
+        return data

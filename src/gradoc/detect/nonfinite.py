@@ -1,0 +1,81 @@
+"""nonfinite: the loss or a gradient became NaN or Inf.
+
+Needs: per-step loss, per-parameter gradient non-finite counts.
+Rule: any NaN/Inf is an error; there is no threshold to calibrate (SageMaker Debugger
+and AUTOTRAINER both treat a single non-finite value as a failure). The finding points
+at the first step where either the loss or a gradient was non-finite. Among the
+parameters with non-finite gradients at that step it names the one registered last:
+backward runs from the output towards the input, so the last-registered parameter with
+a non-finite gradient is the nearest to where backward first met the bad value (locating
+the operation itself is the job of ``locate``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..store import RunLog
+from .finding import Finding
+
+
+def check(run: RunLog) -> list[Finding]:
+    loss = run.scalar("loss")
+    bad_loss = loss.first_nonfinite()
+    counts = run.scalar("grad_nonfinite")
+    bad_grad = next((s for s, v in zip(counts.steps, counts.values) if v), None)
+    if bad_loss is None and bad_grad is None:
+        return []
+    step = min(s for s in (bad_loss, bad_grad) if s is not None)
+    evidence: list[dict[str, object]] = []
+    layer = None
+    parts = []
+    if bad_loss is not None:
+        value = loss.at(bad_loss)
+        evidence.append({"signal": "loss", "step": bad_loss, "value": _fmt(value)})
+        before = [v for s, v in zip(loss.steps, loss.values) if s < bad_loss and math.isfinite(v)]
+        if before:
+            evidence.append({"signal": "last finite loss", "value": before[-1]})
+        parts.append(f"loss became {_fmt(value)} at step {bad_loss}")
+    if bad_grad is not None:
+        stats = run.param_stats_at(bad_grad)
+        bad = [(name, s["grad_nonfinite"]) for name, s in stats.items() if s["grad_nonfinite"]]
+        order = {p.name: p.id for p in run.params}
+        bad.sort(key=lambda item: order.get(item[0], -1))
+        total = int(sum(c or 0 for _, c in bad))
+        nearest = bad[-1][0] if bad else None
+        layer = run.layer(nearest).module if nearest else None
+        evidence.append({"signal": "non-finite gradient values", "step": bad_grad, "value": total})
+        evidence.append(
+            {
+                "signal": "parameters with non-finite gradients",
+                "value": len(bad),
+                "of": len(stats),
+                "names": [n for n, _ in bad][-10:],
+            }
+        )
+        where = f" (nearest the loss: {nearest})" if nearest else ""
+        parts.append(
+            f"{len(bad)} of {len(stats)} parameters had non-finite gradients "
+            f"at step {bad_grad}{where}"
+        )
+    return [
+        Finding(
+            kind="nonfinite",
+            severity="error",
+            step=step,
+            layer=layer,
+            summary="; ".join(parts),
+            evidence=evidence,
+            fixes=[
+                {
+                    "horizon": "immediate",
+                    "action": f"restart from a checkpoint saved before step {step}; clip the "
+                    "gradient norm (torch.nn.utils.clip_grad_norm_) while the cause is found",
+                },
+            ],
+        )
+    ]
+
+
+def _fmt(value: float | None) -> str:
+    return "missing" if value is None else repr(value).lower()

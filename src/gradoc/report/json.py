@@ -1,0 +1,67 @@
+"""report.json, schema ``gradoc.report/1`` (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..detect import run_detectors
+from ..store import RunLog, open_run
+
+REPORT_SCHEMA = "gradoc.report/1"
+
+
+def build_report(run: RunLog) -> dict[str, Any]:
+    """The report of a run log as a JSON-ready dict."""
+    findings = run_detectors(run)
+    problems = any(f.severity in ("error", "warning") for f in findings)
+    meta = run.meta
+    script = meta.get("script")
+    return {
+        "schema": REPORT_SCHEMA,
+        "status": "problems" if problems else "healthy",
+        "run": {
+            "script": script,
+            "steps": run.num_steps,
+            "duration_s": meta.get("duration_s"),
+            "torch": meta.get("torch"),
+            "gradoc": meta.get("gradoc"),
+            "status": meta.get("status"),
+            "exit_code": meta.get("exit_code"),
+        },
+        "findings": [f.to_json() for f in findings],
+    }
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/Inf: write them as the strings 'nan', 'inf', '-inf'."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_json_text(report: dict[str, Any]) -> str:
+    """Strict JSON (no NaN literals), indented for people."""
+    return json.dumps(_clean(report), indent=2, allow_nan=False) + "\n"
+
+
+def write_report(run_dir: str | Path, json_path: str | Path | None = None) -> dict[str, Any]:
+    """Build the report of ``run_dir`` and write ``run_dir/report.json`` (and ``json_path``)."""
+    with open_run(run_dir) as run:
+        report = build_report(run)
+    text = to_json_text(report)
+    targets = [Path(run_dir) / "report.json"]
+    if json_path is not None:
+        targets.append(Path(json_path))
+    for target in targets:
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, target)  # readers never see a half-written report
+    return report

@@ -1,0 +1,113 @@
+"""The terminal summary of a run (``gradoc report``, end of ``gradoc run``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..store import RunLog, Series
+
+_BARS = "▁▂▃▄▅▆▇█"
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def sparkline(values: list[float], width: int = 40) -> str:
+    """A one-line chart; non-finite values show as ``×``."""
+    if not values:
+        return ""
+    if len(values) > width:  # bucket by mean, keeping non-finite buckets visible
+        size = len(values) / width
+        buckets = [
+            values[int(i * size) : max(int((i + 1) * size), int(i * size) + 1)]
+            for i in range(width)
+        ]
+        values = [
+            math.nan if any(not math.isfinite(v) for v in b) else sum(b) / len(b) for b in buckets
+        ]
+    finite = [v for v in values if math.isfinite(v)]
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
+    span = hi - lo or 1.0
+    return "".join(
+        _BARS[int((v - lo) / span * (len(_BARS) - 1))] if math.isfinite(v) else "×" for v in values
+    )
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return repr(x).lower()
+    return f"{x:.4g}"
+
+
+def _series_line(name: str, s: Series) -> Text | None:
+    if not s.values:
+        return None
+    finite = [v for v in s.values if math.isfinite(v)]
+    text = Text(f"{name:<10}", style="bold")
+    text.append(sparkline(s.values), style="green")
+    text.append(f"  first {_num(s.values[0])}  last {_num(s.values[-1])}")
+    if finite:
+        text.append(f"  min {_num(min(finite))}  max {_num(max(finite))}")
+    return text
+
+
+def print_summary(run: RunLog, report: dict[str, Any], console: Console | None = None) -> None:
+    """Print what a person reads first: status, curves, the layers to look at, findings."""
+    console = console or Console()
+    info = report["run"]
+    status = report["status"]
+    head = Text("gradoc ", style="bold")
+    head.append(
+        "healthy" if status == "healthy" else "problems found",
+        style="bold green" if status == "healthy" else "bold red",
+    )
+    head.append(f"  ·  {info['steps']} steps")
+    if info.get("duration_s") is not None:
+        head.append(f" in {info['duration_s']:.1f}s")
+    if info.get("status") not in (None, "finished"):
+        head.append(f"  ·  script {info['status']}", style="yellow")
+    console.print(head)
+    for name in ("loss", "grad_norm"):
+        line = _series_line(name, run.scalar(name))
+        if line is not None:
+            console.print(line)
+
+    norms = run.scalar("grad_norm")
+    if norms.steps:
+        last = norms.steps[-1]
+        stats = run.param_stats_at(last)
+        ranked = sorted(stats.items(), key=lambda kv: _rank(kv[1]["grad_norm"]), reverse=True)[:5]
+        table = Table(title=f"largest gradients at step {last}", title_justify="left", box=None)
+        for col in ("parameter", "grad norm", "grad max-abs", "non-finite"):
+            table.add_column(col, justify="left" if col == "parameter" else "right")
+        for name, s in ranked:
+            table.add_row(
+                name, _num(s["grad_norm"]), _num(s["grad_maxabs"]), _num(s["grad_nonfinite"])
+            )
+        console.print(table)
+
+    for f in report["findings"]:
+        title = Text(f"{f['severity'].upper():<8}", style=_STYLE.get(f["severity"], ""))
+        title.append(f"{f['kind']}", style="bold")
+        if f.get("step") is not None:
+            title.append(f" at step {f['step']}")
+        if f.get("layer") is not None:
+            title.append(f" in {f['layer'] or '(model)'}")
+        console.print(title)
+        console.print(f"  {f['summary']}")
+        for e in f.get("evidence", []):
+            console.print(f"  · {e['signal']}: {e['value']}", highlight=False)
+        for fix in f.get("fixes", []):
+            console.print(f"  → {fix['horizon']}: {fix['action']}", highlight=False)
+    console.print(f"run log  {run.path}", style="dim", highlight=False)
+
+
+def _rank(x: float | None) -> float:
+    if x is None:
+        return -1.0
+    return math.inf if not math.isfinite(x) else x

@@ -1,0 +1,79 @@
+"""Schedules: plain ``step -> bool`` callables that say when to collect.
+
+Steps count optimizer steps from 0. Any callable ``(int) -> bool`` is a schedule;
+these helpers cover the common cases and print readably in the run metadata.
+
+>>> from gradoc.schedule import every, log_spaced, never
+>>> [s for s in range(30) if every(10)(s)]
+[0, 10, 20]
+>>> [s for s in range(0, 300) if log_spaced(per_decade=9)(s)][:12]
+[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20]
+>>> never()(0)
+False
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Schedule = Callable[[int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class every:
+    """Collect on steps 0, n, 2n, ... (``every(1)`` is every step)."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"every(n) needs an integer n >= 1, got {self.n!r}")
+
+    def __call__(self, step: int) -> bool:
+        return step % self.n == 0
+
+
+@dataclass(frozen=True, slots=True)
+class log_spaced:
+    """Dense early, sparse later: about ``per_decade`` steps per decade.
+
+    Every step below ``dense`` is collected. Within the decade [10^k, 10^(k+1)) the
+    stride is ``max(1, 9 * 10^k // per_decade)``, so ``per_decade=9`` gives
+    1..9, 10, 20, ..., 90, 100, 200, ... and ``per_decade=90`` one step in ten per decade.
+    """
+
+    per_decade: int = 90
+    dense: int = 10
+
+    def __post_init__(self) -> None:
+        if self.per_decade < 1 or self.dense < 0:
+            raise ValueError("log_spaced needs per_decade >= 1 and dense >= 0")
+
+    def __call__(self, step: int) -> bool:
+        if step < max(self.dense, 1):
+            return True
+        decade = 10 ** int(math.log10(step))
+        return bool(step % max(1, 9 * decade // self.per_decade) == 0)
+
+
+@dataclass(frozen=True, slots=True)
+class never:
+    """Never collect (turns a statistic off)."""
+
+    def __call__(self, step: int) -> bool:
+        return False
+
+
+def as_schedule(value: Schedule | int | bool | None) -> Schedule:
+    """Accept the shorthands users write: ``10`` for every(10), ``None``/``False`` for off."""
+    if value is None or value is False:
+        return never()
+    if value is True:
+        return every(1)
+    if isinstance(value, int):
+        return every(value)
+    if callable(value):
+        return value
+    raise TypeError(f"a schedule is a step -> bool callable or an int, got {value!r}")

@@ -1,0 +1,22 @@
+"""Pure tensor statistics, computed on the tensors' own device.
+
+Nothing here touches modules or optimizers, calls ``.item()`` or moves data to the
+host: each function returns small device tensors that the collector packs into one
+transfer per step. Every function is tested against the obvious slow implementation.
+"""
+
+from .activations import ActivationStats, activation_stats, combine, saturation_rule, unit_dim
+from .tensors import grad_stats, max_abs, nonfinite_counts, norms, update_stats
+
+__all__ = [
+    "ActivationStats",
+    "activation_stats",
+    "combine",
+    "grad_stats",
+    "max_abs",
+    "nonfinite_counts",
+    "norms",
+    "saturation_rule",
+    "unit_dim",
+    "update_stats",
+]

@@ -1,0 +1,159 @@
+"""Statistics of one module output, and how to combine several calls of the same module.
+
+A module output ``x`` is summarised on its own device as one small vector::
+
+    [mean, M2, zeros, nonfinite, saturated]
+
+(``M2`` is the sum of squared deviations from the mean, so calls combine exactly with
+Chan's parallel formula) plus, where the output has a unit dimension, the count of
+positions at which each unit is *active* (output > 0). For ReLU-family outputs a unit
+that is never active is dead; one that is active rarely is merely sparse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+SaturationRule = Callable[[Tensor], Tensor]
+
+# Saturated = the unit's local derivative is below 1% of its peak, so almost no gradient
+# flows through it. For sigmoid, y(1-y) < 0.01 * 0.25 (|pre-activation| > 5.99); for tanh,
+# 1 - y^2 < 0.01 (|pre-activation| > 2.99); for softsign, (1-|y|)^2 < 0.01 (|y| > 0.9);
+# piecewise-linear families are saturated exactly at their bounds (derivative 0).
+_SATURATION: list[tuple[type[nn.Module], Callable[[Any], SaturationRule]]] = [
+    (nn.Sigmoid, lambda m: lambda y: y * (1 - y) < 0.0025),
+    (nn.Tanh, lambda m: lambda y: 1 - y * y < 0.01),
+    (nn.Softsign, lambda m: lambda y: y.abs() > 0.9),
+    (nn.Hardtanh, lambda m: _at_bounds(float(m.min_val), float(m.max_val))),  # and ReLU6
+    (nn.Hardsigmoid, lambda m: _at_bounds(0.0, 1.0)),
+]
+
+
+def _at_bounds(lo: float, hi: float) -> SaturationRule:
+    return lambda y: (y <= lo) | (y >= hi)
+
+
+# Modules whose 3-D outputs are (batch, channels, length) rather than (batch, time, features).
+_CHANNELS_FIRST = (
+    nn.modules.conv._ConvNd,
+    nn.modules.batchnorm._BatchNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.GroupNorm,
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
+)
+
+MAX_UNITS = 16384
+"""Outputs with more units than this (e.g. a vocabulary-sized head) keep no per-unit counts."""
+
+
+def saturation_rule(module: nn.Module) -> SaturationRule | None:
+    """The saturation predicate for a sigmoid/tanh-family module, else ``None``."""
+    for cls, make in _SATURATION:
+        if isinstance(module, cls):
+            return make(module)
+    return None
+
+
+def unit_dim(module: nn.Module, x: Tensor) -> int | None:
+    """Which dimension of an output holds the units (features or channels).
+
+    Channels (dim 1) for 4-D and 5-D outputs and for 3-D outputs of convolution, pooling
+    and normalisation layers; the last dimension otherwise (``(batch, features)`` and
+    ``(batch, time, features)``). ``None`` when there is no batch dimension or too many units.
+    """
+    if x.dim() < 2:
+        return None
+    dim = 1 if x.dim() >= 4 or (x.dim() == 3 and isinstance(module, _CHANNELS_FIRST)) else -1
+    return dim if x.shape[dim] <= MAX_UNITS else None
+
+
+def activation_stats(
+    x: Tensor, saturation: SaturationRule | None = None, units: int | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """Summarise one output tensor: the 5-vector above and the per-unit active counts.
+
+    The element count is ``x.numel()``, known on the host, so it is not part of the vector.
+
+    >>> v, act = activation_stats(torch.tensor([[0.0, 1.0], [0.0, 3.0]]), units=-1)
+    >>> v.tolist(), act.tolist()
+    ([1.0, 6.0, 2.0, 0.0, nan], [0.0, 2.0])
+    """
+    x = x.detach()
+    if not x.is_floating_point():
+        x = x.float()
+    dtype = torch.float32 if x.device.type == "mps" else torch.float64
+    var, mean = torch.var_mean(x, correction=0)
+    n = x.numel()
+    parts = [
+        mean.to(dtype),
+        var.to(dtype) * n,
+        (x == 0).sum().to(dtype),
+        (n - torch.isfinite(x).sum()).to(dtype),
+        saturation(x).sum().to(dtype)
+        if saturation is not None
+        else mean.new_full((), math.nan, dtype=dtype),
+    ]
+    active = None
+    if units is not None:
+        dims = [d for d in range(x.dim()) if d != units % x.dim()]
+        active = (x > 0).sum(dim=dims).to(dtype)
+    return torch.stack(parts), active
+
+
+@dataclass(slots=True)
+class ActivationStats:
+    """One module's output statistics for one step (all calls combined)."""
+
+    numel: int
+    mean: float
+    std: float
+    zero_frac: float
+    sat_frac: float | None
+    nonfinite: int
+    positions: int
+    """How many positions each unit was observed at (numel / units)."""
+    unit_active: list[float] | None
+    """Per unit, the fraction of positions at which it was active (output > 0)."""
+
+
+def combine(
+    calls: Sequence[tuple[int, Sequence[float]]], actives: Sequence[Sequence[float] | None]
+) -> ActivationStats:
+    """Merge the per-call ``(numel, vector)`` summaries of one module (Chan's parallel variance)."""
+    n = mean = m2 = zeros = nonfinite = 0.0
+    sat: float | None = 0.0
+    for nb, v in calls:
+        mb, m2b, zb, fb, sb = v
+        delta = mb - mean
+        tot = n + nb
+        mean = mean + delta * nb / tot if tot else 0.0
+        m2 = m2 + m2b + delta * delta * n * nb / tot if tot else 0.0
+        n, zeros, nonfinite = tot, zeros + zb, nonfinite + fb
+        sat = None if sat is None or math.isnan(sb) else sat + sb
+    units: list[float] | None = None
+    positions = 0
+    if actives and all(a is not None for a in actives) and len({len(a) for a in actives if a}) == 1:
+        width = len(actives[0])  # type: ignore[arg-type]
+        positions = int(n // width) if width else 0
+        sums = [sum(col) for col in zip(*actives)]  # type: ignore[misc]
+        units = [s / positions if positions else 0.0 for s in sums]
+    return ActivationStats(
+        numel=int(n),
+        mean=mean,
+        std=math.sqrt(m2 / n) if n and m2 >= 0 else (math.nan if math.isnan(m2) else 0.0),
+        zero_frac=zeros / n if n else 0.0,
+        sat_frac=(sat / n if n else 0.0) if sat is not None else None,
+        nonfinite=int(nonfinite),
+        positions=positions,
+        unit_active=units,
+    )

@@ -1,0 +1,8 @@
+"""The run log: one SQLite database per run directory, the seam between collection and
+everything that reads a run (detectors, reports, the CLI, users with ``sqlite3``)."""
+
+from .reader import Layer, RunLog, Series, open_run
+from .schema import SCHEMA_VERSION
+from .writer import RunWriter
+
+__all__ = ["SCHEMA_VERSION", "Layer", "RunLog", "RunWriter", "Series", "open_run"]

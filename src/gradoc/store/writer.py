@@ -1,0 +1,202 @@
+"""Writes the run log off the training thread.
+
+The training thread only puts records on a bounded queue (``put`` blocks when the
+writer falls ``queue_size`` records behind: back-pressure instead of unbounded memory).
+A daemon thread decodes them, writes them in batches and commits at least every
+``flush_every_s`` seconds or ``flush_every_steps`` steps, so a ``kill -9`` loses at most
+that much. WAL mode keeps every committed batch through a crash of the process.
+
+Size stays bounded on long runs: per-layer rows of steps older than the most recent
+``keep_recent_steps`` are thinned to about ``keep_old_steps`` evenly spaced steps (the
+stride is a power of two, so thinning again keeps a subset of what was kept); steps
+with an event are never thinned, and the ``steps`` table keeps every step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
+
+Write = Callable[[sqlite3.Connection], int | None]
+"""A record: writes itself with the connection, returns the step it belongs to (if any)."""
+
+
+def real(x: float | None) -> float | str | None:
+    """SQLite turns NaN into NULL; store it as the text 'NaN' so 'NaN' and 'missing' differ."""
+    if x is None:
+        return None
+    return "NaN" if math.isnan(x) else x
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")  # durable through a process crash
+    return conn
+
+
+def create(path: Path) -> sqlite3.Connection:
+    """Create a new run log (the caller checks that none is there)."""
+    conn = connect(path)
+    conn.executescript(DDL)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    conn.execute(
+        "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (json.dumps(SCHEMA_VERSION),)
+    )
+    return conn
+
+
+class _Flush:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+_CLOSE = object()
+
+
+class RunWriter:
+    """Owns the database connection and the writer thread of one run."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        flush_every_s: float = 1.0,
+        flush_every_steps: int = 50,
+        queue_size: int = 256,
+        keep_recent_steps: int = 2000,
+        keep_old_steps: int = 2000,
+    ) -> None:
+        self.path = path
+        self.flush_every_s = flush_every_s
+        self.flush_every_steps = flush_every_steps
+        self.keep_recent_steps = keep_recent_steps
+        self.keep_old_steps = keep_old_steps
+        self.error: BaseException | None = None
+        self._conn = create(path)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._max_step = -1
+        self._thinned_at = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="gradoc-writer", daemon=True)
+        self._thread.start()
+
+    # -- training-thread side -------------------------------------------------------
+    def put(self, record: Write) -> None:
+        """Queue a record; blocks while the writer is ``queue_size`` records behind."""
+        if not self._closed:
+            self._queue.put(record)
+
+    def set_meta(self, **items: Any) -> None:
+        rows = [(k, json.dumps(v, default=str)) for k, v in items.items()]
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
+
+        self.put(write)
+
+    def flush(self, timeout: float | None = 30.0) -> None:
+        """Wait until everything queued so far is committed."""
+        if self._closed:
+            return
+        marker = _Flush()
+        self._queue.put(marker)
+        marker.done.wait(timeout)
+
+    def close(self) -> None:
+        """Commit what is queued and stop the writer thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(_CLOSE)
+        self._thread.join()
+        self._conn.close()
+
+    # -- writer thread ----------------------------------------------------------------
+    def _loop(self) -> None:
+        pending = 0
+        last_commit = time.monotonic()
+        while True:
+            timeout = max(0.0, last_commit + self.flush_every_s - time.monotonic())
+            try:
+                item = self._queue.get(timeout=timeout if pending else None)
+            except queue.Empty:
+                item = None
+            if item is not None and item is not _CLOSE and not isinstance(item, _Flush):
+                pending += self._apply(item)
+            due = pending and (
+                pending >= self.flush_every_steps
+                or time.monotonic() - last_commit >= self.flush_every_s
+            )
+            if due or item is _CLOSE or isinstance(item, _Flush):
+                self._commit()
+                pending, last_commit = 0, time.monotonic()
+            if isinstance(item, _Flush):
+                item.done.set()
+            if item is _CLOSE:
+                return
+
+    def _apply(self, record: Write) -> int:
+        if self.error is not None:
+            return 0  # keep draining so training never blocks on a broken log
+        try:
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN")
+            step = record(self._conn)
+            if step is not None:
+                self._max_step = max(self._max_step, step)
+            return 1
+        except Exception as exc:
+            self._fail(exc)
+            return 0
+
+    def _commit(self) -> None:
+        if self.error is not None or not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("COMMIT")
+            if self._max_step - self._thinned_at >= max(1, self.keep_recent_steps // 4):
+                self._thin()
+        except Exception as exc:
+            self._fail(exc)
+
+    def _thin(self) -> None:
+        self._thinned_at = self._max_step
+        cutoff = self._max_step - self.keep_recent_steps
+        if cutoff <= self.keep_old_steps:
+            return
+        stride = 1 << math.ceil(math.log2(cutoff / self.keep_old_steps))
+        self._conn.execute("BEGIN")
+        for table in PER_LAYER_TABLES:
+            self._conn.execute(
+                f"DELETE FROM {table} WHERE step < ? AND step % ? != 0 "
+                "AND step NOT IN (SELECT step FROM events WHERE step IS NOT NULL)",
+                (cutoff, stride),
+            )
+        self._conn.execute("COMMIT")
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        print(f"gradoc: run log {self.path} stopped recording: {exc}", file=sys.stderr)
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
+def insert_rows(conn: sqlite3.Connection, table: str, rows: Iterable[tuple[Any, ...]]) -> None:
+    rows = list(rows)
+    if rows:
+        marks = ",".join("?" * len(rows[0]))
+        conn.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", rows)
