@@ -20,13 +20,14 @@ class WatchConfig:
     """
 
     grads: Schedule = field(default_factory=lambda: every(1))
-    """Per-parameter gradient L2 norm, max-abs and non-finite count; the global norm."""
+    """Per-parameter gradient L2 norm and non-finite count; the global norm."""
     params: Schedule = field(default_factory=lambda: every(10))
-    """Per-parameter weight norm and update norm (weights after minus before the step)."""
+    """Per-parameter gradient max-abs, weight norm and update norm (after minus before)."""
     activations: Schedule = field(default_factory=lambda: every(10))
     """Per-module output statistics, hooked only on these steps."""
     modules: Callable[[str, nn.Module], bool] | None = None
-    """Which modules' outputs to watch (name, module) -> bool; default: all but containers."""
+    """Which modules' outputs to watch (name, module) -> bool; default: all but containers
+    and dropout."""
     flush_every_s: float = 1.0
     """Commit the run log at least this often (the most a ``kill -9`` can lose)."""
     flush_every_steps: int = 50

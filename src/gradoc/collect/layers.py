@@ -12,8 +12,11 @@ from torch.optim import Optimizer
 from ..stats import saturation_rule
 from ..stats.activations import SaturationRule
 
-# Pure containers: their output is a child's output, recorded already.
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.Identity)
+# Not watched by default: pure containers (their output is a child's, recorded already),
+# and dropout, whose output is its input with zeros (its zero fraction is just p).
+_SKIPPED = (
+    nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.Identity, nn.modules.dropout._DropoutNd,
+)
 
 
 @dataclass(slots=True)
@@ -92,13 +95,14 @@ def module_rows(
     first_id: int,
     include: Callable[[str, nn.Module], bool] | None,
 ) -> tuple[dict[nn.Module, WatchedModule], list[tuple[object, ...]]]:
-    """The modules whose outputs are watched: all but pure containers, unless ``include`` says."""
+    """The modules whose outputs are watched: all but containers and dropout, unless
+    ``include`` says otherwise."""
     watched: dict[nn.Module, WatchedModule] = {}
     rows: list[tuple[object, ...]] = []
     for prefix, root in zip(root_prefixes(roots), roots):
         for mod_name, module in root.named_modules():
             name = qualified(prefix, mod_name)
-            keep = include(name, module) if include else not isinstance(module, _CONTAINERS)
+            keep = include(name, module) if include else not isinstance(module, _SKIPPED)
             if not keep or module in watched:
                 continue
             lid = first_id + len(rows)

@@ -35,7 +35,15 @@ from torch.utils.hooks import RemovableHandle
 
 from .._version import __version__
 from ..config import WatchConfig
-from ..stats import activation_stats, combine, grad_stats, nonfinite_counts, unit_dim, update_stats
+from ..stats import (
+    activation_stats,
+    combine,
+    max_abs,
+    nonfinite_counts,
+    norms,
+    unit_dim,
+    update_stats,
+)
 from ..store.writer import RunWriter, insert_rows, real
 from . import taps
 from .layers import WatchedModule, WatchedParam, module_rows, param_rows
@@ -50,9 +58,26 @@ class _Target:
     params: list[WatchedParam]
     # per-step scratch, set in the pre-hook and consumed in the post-hook
     present: list[WatchedParam] = field(default_factory=list)
-    grads: Tensor | None = None
+    grad_norms: Tensor | None = None
+    grad_maxabs: Tensor | None = None
     before: list[Tensor] | None = None
     updates: Tensor | None = None
+
+    def collected(self) -> bool:
+        return self.grad_norms is not None or self.updates is not None
+
+    def reset(self) -> None:
+        self.grad_norms = self.grad_maxabs = self.updates = None
+
+
+@dataclass(slots=True)
+class _Slices:
+    """Where one target's statistics lie in the transferred vector."""
+
+    present: list[WatchedParam]
+    norms: slice | None
+    maxabs: slice | None
+    updates: slice | None
 
 
 @dataclass(slots=True)
@@ -227,9 +252,11 @@ class Run:
         if not (want_grads or want_params):
             return
         target.present = [w for w in target.params if w.param.grad is not None]
+        grads: list[Tensor] = [w.param.grad for w in target.present]  # type: ignore[misc]
         if want_grads:
-            target.grads = grad_stats([w.param.grad for w in target.present], self._device)  # type: ignore[misc]
+            target.grad_norms = norms(grads, self._device)
         if want_params:
+            target.grad_maxabs = max_abs(grads, self._device)
             target.before = [w.param.detach().clone() for w in target.present]
 
     def post_step(self, optimizer: Optimizer) -> None:
@@ -249,9 +276,7 @@ class Run:
             _StepRow(self.step, time.monotonic() - self._t0, self._n_backward, lrs, loss)
         )
         self._losses, self._n_backward, self._forward_seen = [], 0, False
-        collected = self._acts or any(
-            t.grads is not None or t.updates is not None for t in self._targets.values()
-        )
+        collected = self._acts or any(t.collected() for t in self._targets.values())
         if (
             collected
             or len(self._pending) >= self.config.flush_every_steps
@@ -265,12 +290,15 @@ class Run:
         """Pack this step's statistics and pending losses, move them to the host once."""
         pack = _Pack()
         rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
-        targets = []
-        for t in self._targets.values():
-            g = pack.add(t.grads) if t.grads is not None else None
-            u = pack.add(t.updates) if t.updates is not None else None
-            if g is not None or u is not None:
-                targets.append((t, list(t.present), g, u))
+        targets = [
+            _Slices(
+                list(t.present),
+                *(pack.add(v) if v is not None else None
+                  for v in (t.grad_norms, t.grad_maxabs, t.updates)),
+            )
+            for t in self._targets.values()
+            if t.collected()
+        ]
         acts = {
             lid: [(n, pack.add(v), pack.add(a) if a is not None else None) for n, v, a in calls]
             for lid, calls in self._acts.items()
@@ -278,18 +306,19 @@ class Run:
         host = pack.to_host()
         self._last_transfer = time.monotonic()
         counts: dict[int, float] = {}
-        for _, present, g, _ in targets:
-            if g is not None:
-                n = len(present)
-                bad = [i for i, v in enumerate(host[g][n:].tolist()) if not math.isfinite(v)]
+        for sl in targets:
+            if sl.norms is not None:
+                # A gradient holding NaN/Inf has a non-finite norm; only those are counted.
+                # NOTE: the grads are still there (zero_grad comes later), so the counts
+                # describe exactly the gradients this step used.
+                norms_ = host[sl.norms].tolist()
+                bad = [sl.present[i] for i, v in enumerate(norms_) if not math.isfinite(v)]
                 if bad:
-                    # NOTE: the grads are still there (zero_grad comes later), so the counts
-                    # describe exactly the gradients this step used.
-                    found = nonfinite_counts([present[i].param.grad for i in bad]).tolist()  # type: ignore[misc]
-                    counts.update({present[i].id: c for i, c in zip(bad, found)})
+                    found = nonfinite_counts([w.param.grad for w in bad]).tolist()  # type: ignore[misc]
+                    counts.update({w.id: c for w, c in zip(bad, found)})
         step_rows, self._pending = rows, []
         for t in self._targets.values():
-            t.grads = t.updates = None
+            t.reset()
         self._acts = {}
         self._writer.put(_StepRecord(self, host, step_rows, targets, acts, counts))
 
@@ -381,17 +410,18 @@ class _StepRecord:
         values = self.host.tolist()
         step = self.rows[-1][0].step  # the statistics belong to the newest pending step
         param_rows, sumsq, with_grads = [], 0.0, False
-        for _, present, g, u in self.targets:
-            n = len(present)
-            gv = values[g] if g is not None else [None] * 2 * n
-            uv = values[u] if u is not None else [None] * 2 * n
-            with_grads |= g is not None
-            for i, w in enumerate(present):
-                norm, maxabs = gv[i], gv[n + i]
-                # counts were taken only where max-abs was non-finite; elsewhere they are 0
-                bad = None if g is None else int(self.counts.get(w.id, 0))
+        for sl in self.targets:
+            n = len(sl.present)
+            gv = values[sl.norms] if sl.norms is not None else [None] * n
+            mv = values[sl.maxabs] if sl.maxabs is not None else [None] * n
+            uv = values[sl.updates] if sl.updates is not None else [None] * 2 * n
+            with_grads |= sl.norms is not None
+            for i, w in enumerate(sl.present):
+                norm = gv[i]
+                # counts were taken only where the norm was non-finite; elsewhere they are 0
+                bad = None if norm is None else int(self.counts.get(w.id, 0))
                 param_rows.append(
-                    (step, w.id, real(norm), real(maxabs), bad, real(uv[i]), real(uv[n + i]))
+                    (step, w.id, real(norm), real(mv[i]), bad, real(uv[i]), real(uv[n + i]))
                 )
                 sumsq += norm * norm if norm is not None else 0.0
         nonfinite = int(sum(self.counts.values()))

@@ -6,13 +6,12 @@ transfer per step. Every function is tested against the obvious slow implementat
 """
 
 from .activations import ActivationStats, activation_stats, combine, saturation_rule, unit_dim
-from .tensors import grad_stats, max_abs, nonfinite_counts, norms, update_stats
+from .tensors import max_abs, nonfinite_counts, norms, update_stats
 
 __all__ = [
     "ActivationStats",
     "activation_stats",
     "combine",
-    "grad_stats",
     "max_abs",
     "nonfinite_counts",
     "norms",

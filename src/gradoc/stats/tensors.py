@@ -25,9 +25,12 @@ def _grouped(tensors: Sequence[Tensor]) -> dict[tuple[torch.device, torch.dtype]
 
 
 def _assemble(parts: dict[int, Tensor], n: int, device: torch.device) -> Tensor:
-    """Stack per-tensor scalars (computed group by group) in the original order, in float64."""
+    """Per-tensor scalars (computed group by group) as one float64 vector in input order."""
     dtype = torch.float32 if device.type == "mps" else torch.float64
-    return torch.stack([parts[i].to(device=device, dtype=dtype) for i in range(n)])
+    values = [parts[i] for i in range(n)]
+    if len({(v.device, v.dtype) for v in values}) == 1:  # the common case: one stack, one cast
+        return torch.stack(values).to(device=device, dtype=dtype)
+    return torch.stack([v.to(device=device, dtype=dtype) for v in values])
 
 
 def norms(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
@@ -64,13 +67,14 @@ def max_abs(tensors: Sequence[Tensor], device: torch.device | None = None) -> Te
             # NOTE: on CPU the foreach inf-norm is an unvectorised loop, ~15x slower than
             # aminmax (measured on the overhead benchmark's model); on accelerators the
             # fused foreach kernel is the fast one.
+            live = [i for i in idx if dense[i].numel() > 0]
+            if live:
+                lo, hi = zip(*(torch.aminmax(dense[i]) for i in live))
+                both = torch.maximum(torch.stack(hi), -torch.stack(lo))
+                parts.update(zip(live, both.unbind()))
             for i in idx:
-                t = dense[i]
-                if t.numel() == 0:
-                    parts[i] = torch.zeros((), dtype=t.dtype, device=dev)
-                else:
-                    lo, hi = torch.aminmax(t)
-                    parts[i] = torch.maximum(hi, -lo)
+                if dense[i].numel() == 0:
+                    parts[i] = torch.zeros((), dtype=dense[i].dtype, device=dev)
         else:
             for i, v in zip(idx, torch._foreach_norm([dense[i] for i in idx], INF)):
                 parts[i] = v
@@ -92,11 +96,6 @@ def nonfinite_counts(tensors: Sequence[Tensor], device: torch.device | None = No
     device = device or dense[0].device
     parts = {i: (~torch.isfinite(t)).sum() for i, t in enumerate(dense)}
     return _assemble(parts, len(dense), device)
-
-
-def grad_stats(grads: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
-    """Per-gradient ``[L2 norms..., max-abs...]`` as one float64 vector of length 2n."""
-    return torch.cat([norms(grads, device), max_abs(grads, device)])
 
 
 def update_stats(

@@ -1,0 +1,62 @@
+"""Small models and loops shared by the tests."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    """An MLP with a frozen layer, an unused layer and a sigmoid, to cover the edge cases."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = nn.Linear(6, 6)
+        self.frozen.requires_grad_(False)
+        self.fc1 = nn.Linear(6, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 8)
+        self.gate = nn.Sigmoid()
+        self.head = nn.Linear(8, 1)
+        self.unused = nn.Linear(4, 4)  # never called: its grads stay None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc1(self.frozen(x)))
+        out: torch.Tensor = self.head(self.gate(self.fc2(h)))
+        return out
+
+
+def make(lr_groups: bool = True) -> tuple[Net, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = Net()
+    if lr_groups:
+        opt = torch.optim.AdamW(
+            [
+                {"params": [*model.fc1.parameters(), *model.frozen.parameters()], "lr": 1e-2},
+                {"params": [*model.fc2.parameters(), *model.head.parameters(),
+                            *model.unused.parameters()], "lr": 3e-3},
+            ]
+        )
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, opt
+
+
+def batch(step: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + micro)
+    x = torch.randn(12, 6, generator=g)
+    return x, x.sum(1, keepdim=True).tanh()
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, accum: int = 1) -> list[torch.Tensor]:
+    losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        for micro in range(accum):
+            x, y = batch(step, micro)
+            loss = F.mse_loss(model(x), y) / accum
+            loss.backward()
+            losses.append(loss.detach())
+        opt.step()
+    return losses

@@ -1,0 +1,172 @@
+"""The gradoc command line, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gradoc
+
+TRAIN = textwrap.dedent(
+    """
+    import sys
+    import torch, torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 1)
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    print("argv", sys.argv[1:], "name", __name__)
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), 1e-2)
+    for step in range(12):
+        x = torch.randn(16, 4)
+        loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+        if "--nan" in sys.argv and step == 7:
+            loss = loss * float("nan")
+        opt.zero_grad(); loss.backward(); opt.step()
+    if "--exit" in sys.argv:
+        sys.exit(3)
+    if "--raise" in sys.argv:
+        raise ValueError("the script itself failed")
+    """
+)
+
+
+def gradoc_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gradoc", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN)
+    return path
+
+
+def test_run_executes_the_script_unchanged_and_writes_the_run(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = gradoc_cli("run", "--out", str(out), "--json", str(tmp_path / "r.json"), str(script), "a", "--b")
+    assert done.returncode == 0, done.stderr
+    assert "argv ['a', '--b'] name __main__" in done.stdout  # the script's own output
+    assert "healthy" in done.stderr  # the diagnosis
+    report = json.loads((out / "report.json").read_text())
+    assert report == json.loads((tmp_path / "r.json").read_text())
+    assert report["schema"] == "gradoc.report/1" and report["status"] == "healthy"
+    assert report["run"]["steps"] == 12 and report["run"]["script"].endswith("train.py")
+    assert report["findings"] == []
+    log = gradoc.open_run(out)
+    assert {p.name for p in log.params} == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    assert len(log.scalar("loss")) == 12  # the first step's loss too (attached at step 0)
+    # step 0's forward ran before the optimizer (and so the model) was known
+    assert log.activation("fc1", "mean").steps == [10]
+
+
+def test_run_reports_nonfinite_with_the_step(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = gradoc_cli("run", "--out", str(out), str(script), "--nan")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "problems"
+    (finding,) = report["findings"]
+    assert finding["kind"] == "nonfinite" and finding["severity"] == "error"
+    assert finding["step"] == 7 and finding["layer"] == "fc2"
+    assert "loss became nan at step 7" in finding["summary"]
+    assert "nonfinite" in done.stderr
+
+
+@pytest.mark.parametrize(("flag", "code"), [("--exit", 3), ("--raise", 1)])
+def test_report_is_written_when_the_script_exits_or_raises(
+    script: Path, tmp_path: Path, flag: str, code: int
+) -> None:
+    out = tmp_path / "run"
+    done = gradoc_cli("run", "--out", str(out), str(script), flag)
+    assert done.returncode == code
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["steps"] == 12 and report["run"]["exit_code"] == code
+    if flag == "--raise":
+        assert "ValueError: the script itself failed" in done.stderr
+        assert "gradoc/" not in done.stderr.split("ValueError")[0]  # only the user's frames
+
+
+def test_report_command_summarises_and_prints_json(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    gradoc_cli("run", "--out", str(out), str(script), "--nan")
+    done = gradoc_cli("report", str(out))
+    assert done.returncode == 0
+    assert "nonfinite" in done.stdout and "fc1.weight" in done.stdout
+    as_json = json.loads(gradoc_cli("report", str(out), "--json").stdout)
+    assert as_json["findings"][0]["step"] == 7
+
+
+def test_version() -> None:
+    done = gradoc_cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"gradoc {gradoc.__version__}"
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gradoc: error: "), done.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_bad_input_gives_one_clear_line(tmp_path: Path, script: Path) -> None:
+    _one_line_error(gradoc_cli("run", str(tmp_path / "missing.py")), "script not found", "missing.py")
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\ndef f(:\n    pass\n")
+    _one_line_error(gradoc_cli("run", str(broken)), "invalid syntax", "line 2")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    _one_line_error(gradoc_cli("run", "--out", str(a_file), str(script)), "not a directory")
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "run.db").write_bytes(b"\x00garbage" * 512)
+    _one_line_error(gradoc_cli("report", str(corrupt)), "not a readable gradoc run log")
+    _one_line_error(gradoc_cli("report", str(tmp_path / "nope")), "no run log")
+    _one_line_error(gradoc_cli("demo", "no-such-scenario"), "unknown scenario")
+
+
+def test_out_that_already_holds_a_run_is_refused(script: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert gradoc_cli("run", "--out", str(out), str(script)).returncode == 0
+    _one_line_error(gradoc_cli("run", "--out", str(out), str(script)), "already holds a run log")
+
+
+def test_unclosed_watch_is_closed_at_exit(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import torch, gradoc
+        m = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)
+        gradoc.watch(m, o, out={str(tmp_path / "run")!r})
+        for _ in range(4):
+            o.zero_grad(); m(torch.randn(3, 2)).sum().backward(); o.step()
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["run"]["steps"] == 4 and report["run"]["status"] == "exited"
+
+
+def test_demo_diagnoses_the_nan(tmp_path: Path) -> None:
+    done = gradoc_cli("demo", "--out", str(tmp_path / "demo"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "demo" / "report.json").read_text())
+    (finding,) = report["findings"]
+    assert finding["kind"] == "nonfinite" and finding["step"] == 37
+    assert "report.json" in done.stdout
+    listing = gradoc_cli("demo", "--list")
+    assert "nan-posenc" in listing.stdout

@@ -1,0 +1,149 @@
+"""Statistics against the obvious slow implementations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from gradoc.stats import (
+    activation_stats,
+    combine,
+    max_abs,
+    nonfinite_counts,
+    norms,
+    saturation_rule,
+    unit_dim,
+    update_stats,
+)
+
+RTOL = 1e-5
+
+
+def _tensors() -> list[torch.Tensor]:
+    return [torch.randn(7, 5), torch.randn(3) * 100, torch.randn(2, 3, 4) * 1e-4, torch.zeros(4)]
+
+
+def test_norms_and_max_abs_match_per_tensor_reference() -> None:
+    ts = _tensors()
+    got = norms(ts).tolist()
+    got_max = max_abs(ts).tolist()
+    for t, n, m in zip(ts, got, got_max):
+        assert n == pytest.approx(t.norm().item(), rel=RTOL)
+        assert m == pytest.approx(t.abs().max().item(), rel=RTOL)
+
+
+def test_fp16_norm_is_accumulated_in_fp32_and_does_not_overflow() -> None:
+    t = torch.full((100_000,), 300.0, dtype=torch.float16)
+    assert torch.linalg.vector_norm(t).isinf()  # the naive fp16 norm overflows
+    assert norms([t]).item() == pytest.approx(300.0 * math.sqrt(100_000), rel=1e-3)
+
+
+def test_mixed_dtypes_keep_input_order() -> None:
+    ts = [torch.ones(4, dtype=torch.float16), torch.full((9,), 2.0), torch.ones(1, dtype=torch.float64)]
+    assert norms(ts).tolist() == pytest.approx([2.0, 6.0, 1.0])
+    assert max_abs(ts).tolist() == pytest.approx([1.0, 2.0, 1.0])
+
+
+def test_sparse_gradient_norm_matches_dense() -> None:
+    emb = nn.Embedding(10, 3, sparse=True)
+    emb(torch.tensor([1, 1, 4])).sum().backward()
+    g = emb.weight.grad
+    assert g is not None and g.is_sparse
+    assert norms([g]).item() == pytest.approx(g.to_dense().norm().item(), rel=RTOL)
+    assert max_abs([g]).item() == pytest.approx(g.to_dense().abs().max().item(), rel=RTOL)
+
+
+def test_nonfinite_values_show_in_max_abs_and_are_counted() -> None:
+    t = torch.tensor([1.0, math.nan, math.inf, -math.inf, 2.0])
+    assert math.isnan(max_abs([t]).item())
+    assert math.isinf(max_abs([torch.tensor([1.0, -math.inf])]).item())
+    assert nonfinite_counts([t, torch.ones(3)]).tolist() == [3.0, 0.0]
+
+
+def test_empty_inputs() -> None:
+    assert norms([]).numel() == 0 and max_abs([]).numel() == 0
+    assert max_abs([torch.zeros(0)]).tolist() == [0.0]
+
+
+def test_update_stats_are_weight_norms_and_update_norms() -> None:
+    before = [torch.randn(4, 4), torch.randn(3)]
+    after = [b + 0.01 * torch.randn_like(b) for b in before]
+    v = update_stats(after, before).tolist()
+    assert v[:2] == pytest.approx([a.norm().item() for a in after], rel=RTOL)
+    assert v[2:] == pytest.approx([(a - b).norm().item() for a, b in zip(after, before)], rel=RTOL)
+
+
+def _reference(x: torch.Tensor) -> tuple[float, float, float, int]:
+    return x.mean().item(), x.std(unbiased=False).item(), (x == 0).float().mean().item(), int((~x.isfinite()).sum())
+
+
+def test_activation_stats_match_reference() -> None:
+    x = torch.relu(torch.randn(6, 10, 8))
+    vec, active = activation_stats(x, None, unit_dim(nn.ReLU(), x))
+    s = combine([(x.numel(), vec.tolist())], [active.tolist() if active is not None else None])
+    mean, std, zero_frac, nonfinite = _reference(x)
+    assert s.mean == pytest.approx(mean, rel=RTOL)
+    assert s.std == pytest.approx(std, rel=RTOL)
+    assert s.zero_frac == pytest.approx(zero_frac)
+    assert s.nonfinite == nonfinite == 0
+    assert s.sat_frac is None  # ReLU has no saturation range
+    assert s.positions == 60
+    assert s.unit_active == pytest.approx((x > 0).float().mean(dim=(0, 1)).tolist())
+
+
+def test_combine_of_calls_equals_stats_of_the_concatenation() -> None:
+    parts = [torch.randn(4, 8) * 3 + 1, torch.randn(10, 8), torch.randn(2, 8) - 5]
+    calls, actives = [], []
+    for p in parts:
+        v, a = activation_stats(p, saturation_rule(nn.Tanh()), -1)
+        calls.append((p.numel(), v.tolist()))
+        actives.append(a.tolist() if a is not None else None)
+    s = combine(calls, actives)
+    whole = torch.cat(parts)
+    assert s.numel == whole.numel()
+    assert s.mean == pytest.approx(whole.mean().item(), rel=RTOL)
+    assert s.std == pytest.approx(whole.std(unbiased=False).item(), rel=RTOL)
+    assert s.sat_frac == pytest.approx((1 - whole**2 < 0.01).float().mean().item())
+    assert s.unit_active == pytest.approx((whole > 0).float().mean(0).tolist())
+
+
+@pytest.mark.parametrize(
+    ("module", "pre", "saturated"),
+    [
+        (nn.Sigmoid(), torch.tensor([0.0, 5.0, 6.5, -7.0]), 2),  # |x| > 5.99
+        (nn.Tanh(), torch.tensor([0.0, 2.5, 3.5, -4.0]), 2),  # |x| > 2.99
+        (nn.ReLU6(), torch.tensor([-1.0, 3.0, 6.0, 9.0]), 3),  # at 0 or 6
+        (nn.Hardtanh(), torch.tensor([-2.0, 0.0, 0.5, 1.0]), 2),
+        (nn.Softsign(), torch.tensor([0.0, 5.0, 10.0, -20.0]), 2),  # |y| > 0.9
+    ],
+)
+def test_saturation_rules_per_family(module: nn.Module, pre: torch.Tensor, saturated: int) -> None:
+    rule = saturation_rule(module)
+    assert rule is not None
+    assert int(rule(module(pre)).sum()) == saturated
+
+
+def test_no_saturation_rule_outside_the_families() -> None:
+    assert saturation_rule(nn.ReLU()) is None
+    assert saturation_rule(nn.Linear(2, 2)) is None
+
+
+def test_unit_dim_heuristics() -> None:
+    assert unit_dim(nn.Linear(3, 4), torch.zeros(8, 4)) == -1
+    assert unit_dim(nn.Linear(3, 4), torch.zeros(8, 16, 4)) == -1  # (batch, time, features)
+    assert unit_dim(nn.Conv1d(3, 4, 1), torch.zeros(8, 4, 16)) == 1  # (batch, channels, length)
+    assert unit_dim(nn.ReLU(), torch.zeros(8, 4, 5, 5)) == 1  # NCHW
+    assert unit_dim(nn.ReLU(), torch.zeros(5)) is None  # no batch dimension
+    assert unit_dim(nn.Linear(3, 50_000), torch.zeros(2, 50_000)) is None  # too many units
+
+
+def test_activation_stats_count_nonfinite_outputs() -> None:
+    x = torch.tensor([[1.0, math.nan], [math.inf, 0.0]])
+    vec, _ = activation_stats(x)
+    s = combine([(4, vec.tolist())], [None])
+    assert s.nonfinite == 2
+    assert s.zero_frac == 0.25
+    assert math.isnan(s.mean)

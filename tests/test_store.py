@@ -1,0 +1,116 @@
+"""The run log on disk: crash safety, readability, clear errors."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gradoc
+from gradoc.errors import RunLogError
+
+TRAIN_FOREVER = textwrap.dedent(
+    """
+    import sys, time, torch, torch.nn as nn
+    import gradoc
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    run = gradoc.watch(model, opt, out=sys.argv[1], flush_every_steps=10, flush_every_s=0.2)
+    step = 0
+    while True:
+        x = torch.randn(16, 8)
+        loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        print(step, flush=True)
+        step += 1
+        time.sleep(0.005)
+    """
+)
+
+
+def test_kill_9_leaves_a_readable_log_up_to_the_last_flush(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_FOREVER)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    last = -1
+    for line in proc.stdout:
+        last = int(line)
+        if last >= 150:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with gradoc.open_run(out) as log:
+        steps = log.scalar("loss").steps
+        assert steps == list(range(len(steps)))  # every step up to the last flush, no gaps
+        # at most flush_every_steps (10) behind, plus what the writer had in hand
+        assert len(steps) >= last + 1 - 25, (len(steps), last)
+        assert len(log.param("0.weight", "grad_norm")) == len(steps)
+        assert log.meta["status"] == "running"  # it never closed
+    # and the report of the killed run can still be produced
+    done = subprocess.run([sys.executable, "-m", "gradoc", "report", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "steps" in done.stdout
+
+
+def _small_run(tmp_path: Path) -> Path:
+    import torch
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(4, 3)).pow(2).mean().backward()
+            opt.step()
+    return run.dir
+
+
+@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 tool is not installed")
+def test_readable_with_the_sqlite3_tool(tmp_path: Path) -> None:
+    db = _small_run(tmp_path) / "run.db"
+    out = subprocess.run(
+        ["sqlite3", str(db), "select step, n_backward from steps order by step"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert out.split() == ["0|1", "1|1", "2|1"]
+
+
+def test_schema_is_versioned(tmp_path: Path) -> None:
+    db = _small_run(tmp_path) / "run.db"
+    conn = sqlite3.connect(db)
+    assert conn.execute("pragma user_version").fetchone()[0] == gradoc.store.SCHEMA_VERSION
+    assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+    conn.execute("pragma user_version=99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(RunLogError, match="schema version 99"):
+        gradoc.open_run(db.parent)
+
+
+def test_corrupted_or_missing_log_gives_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "run.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(RunLogError, match="not a readable gradoc run log"):
+        gradoc.open_run(bad)
+    with pytest.raises(RunLogError, match="no run log"):
+        gradoc.open_run(tmp_path / "nowhere")
+
+
+def test_reader_series_and_errors(tmp_path: Path) -> None:
+    log = gradoc.open_run(_small_run(tmp_path))
+    assert log.scalar("loss").steps == [0, 1, 2]
+    assert log.param("weight", "grad_norm").at(5) is None
+    with pytest.raises(KeyError, match="no watched param"):
+        log.param("nope", "grad_norm")
+    with pytest.raises(KeyError, match="unknown statistic"):
+        log.param("weight", "colour")

@@ -1,0 +1,271 @@
+"""gradoc.watch on real training loops, checked against the slow per-parameter way."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import gradoc
+from gradoc.collect import taps
+
+from tests.models import Net, batch, make, train
+
+RTOL = 1e-5
+
+
+def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(tmp_path: Path) -> None:
+    model, opt = make()
+    expected: list[dict[str, dict[str, float]]] = []
+    losses: list[list[float]] = []
+    named = dict(model.named_parameters())
+    with gradoc.watch(model, opt, out=tmp_path / "run", params=1, activations=1) as run:
+        for step in range(6):
+            opt.zero_grad()
+            micro = []
+            for m in range(3):  # gradient accumulation: three backward calls per step
+                x, y = batch(step, m)
+                loss = F.mse_loss(model(x), y) / 3
+                loss.backward()
+                micro.append(loss.item())
+            losses.append(micro)
+            ref = {
+                n: {"grad_norm": p.grad.norm().item(), "grad_maxabs": p.grad.abs().max().item()}
+                for n, p in named.items()
+                if p.grad is not None
+            }
+            before = {n: p.detach().clone() for n, p in named.items() if p.grad is not None}
+            opt.step()
+            for n in ref:
+                ref[n]["weight_norm"] = named[n].norm().item()
+                ref[n]["update_norm"] = (named[n].detach() - before[n]).norm().item()
+            expected.append(ref)
+    log = gradoc.open_run(run.dir)
+    assert log.num_steps == 6
+    assert log.scalar("n_backward").values == [3] * 6
+    assert log.scalar("loss").values == pytest.approx([sum(m) / 3 for m in losses], rel=RTOL)
+    for step, ref in enumerate(expected):
+        got = log.param_stats_at(step)
+        # frozen and unused parameters have no gradient: no rows, no crash
+        assert set(got) == set(ref) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                        "head.weight", "head.bias"}
+        for name, stats in ref.items():
+            for key, value in stats.items():
+                assert got[name][key] == pytest.approx(value, rel=RTOL), (step, name, key)
+            assert got[name]["grad_nonfinite"] == 0
+        total = math.sqrt(sum(s["grad_norm"] ** 2 for s in ref.values()))
+        assert log.scalar("grad_norm").at(step) == pytest.approx(total, rel=RTOL)
+    assert log.lr(0).values == [1e-2] * 6 and log.lr(1).values == [3e-3] * 6
+    layers = {p.name: p for p in log.params}
+    assert layers["frozen.weight"].group == 0 and layers["unused.bias"].group == 1
+    assert layers["fc2.weight"].module == "fc2" and layers["fc2.weight"].shape == (8, 16)
+
+
+def test_global_norm_matches_torch_get_total_norm(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    norms = []
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        for step in range(4):
+            x, y = batch(step)
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            norms.append(torch.nn.utils.get_total_norm(grads).item())
+            opt.step()
+    assert gradoc.open_run(run.dir).scalar("grad_norm").values == pytest.approx(norms, rel=RTOL)
+
+
+def test_activation_statistics_match_hooked_reference(tmp_path: Path) -> None:
+    model, opt = make()
+    seen: dict[str, list[torch.Tensor]] = {}
+    for name in ("fc1", "act", "gate"):
+        getattr(model, name).register_forward_hook(
+            lambda m, i, o, name=name: seen.setdefault(name, []).append(o.detach().clone())
+        )
+    with gradoc.watch(model, opt, out=tmp_path / "run", activations=gradoc.every(2)) as run:
+        train(model, opt, steps=4, accum=2)
+    log = gradoc.open_run(run.dir)
+    assert log.activation("fc1", "mean").steps == [0, 2]  # the schedule holds
+    assert "unused" not in {m.name for m in log.modules if log.activation(m.name, "calls").steps}
+    for name in ("fc1", "act", "gate"):
+        for step in (0, 2):
+            outs = torch.cat(seen[name][2 * step : 2 * step + 2]).double()  # both micro-batches
+            assert log.activation(name, "calls").at(step) == 2
+            # float32 sums near a mean of 0: compare with an absolute floor
+            assert log.activation(name, "mean").at(step) == pytest.approx(
+                outs.mean().item(), rel=RTOL, abs=1e-6
+            )
+            assert log.activation(name, "std").at(step) == pytest.approx(
+                outs.std(unbiased=False).item(), rel=RTOL
+            )
+            assert log.activation(name, "zero_frac").at(step) == pytest.approx(
+                (outs == 0).float().mean().item()
+            )
+    units = log.unit_active("act", 2)
+    ref = (torch.cat(seen["act"][4:6]) > 0).float().mean(0)
+    assert units == pytest.approx(ref.tolist(), abs=1e-6)
+    sat = torch.cat(seen["gate"][4:6])
+    assert log.activation("gate", "sat_frac").at(2) == pytest.approx(
+        (sat * (1 - sat) < 0.0025).float().mean().item()
+    )
+    assert log.activation("fc1", "sat_frac").steps == []  # not a saturating family
+
+
+def test_losses_are_bit_identical_with_and_without_gradoc(tmp_path: Path) -> None:
+    model, opt = make()
+    plain = train(model, opt, steps=8, accum=2)
+    plain_weights = [p.detach().clone() for p in model.parameters()]
+    model, opt = make()
+    with gradoc.watch(model, opt, out=tmp_path / "run", params=1, activations=1):
+        watched = train(model, opt, steps=8, accum=2)
+    assert torch.equal(torch.stack(plain), torch.stack(watched))
+    for a, b in zip(plain_weights, model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_nonfinite_gradients_are_counted_and_recorded_as_events(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        for step in range(5):
+            x, y = batch(step)
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            if step == 3:
+                model.fc2.weight.grad[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
+            opt.step()
+    log = gradoc.open_run(run.dir)
+    stats = log.param_stats_at(3)
+    assert stats["fc2.weight"]["grad_nonfinite"] == 3
+    assert math.isnan(stats["fc2.weight"]["grad_norm"])
+    assert stats["fc2.weight"]["grad_maxabs"] is None  # max-abs follows the params schedule
+    assert stats["fc1.weight"]["grad_nonfinite"] == 0
+    assert log.scalar("grad_nonfinite").values[:4] == [0, 0, 0, 3]
+    assert math.isnan(log.scalar("grad_norm").at(3))  # NaN survives the round trip
+    assert [(e.kind, e.step) for e in log.events] == [("nonfinite_grad", 3), ("nonfinite_loss", 4)]
+
+
+def test_loss_capture_forms(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        x, y = batch(0)
+        opt.zero_grad()
+        torch.autograd.backward(F.mse_loss(model(x), y))  # the functional form
+        opt.step()
+        opt.zero_grad()
+        out = model(x)
+        out.backward(torch.ones_like(out))  # not a scalar loss: counted, not recorded
+        opt.step()
+    log = gradoc.open_run(run.dir)
+    assert log.scalar("n_backward").values == [1, 1]
+    assert log.scalar("loss").steps == [0]
+    assert torch.autograd.backward is taps._original or taps._original is None
+    assert not taps._sinks  # the tap is removed when the last run closes
+
+
+def test_two_runs_in_one_process_keep_their_own_losses(tmp_path: Path) -> None:
+    a, opt_a = make(lr_groups=False)
+    b, opt_b = make(lr_groups=False)
+    mine: dict[str, list[float]] = {"a": [], "b": []}
+    ra = gradoc.watch(a, opt_a, out=tmp_path / "a")
+    with gradoc.watch(b, opt_b, out=tmp_path / "b") as rb:
+        for step in range(3):
+            x, y = batch(step)
+            opt_a.zero_grad()
+            loss = F.mse_loss(a(x), y)
+            loss.backward()
+            mine["a"].append(loss.item())
+            opt_a.step()
+            opt_b.zero_grad()
+            loss = 10 * F.mse_loss(b(x), y)
+            loss.backward()
+            mine["b"].append(loss.item())
+            opt_b.step()
+    ra.close()
+    la, lb = gradoc.open_run(ra.dir).scalar("loss"), gradoc.open_run(rb.dir).scalar("loss")
+    assert la.values == pytest.approx(mine["a"], rel=RTOL)
+    assert lb.values == pytest.approx(mine["b"], rel=RTOL)
+    assert gradoc.open_run(ra.dir).scalar("n_backward").values == [1, 1, 1]
+
+
+def test_losses_of_uncollected_steps_are_kept(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    with gradoc.watch(model, opt, out=tmp_path / "run", grads=gradoc.every(4), params=None,
+                      activations=None) as run:
+        losses = train(model, opt, steps=10)
+    log = gradoc.open_run(run.dir)
+    assert log.scalar("loss").values == pytest.approx([v.item() for v in losses], rel=RTOL)
+    assert log.scalar("grad_norm").steps == [0, 4, 8]
+    assert log.activation("fc1", "mean").steps == []
+
+
+def test_crash_inside_the_context_is_recorded_and_report_written(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    with pytest.raises(RuntimeError, match="data loader died"):
+        with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+            train(model, opt, steps=3)
+            raise RuntimeError("data loader died")
+    log = gradoc.open_run(run.dir)
+    assert log.meta["status"] == "crashed" and log.meta["steps"] == 3
+    assert [e.kind for e in log.events] == ["crash"]
+    assert (tmp_path / "run" / "report.json").exists()
+
+
+def test_several_optimizers(tmp_path: Path) -> None:
+    gen, disc = nn.Linear(3, 3), nn.Linear(3, 1)
+    og, od = torch.optim.SGD(gen.parameters(), lr=0.1), torch.optim.SGD(disc.parameters(), lr=0.1)
+    run = gradoc.watch([gen, disc], og, out=tmp_path / "run")
+    run.attach([gen, disc], od)
+    for _ in range(3):
+        od.zero_grad()
+        disc(gen(torch.randn(4, 3)).detach()).mean().backward()
+        od.step()
+        og.zero_grad()
+        disc(gen(torch.randn(4, 3))).mean().backward()
+        og.step()
+    run.close()
+    log = gradoc.open_run(run.dir)
+    names = {p.name for p in log.params}
+    assert names == {"linear0.weight", "linear0.bias", "linear1.weight", "linear1.bias"}
+    assert log.num_steps == 3  # steps are counted by the first optimizer
+    assert len(log.param("linear1.weight", "grad_norm")) == 3
+
+
+def test_bounded_queue_and_thinning_keep_everything_needed(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    with gradoc.watch(model, opt, out=tmp_path / "run", queue_size=1, flush_every_steps=5,
+                      keep_recent_steps=40, keep_old_steps=16, activations=1) as run:
+        for step in range(300):
+            x, y = batch(step % 7)
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            if step == 77:
+                model.fc1.bias.grad[0] = math.nan  # an event step is never thinned
+            opt.step()
+            model.fc1.bias.data.nan_to_num_(0.0)
+    db = sqlite3.connect(tmp_path / "run" / "run.db")
+    assert db.execute("select count(*) from steps").fetchone()[0] == 300
+    kept = [r[0] for r in db.execute("select distinct step from param_stats order by step")]
+    old = [s for s in kept if s < 300 - 40 - 10]
+    assert 77 in kept and 0 in kept
+    assert len(old) <= 16 + 2  # bounded, whatever the run length
+    assert set(range(300 - 40, 300)) <= set(kept)  # recent steps at full resolution
+    acts = [r[0] for r in db.execute("select distinct step from act_stats")]
+    assert len(acts) <= len(kept)
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError):
+        gradoc.WatchConfig(flush_every_s=0)
+    with pytest.raises(ValueError):
+        gradoc.every(0)
+    with pytest.raises(TypeError):
+        gradoc.WatchConfig(grads="often")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        gradoc.watch(Net(), torch.optim.SGD(Net().parameters(), lr=1), config=gradoc.WatchConfig(), grads=1)
