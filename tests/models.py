@@ -34,8 +34,14 @@ def make(lr_groups: bool = True) -> tuple[Net, torch.optim.Optimizer]:
         opt = torch.optim.AdamW(
             [
                 {"params": [*model.fc1.parameters(), *model.frozen.parameters()], "lr": 1e-2},
-                {"params": [*model.fc2.parameters(), *model.head.parameters(),
-                            *model.unused.parameters()], "lr": 3e-3},
+                {
+                    "params": [
+                        *model.fc2.parameters(),
+                        *model.head.parameters(),
+                        *model.unused.parameters(),
+                    ],
+                    "lr": 3e-3,
+                },
             ]
         )
     else:
@@ -49,7 +55,9 @@ def batch(step: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x.sum(1, keepdim=True).tanh()
 
 
-def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, accum: int = 1) -> list[torch.Tensor]:
+def train(
+    model: nn.Module, opt: torch.optim.Optimizer, steps: int, accum: int = 1
+) -> list[torch.Tensor]:
     losses = []
     for step in range(steps):
         opt.zero_grad()

@@ -44,7 +44,11 @@ TRAIN = textwrap.dedent(
 
 def gradoc_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gradoc", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "gradoc", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
     )
 
 
@@ -57,7 +61,9 @@ def script(tmp_path: Path) -> Path:
 
 def test_run_executes_the_script_unchanged_and_writes_the_run(script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    done = gradoc_cli("run", "--out", str(out), "--json", str(tmp_path / "r.json"), str(script), "a", "--b")
+    done = gradoc_cli(
+        "run", "--out", str(out), "--json", str(tmp_path / "r.json"), str(script), "a", "--b"
+    )
     assert done.returncode == 0, done.stderr
     assert "argv ['a', '--b'] name __main__" in done.stdout  # the script's own output
     assert "healthy" in done.stderr  # the diagnosis
@@ -125,7 +131,9 @@ def _one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> No
 
 
 def test_bad_input_gives_one_clear_line(tmp_path: Path, script: Path) -> None:
-    _one_line_error(gradoc_cli("run", str(tmp_path / "missing.py")), "script not found", "missing.py")
+    _one_line_error(
+        gradoc_cli("run", str(tmp_path / "missing.py")), "script not found", "missing.py"
+    )
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\ndef f(:\n    pass\n")
     _one_line_error(gradoc_cli("run", str(broken)), "invalid syntax", "line 2")

@@ -42,7 +42,11 @@ def test_fp16_norm_is_accumulated_in_fp32_and_does_not_overflow() -> None:
 
 
 def test_mixed_dtypes_keep_input_order() -> None:
-    ts = [torch.ones(4, dtype=torch.float16), torch.full((9,), 2.0), torch.ones(1, dtype=torch.float64)]
+    ts = [
+        torch.ones(4, dtype=torch.float16),
+        torch.full((9,), 2.0),
+        torch.ones(1, dtype=torch.float64),
+    ]
     assert norms(ts).tolist() == pytest.approx([2.0, 6.0, 1.0])
     assert max_abs(ts).tolist() == pytest.approx([1.0, 2.0, 1.0])
 
@@ -77,7 +81,12 @@ def test_update_stats_are_weight_norms_and_update_norms() -> None:
 
 
 def _reference(x: torch.Tensor) -> tuple[float, float, float, int]:
-    return x.mean().item(), x.std(unbiased=False).item(), (x == 0).float().mean().item(), int((~x.isfinite()).sum())
+    return (
+        x.mean().item(),
+        x.std(unbiased=False).item(),
+        (x == 0).float().mean().item(),
+        int((~x.isfinite()).sum()),
+    )
 
 
 def test_activation_stats_match_reference() -> None:
@@ -147,3 +156,11 @@ def test_activation_stats_count_nonfinite_outputs() -> None:
     assert s.nonfinite == 2
     assert s.zero_frac == 0.25
     assert math.isnan(s.mean)
+
+
+def test_scratch_buffer_gives_the_same_statistics() -> None:
+    x = torch.randn(4, 6, 5)
+    scratch = torch.full((200,), 123.0)
+    fresh = activation_stats(x, saturation_rule(nn.Sigmoid()), -1)
+    reused = activation_stats(x, saturation_rule(nn.Sigmoid()), -1, scratch)
+    assert torch.equal(fresh[0], reused[0]) and torch.equal(fresh[1], reused[1])  # type: ignore[arg-type]

@@ -38,7 +38,9 @@ def test_kill_9_leaves_a_readable_log_up_to_the_last_flush(tmp_path: Path) -> No
     script = tmp_path / "train.py"
     script.write_text(TRAIN_FOREVER)
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(out)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     last = -1
     for line in proc.stdout:
@@ -56,7 +58,9 @@ def test_kill_9_leaves_a_readable_log_up_to_the_last_flush(tmp_path: Path) -> No
         assert len(log.param("0.weight", "grad_norm")) == len(steps)
         assert log.meta["status"] == "running"  # it never closed
     # and the report of the killed run can still be produced
-    done = subprocess.run([sys.executable, "-m", "gradoc", "report", str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "report", str(out)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert "steps" in done.stdout
 
@@ -79,7 +83,9 @@ def test_readable_with_the_sqlite3_tool(tmp_path: Path) -> None:
     db = _small_run(tmp_path) / "run.db"
     out = subprocess.run(
         ["sqlite3", str(db), "select step, n_backward from steps order by step"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert out.split() == ["0|1", "1|1", "2|1"]
 

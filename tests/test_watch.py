@@ -13,13 +13,14 @@ import torch.nn.functional as F
 
 import gradoc
 from gradoc.collect import taps
-
 from tests.models import Net, batch, make, train
 
 RTOL = 1e-5
 
 
-def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(tmp_path: Path) -> None:
+def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(
+    tmp_path: Path,
+) -> None:
     model, opt = make()
     expected: list[dict[str, dict[str, float]]] = []
     losses: list[list[float]] = []
@@ -52,8 +53,11 @@ def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(tmp
     for step, ref in enumerate(expected):
         got = log.param_stats_at(step)
         # frozen and unused parameters have no gradient: no rows, no crash
-        assert set(got) == set(ref) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                        "head.weight", "head.bias"}
+        assert (
+            set(got)
+            == set(ref)
+            == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight", "head.bias"}
+        )
         for name, stats in ref.items():
             for key, value in stats.items():
                 assert got[name][key] == pytest.approx(value, rel=RTOL), (step, name, key)
@@ -195,8 +199,9 @@ def test_two_runs_in_one_process_keep_their_own_losses(tmp_path: Path) -> None:
 
 def test_losses_of_uncollected_steps_are_kept(tmp_path: Path) -> None:
     model, opt = make(lr_groups=False)
-    with gradoc.watch(model, opt, out=tmp_path / "run", grads=gradoc.every(4), params=None,
-                      activations=None) as run:
+    with gradoc.watch(
+        model, opt, out=tmp_path / "run", grads=gradoc.every(4), params=None, activations=None
+    ) as run:
         losses = train(model, opt, steps=10)
     log = gradoc.open_run(run.dir)
     assert log.scalar("loss").values == pytest.approx([v.item() for v in losses], rel=RTOL)
@@ -206,10 +211,10 @@ def test_losses_of_uncollected_steps_are_kept(tmp_path: Path) -> None:
 
 def test_crash_inside_the_context_is_recorded_and_report_written(tmp_path: Path) -> None:
     model, opt = make(lr_groups=False)
-    with pytest.raises(RuntimeError, match="data loader died"):
-        with gradoc.watch(model, opt, out=tmp_path / "run") as run:
-            train(model, opt, steps=3)
-            raise RuntimeError("data loader died")
+    run = gradoc.watch(model, opt, out=tmp_path / "run")
+    with pytest.raises(RuntimeError, match="data loader died"), run:
+        train(model, opt, steps=3)
+        raise RuntimeError("data loader died")
     log = gradoc.open_run(run.dir)
     assert log.meta["status"] == "crashed" and log.meta["steps"] == 3
     assert [e.kind for e in log.events] == ["crash"]
@@ -238,8 +243,16 @@ def test_several_optimizers(tmp_path: Path) -> None:
 
 def test_bounded_queue_and_thinning_keep_everything_needed(tmp_path: Path) -> None:
     model, opt = make(lr_groups=False)
-    with gradoc.watch(model, opt, out=tmp_path / "run", queue_size=1, flush_every_steps=5,
-                      keep_recent_steps=40, keep_old_steps=16, activations=1) as run:
+    with gradoc.watch(
+        model,
+        opt,
+        out=tmp_path / "run",
+        queue_size=1,
+        flush_every_steps=5,
+        keep_recent_steps=40,
+        keep_old_steps=16,
+        activations=1,
+    ):
         for step in range(300):
             x, y = batch(step % 7)
             opt.zero_grad()
@@ -268,4 +281,6 @@ def test_config_is_validated() -> None:
     with pytest.raises(TypeError):
         gradoc.WatchConfig(grads="often")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        gradoc.watch(Net(), torch.optim.SGD(Net().parameters(), lr=1), config=gradoc.WatchConfig(), grads=1)
+        gradoc.watch(
+            Net(), torch.optim.SGD(Net().parameters(), lr=1), config=gradoc.WatchConfig(), grads=1
+        )

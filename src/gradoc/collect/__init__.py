@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,8 @@ def watch(
     if config is not None and options:
         raise TypeError("pass either config= or WatchConfig fields as keywords, not both")
     cfg = config or WatchConfig(**options)
-    import sys
-
-    name = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "run"
-    run = Run(prepare_run_dir(out, name or "run"), cfg)
+    stem = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
+    name = stem if stem and not stem.startswith("-") else "run"  # `python -c` gives '-c'
+    run = Run(prepare_run_dir(out, name), cfg)
     run.attach(model, optimizer)
     return run

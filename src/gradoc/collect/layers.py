@@ -15,7 +15,11 @@ from ..stats.activations import SaturationRule
 # Not watched by default: pure containers (their output is a child's, recorded already),
 # and dropout, whose output is its input with zeros (its zero fraction is just p).
 _SKIPPED = (
-    nn.Sequential, nn.ModuleList, nn.ModuleDict, nn.Identity, nn.modules.dropout._DropoutNd,
+    nn.Sequential,
+    nn.ModuleList,
+    nn.ModuleDict,
+    nn.Identity,
+    nn.modules.dropout._DropoutNd,
 )
 
 

@@ -78,11 +78,16 @@ def unit_dim(module: nn.Module, x: Tensor) -> int | None:
 
 
 def activation_stats(
-    x: Tensor, saturation: SaturationRule | None = None, units: int | None = None
+    x: Tensor,
+    saturation: SaturationRule | None = None,
+    units: int | None = None,
+    scratch: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Summarise one output tensor: the 5-vector above and the per-unit active counts.
 
     The element count is ``x.numel()``, known on the host, so it is not part of the vector.
+    ``scratch``, a flat buffer of x's dtype and device with at least ``x.numel()``
+    elements, is used for the one temporary instead of a fresh allocation.
 
     >>> v, act = activation_stats(torch.tensor([[0.0, 1.0], [0.0, 3.0]]), units=-1)
     >>> v.tolist(), act.tolist()
@@ -97,8 +102,9 @@ def activation_stats(
     n = x.numel()
     total = x.sum()
     mean = total / n
-    scratch = x - mean
-    m2 = torch.linalg.vector_norm(scratch) ** 2  # two-pass: exact where E[x^2]-E[x]^2 is not
+    buf = x.new_empty(x.shape) if scratch is None else scratch[:n].view(x.shape)
+    torch.sub(x, mean, out=buf)
+    m2 = torch.linalg.vector_norm(buf) ** 2  # two-pass: exact where E[x^2]-E[x]^2 is not
     if x.device.type == "cpu" and bool(torch.isfinite(total)):
         # On the CPU a finite sum can be read for free (no device to wait for), and a finite
         # sum means no NaN/Inf in x, so the count pass is skipped on healthy outputs.
@@ -116,7 +122,7 @@ def activation_stats(
     if units is not None:
         dims = [d for d in range(x.dim()) if d != units % x.dim()]
         # count of outputs > 0 per unit, reusing the scratch buffer for relu(x) -> {0, 1}
-        active = torch.clamp(x, min=0, out=scratch).sign_().sum(dim=dims).to(dtype)
+        active = torch.clamp(x, min=0, out=buf).sign_().sum(dim=dims).to(dtype)
     return torch.stack([p.to(device=x.device, dtype=dtype) for p in parts]), active
 
 

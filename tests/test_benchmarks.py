@@ -1,0 +1,32 @@
+"""The benchmarks still run (a smoke run on a tiny model; timings are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/overhead.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {
+        "plain",
+        "gradoc default",
+        "gradoc activations/step",
+        "naive per-param loop",
+        "detect_anomaly",
+    }
+    assert results["plain"]["ratio_vs_plain"] == 1.0
+    assert all(r["median_step_ms"] > 0 for r in results.values())
+    assert "x plain" in done.stdout
