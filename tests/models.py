@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -68,3 +70,21 @@ def train(
             losses.append(loss.detach())
         opt.step()
     return losses
+
+
+def one_step(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    step: int,
+    scale: float = 1.0,
+    after_backward: Callable[[], object] | None = None,
+) -> float:
+    """One plain training step on batch(step); ``after_backward`` may tamper with the grads."""
+    x, y = batch(step)
+    opt.zero_grad()
+    loss = scale * F.mse_loss(model(x), y)
+    loss.backward()
+    if after_backward is not None:
+        after_backward()
+    opt.step()
+    return loss.item()

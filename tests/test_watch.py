@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import gradoc
 from gradoc.collect import taps
-from tests.models import Net, batch, make, train
+from tests.models import Net, batch, make, one_step, train
 
 RTOL = 1e-5
 
@@ -135,14 +135,12 @@ def test_losses_are_bit_identical_with_and_without_gradoc(tmp_path: Path) -> Non
 def test_nonfinite_gradients_are_counted_and_recorded_as_events(tmp_path: Path) -> None:
     model, opt = make(lr_groups=False)
     with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+
+        def poison() -> None:
+            model.fc2.weight.grad[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
+
         for step in range(5):
-            x, y = batch(step)
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            if step == 3:
-                model.fc2.weight.grad[0, :3] = torch.tensor([math.nan, math.inf, -math.inf])
-            opt.step()
+            one_step(model, opt, step, after_backward=poison if step == 3 else None)
     log = gradoc.open_run(run.dir)
     stats = log.param_stats_at(3)
     assert stats["fc2.weight"]["grad_nonfinite"] == 3
@@ -179,17 +177,8 @@ def test_two_runs_in_one_process_keep_their_own_losses(tmp_path: Path) -> None:
     ra = gradoc.watch(a, opt_a, out=tmp_path / "a")
     with gradoc.watch(b, opt_b, out=tmp_path / "b") as rb:
         for step in range(3):
-            x, y = batch(step)
-            opt_a.zero_grad()
-            loss = F.mse_loss(a(x), y)
-            loss.backward()
-            mine["a"].append(loss.item())
-            opt_a.step()
-            opt_b.zero_grad()
-            loss = 10 * F.mse_loss(b(x), y)
-            loss.backward()
-            mine["b"].append(loss.item())
-            opt_b.step()
+            mine["a"].append(one_step(a, opt_a, step))
+            mine["b"].append(one_step(b, opt_b, step, scale=10.0))
     ra.close()
     la, lb = gradoc.open_run(ra.dir).scalar("loss"), gradoc.open_run(rb.dir).scalar("loss")
     assert la.values == pytest.approx(mine["a"], rel=RTOL)
@@ -253,14 +242,12 @@ def test_bounded_queue_and_thinning_keep_everything_needed(tmp_path: Path) -> No
         keep_old_steps=16,
         activations=1,
     ):
+
+        def poison() -> None:
+            model.fc1.bias.grad[0] = math.nan  # an event step is never thinned
+
         for step in range(300):
-            x, y = batch(step % 7)
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), y)
-            loss.backward()
-            if step == 77:
-                model.fc1.bias.grad[0] = math.nan  # an event step is never thinned
-            opt.step()
+            one_step(model, opt, step % 7, after_backward=poison if step == 77 else None)
             model.fc1.bias.data.nan_to_num_(0.0)
     db = sqlite3.connect(tmp_path / "run" / "run.db")
     assert db.execute("select count(*) from steps").fetchone()[0] == 300

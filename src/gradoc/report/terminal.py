@@ -36,9 +36,14 @@ def sparkline(values: list[float], width: int = 40) -> str:
     )
 
 
-def _num(x: float | None) -> str:
+def _num(x: object) -> str:
+    """Numbers for people: 4 significant digits, counts as integers, NaN as 'nan'."""
     if x is None:
         return "-"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
     if not math.isfinite(x):
         return repr(x).lower()
     return f"{x:.4g}"
@@ -79,10 +84,12 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
 
     norms = run.scalar("grad_norm")
     if norms.steps:
-        last = norms.steps[-1]
-        stats = run.param_stats_at(last)
+        # the step a person wants to see: where the first problem was found, else the last
+        flagged = [f["step"] for f in report["findings"] if f.get("step") in norms.steps]
+        at = flagged[0] if flagged else norms.steps[-1]
+        stats = run.param_stats_at(at)
         ranked = sorted(stats.items(), key=lambda kv: _rank(kv[1]["grad_norm"]), reverse=True)[:5]
-        table = Table(title=f"largest gradients at step {last}", title_justify="left", box=None)
+        table = Table(title=f"largest gradients at step {at}", title_justify="left", box=None)
         for col in ("parameter", "grad norm", "grad max-abs", "non-finite"):
             table.add_column(col, justify="left" if col == "parameter" else "right")
         for name, s in ranked:
@@ -101,7 +108,7 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
         console.print(title)
         console.print(f"  {f['summary']}")
         for e in f.get("evidence", []):
-            console.print(f"  · {e['signal']}: {e['value']}", highlight=False)
+            console.print(f"  · {e['signal']}: {_num(e['value'])}", highlight=False)
         for fix in f.get("fixes", []):
             console.print(f"  → {fix['horizon']}: {fix['action']}", highlight=False)
     console.print(f"run log  {run.path}", style="dim", highlight=False)

@@ -89,9 +89,9 @@ def activation_stats(
     ``scratch``, a flat buffer of x's dtype and device with at least ``x.numel()``
     elements, is used for the one temporary instead of a fresh allocation.
 
-    >>> v, act = activation_stats(torch.tensor([[0.0, 1.0], [0.0, 3.0]]), units=-1)
-    >>> v.tolist(), act.tolist()
-    ([1.0, 6.0, 2.0, 0.0, nan], [0.0, 2.0])
+    >>> v, act = activation_stats(torch.tensor([[0.0, 2.0], [0.0, 2.0]]), units=-1)
+    >>> v.tolist(), act.tolist()  # mean, M2, zeros, non-finite, saturated (n/a); per unit
+    ([1.0, 4.0, 2.0, 0.0, nan], [0.0, 2.0])
     """
     # NOTE: built from plain sums and count_nonzero: on CPU, var_mean and reductions of
     # boolean masks are 5-20x slower than these (measured on a 16x64x256 output).

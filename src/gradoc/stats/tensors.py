@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -17,20 +17,52 @@ def _dense(t: Tensor) -> Tensor:
     return t.coalesce().values() if t.is_sparse else t
 
 
-def _grouped(tensors: Sequence[Tensor]) -> dict[tuple[torch.device, torch.dtype], list[int]]:
+GroupReduce = Callable[[torch.device, torch.dtype, list[Tensor]], Sequence[Tensor]]
+
+
+def _per_tensor(
+    tensors: Sequence[Tensor], device: torch.device | None, reduce: GroupReduce
+) -> Tensor:
+    """One scalar per tensor as a float64 vector in input order.
+
+    ``reduce`` gets the tensors of one (device, dtype) group at a time, so foreach kernels,
+    which need a single device and dtype, see whole groups.
+    """
+    if not tensors:
+        return torch.zeros(0, dtype=torch.float64, device=device)
+    dense = [_dense(t.detach()) for t in tensors]
+    device = device or dense[0].device
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = defaultdict(list)
-    for i, t in enumerate(tensors):
+    for i, t in enumerate(dense):
         groups[(t.device, t.dtype)].append(i)
-    return groups
+    parts: dict[int, Tensor] = {}
+    for (dev, dtype), idx in groups.items():
+        parts.update(zip(idx, reduce(dev, dtype, [dense[i] for i in idx])))
+    values = [parts[i] for i in range(len(dense))]
+    out_dtype = torch.float32 if device.type == "mps" else torch.float64
+    if len(groups) == 1:  # the common case: one stack, one cast
+        return torch.stack(values).to(device=device, dtype=out_dtype)
+    return torch.stack([v.to(device=device, dtype=out_dtype) for v in values])
 
 
-def _assemble(parts: dict[int, Tensor], n: int, device: torch.device) -> Tensor:
-    """Per-tensor scalars (computed group by group) as one float64 vector in input order."""
-    dtype = torch.float32 if device.type == "mps" else torch.float64
-    values = [parts[i] for i in range(n)]
-    if len({(v.device, v.dtype) for v in values}) == 1:  # the common case: one stack, one cast
-        return torch.stack(values).to(device=device, dtype=dtype)
-    return torch.stack([v.to(device=device, dtype=dtype) for v in values])
+def _l2(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequence[Tensor]:
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    return torch._foreach_norm(ts, 2, dtype=acc)
+
+
+def _max_abs(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequence[Tensor]:
+    if dev.type != "cpu":
+        return torch._foreach_norm(ts, INF)
+    # NOTE: on CPU the foreach inf-norm is an unvectorised loop, ~15x slower than aminmax
+    # (measured on the overhead benchmark's model); on accelerators the fused foreach
+    # kernel is the fast one. aminmax refuses empty tensors, whose max-abs is 0.
+    live = [t if t.numel() else t.new_zeros(1) for t in ts]
+    lo, hi = zip(*(torch.aminmax(t) for t in live))
+    return torch.maximum(torch.stack(hi), -torch.stack(lo)).unbind()
+
+
+def _nonfinite(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequence[Tensor]:
+    return [(~torch.isfinite(t)).sum() for t in ts]
 
 
 def norms(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
@@ -39,16 +71,7 @@ def norms(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tens
     >>> norms([torch.ones(4), torch.zeros(2)]).tolist()
     [2.0, 0.0]
     """
-    if not tensors:
-        return torch.zeros(0, dtype=torch.float64, device=device)
-    dense = [_dense(t.detach()) for t in tensors]
-    device = device or dense[0].device
-    parts: dict[int, Tensor] = {}
-    for (_, dtype), idx in _grouped(dense).items():
-        acc = torch.float64 if dtype == torch.float64 else torch.float32
-        for i, v in zip(idx, torch._foreach_norm([dense[i] for i in idx], 2, dtype=acc)):
-            parts[i] = v
-    return _assemble(parts, len(dense), device)
+    return _per_tensor(tensors, device, _l2)
 
 
 def max_abs(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
@@ -57,45 +80,19 @@ def max_abs(tensors: Sequence[Tensor], device: torch.device | None = None) -> Te
     >>> max_abs([torch.tensor([-3.0, 2.0])]).tolist()
     [3.0]
     """
-    if not tensors:
-        return torch.zeros(0, dtype=torch.float64, device=device)
-    dense = [_dense(t.detach()) for t in tensors]
-    device = device or dense[0].device
-    parts: dict[int, Tensor] = {}
-    for (dev, _), idx in _grouped(dense).items():
-        if dev.type == "cpu":
-            # NOTE: on CPU the foreach inf-norm is an unvectorised loop, ~15x slower than
-            # aminmax (measured on the overhead benchmark's model); on accelerators the
-            # fused foreach kernel is the fast one.
-            live = [i for i in idx if dense[i].numel() > 0]
-            if live:
-                lo, hi = zip(*(torch.aminmax(dense[i]) for i in live))
-                both = torch.maximum(torch.stack(hi), -torch.stack(lo))
-                parts.update(zip(live, both.unbind()))
-            for i in idx:
-                if dense[i].numel() == 0:
-                    parts[i] = torch.zeros((), dtype=dense[i].dtype, device=dev)
-        else:
-            for i, v in zip(idx, torch._foreach_norm([dense[i] for i in idx], INF)):
-                parts[i] = v
-    return _assemble(parts, len(dense), device)
+    return _per_tensor(tensors, device, _max_abs)
 
 
 def nonfinite_counts(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
     """Number of NaN/Inf values in each tensor, as one vector.
 
-    The collector calls this only for tensors whose max-abs is already non-finite, so a
+    The collector calls this only for gradients whose norm came back non-finite, so a
     healthy step never pays for the extra pass.
 
     >>> nonfinite_counts([torch.tensor([1.0, float("nan"), float("inf")])]).tolist()
     [2.0]
     """
-    if not tensors:
-        return torch.zeros(0, dtype=torch.float64, device=device)
-    dense = [_dense(t.detach()) for t in tensors]
-    device = device or dense[0].device
-    parts = {i: (~torch.isfinite(t)).sum() for i, t in enumerate(dense)}
-    return _assemble(parts, len(dense), device)
+    return _per_tensor(tensors, device, _nonfinite)
 
 
 def update_stats(
