@@ -34,6 +34,8 @@ TRAIN = textwrap.dedent(
         if "--nan" in sys.argv and step == 7:
             loss = loss * float("nan")
         opt.zero_grad(); loss.backward(); opt.step()
+        if "--print" in sys.argv:
+            print(f"loss {loss.item()!r}")
     if "--exit" in sys.argv:
         sys.exit(3)
     if "--raise" in sys.argv:
@@ -77,6 +79,17 @@ def test_run_executes_the_script_unchanged_and_writes_the_run(script: Path, tmp_
     assert len(log.scalar("loss")) == 12  # the first step's loss too (attached at step 0)
     # step 0's forward ran before the optimizer (and so the model) was known
     assert log.activation("fc1", "mean").steps == [10]
+
+
+def test_losses_are_bit_identical_under_gradoc_run(script: Path, tmp_path: Path) -> None:
+    plain = subprocess.run(
+        [sys.executable, str(script), "--print"], capture_output=True, text=True, check=True
+    )
+    watched = gradoc_cli("run", "--out", str(tmp_path / "run"), str(script), "--print")
+    assert watched.returncode == 0, watched.stderr
+    losses = [line for line in plain.stdout.splitlines() if line.startswith("loss")]
+    assert len(losses) == 12
+    assert losses == [line for line in watched.stdout.splitlines() if line.startswith("loss")]
 
 
 def test_run_reports_nonfinite_with_the_step(script: Path, tmp_path: Path) -> None:
@@ -178,3 +191,54 @@ def test_demo_diagnoses_the_nan(tmp_path: Path) -> None:
     assert "report.json" in done.stdout
     listing = gradoc_cli("demo", "--list")
     assert "nan-posenc" in listing.stdout
+
+
+GAN = textwrap.dedent(
+    """
+    import torch, torch.nn as nn
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+        def forward(self, z):
+            return self.fc(z)
+
+    class Critic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+        def forward(self, x):
+            return self.fc(x)
+
+    gen, critic = Generator(), Critic()
+    og = torch.optim.Adam(gen.parameters(), 1e-3)
+    oc = torch.optim.Adam(critic.parameters(), 1e-3)
+    for step in range(5):
+        oc.zero_grad()
+        critic(gen(torch.randn(8, 4)).detach()).mean().backward()
+        oc.step()
+        og.zero_grad()
+        (-critic(gen(torch.randn(8, 4)))).mean().backward()
+        og.step()
+    """
+)
+
+
+def test_run_attaches_to_every_optimizer_with_stable_unique_names(tmp_path: Path) -> None:
+    script = tmp_path / "gan.py"
+    script.write_text(GAN)
+    done = gradoc_cli("run", "--out", str(tmp_path / "run"), str(script))
+    assert done.returncode == 0, done.stderr
+    log = gradoc.open_run(tmp_path / "run")
+    # the critic's optimizer stepped first: its model keeps plain names; the generator,
+    # found at the second optimizer's first step, is prefixed with its class name
+    assert [p.name for p in log.params] == [
+        "fc.weight",
+        "fc.bias",
+        "generator.fc.weight",
+        "generator.fc.bias",
+    ]
+    assert [p.optimizer for p in log.params] == [0, 0, 1, 1]
+    assert log.param("generator.fc.weight", "grad_norm").steps == [0, 1, 2, 3, 4]  # its own count
+    assert log.num_steps == 5

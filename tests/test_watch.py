@@ -271,3 +271,28 @@ def test_config_is_validated() -> None:
         gradoc.watch(
             Net(), torch.optim.SGD(Net().parameters(), lr=1), config=gradoc.WatchConfig(), grads=1
         )
+
+
+def test_a_running_run_can_be_read_live(tmp_path: Path) -> None:
+    model, opt = make(lr_groups=False)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        train(model, opt, steps=5)
+        run.flush()
+        with gradoc.open_run(run.dir) as live:
+            assert live.scalar("loss").steps == [0, 1, 2, 3, 4]
+            assert live.meta["status"] == "running"
+        train(model, opt, steps=2)
+    assert gradoc.open_run(run.dir).num_steps == 7
+
+
+def test_a_broken_run_log_never_stops_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, opt = make(lr_groups=False)
+    run = gradoc.watch(model, opt, out=tmp_path / "run")
+    train(model, opt, steps=2)
+    run._writer.put(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+    losses = train(model, opt, steps=3)  # goes on, nothing raised
+    run.close()
+    assert len(losses) == 3 and run.step == 5
+    assert "stopped recording" in capsys.readouterr().err

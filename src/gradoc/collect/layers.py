@@ -39,12 +39,25 @@ class WatchedModule:
     saturation: SaturationRule | None
 
 
-def root_prefixes(roots: Sequence[nn.Module]) -> list[str]:
-    """Name prefixes for the roots: none for a single model, the class name for several."""
-    if len(roots) == 1:
-        return [""]
-    names = [type(r).__name__.lower() for r in roots]
-    return [f"{n}." if names.count(n) == 1 else f"{n}{i}." for i, n in enumerate(names)]
+def assign_prefixes(prefixes: dict[nn.Module, str], new_roots: Sequence[nn.Module]) -> None:
+    """Give each new root a name prefix, kept for the whole run so names never change.
+
+    A run that watches one model names things exactly as ``model.named_modules()`` does;
+    when there are several, each is prefixed with its class name (``generator.fc1``), with
+    an index where class names repeat (``linear0.``, ``linear1.``).
+    """
+    if not prefixes and len(new_roots) == 1:
+        prefixes[new_roots[0]] = ""
+        return
+    names = [type(r).__name__.lower() for r in new_roots]
+    taken = set(prefixes.values())
+    for root, name in zip(new_roots, names):
+        prefix, i = (f"{name}." if names.count(name) == 1 else f"{name}0."), 0
+        while prefix in taken:
+            i += 1
+            prefix = f"{name}{i}."
+        prefixes[root] = prefix
+        taken.add(prefix)
 
 
 def qualified(prefix: str, name: str) -> str:
@@ -52,11 +65,11 @@ def qualified(prefix: str, name: str) -> str:
 
 
 def param_rows(
-    roots: Sequence[nn.Module], optimizer: Optimizer, optimizer_index: int, first_id: int
+    prefixes: dict[nn.Module, str], optimizer: Optimizer, optimizer_index: int, first_id: int
 ) -> tuple[list[WatchedParam], list[tuple[object, ...]]]:
     """The optimizer's parameters in param-group order, named after the modules owning them."""
     owner: dict[int, tuple[str, str, str]] = {}  # id(param) -> (param name, module name, type)
-    for prefix, root in zip(root_prefixes(roots), roots):
+    for root, prefix in prefixes.items():
         for mod_name, module in root.named_modules():
             for p_name, p in module.named_parameters(recurse=False):
                 owner.setdefault(
@@ -96,6 +109,7 @@ def param_rows(
 
 def module_rows(
     roots: Sequence[nn.Module],
+    prefixes: dict[nn.Module, str],
     first_id: int,
     include: Callable[[str, nn.Module], bool] | None,
 ) -> tuple[dict[nn.Module, WatchedModule], list[tuple[object, ...]]]:
@@ -103,9 +117,9 @@ def module_rows(
     ``include`` says otherwise."""
     watched: dict[nn.Module, WatchedModule] = {}
     rows: list[tuple[object, ...]] = []
-    for prefix, root in zip(root_prefixes(roots), roots):
+    for root in roots:
         for mod_name, module in root.named_modules():
-            name = qualified(prefix, mod_name)
+            name = qualified(prefixes[root], mod_name)
             keep = include(name, module) if include else not isinstance(module, _SKIPPED)
             if not keep or module in watched:
                 continue

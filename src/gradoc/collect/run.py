@@ -5,14 +5,14 @@ Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
 1. forward: on activation steps a forward hook on each watched module summarises its
    output on its device (the hooks exist only on those steps; otherwise none runs);
 2. ``backward()``: the loss is captured by the backward tap (a detached scalar);
-3. optimizer step pre-hook: gradient norms and max-abs (foreach reductions) and, on
-   parameter steps, a copy of the weights;
+3. optimizer step pre-hook: gradient norms (foreach reductions) and, on parameter
+   steps, gradient max-abs and a copy of the weights;
 4. optimizer step post-hook: weight and update norms; then everything the step produced,
    plus the losses of steps not collected since, is packed into one vector and moved to
    the host in one transfer; the writer thread turns it into rows.
 
-Non-finite counts are computed only for gradients whose max-abs came back non-finite,
-so only an already-broken step pays for a second (small) transfer.
+Non-finite counts are computed only for gradients whose norm came back non-finite, so
+only an already-broken step pays for a second (small) transfer.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from ..stats import (
 )
 from ..store.writer import RunWriter, insert_rows, real
 from . import taps
-from .layers import WatchedModule, WatchedParam, module_rows, param_rows
+from .layers import WatchedModule, WatchedParam, assign_prefixes, module_rows, param_rows
 
 
 @dataclass(slots=True)
@@ -56,8 +56,11 @@ class _Target:
     index: int
     optimizer: Optimizer
     params: list[WatchedParam]
+    steps: int = 0
+    """Steps this optimizer has taken; its statistics are recorded under this count."""
     # per-step scratch, set in the pre-hook and consumed in the post-hook
     present: list[WatchedParam] = field(default_factory=list)
+    collected_at: int = 0
     grad_norms: Tensor | None = None
     grad_maxabs: Tensor | None = None
     before: list[Tensor] | None = None
@@ -74,6 +77,8 @@ class _Target:
 class _Slices:
     """Where one target's statistics lie in the transferred vector."""
 
+    step: int
+    primary: bool
     present: list[WatchedParam]
     norms: slice | None
     maxabs: slice | None
@@ -105,8 +110,10 @@ class _Pack:
     def to_host(self) -> Tensor:
         if not self.parts:
             return torch.zeros(0, dtype=torch.float64)
-        dtype = self.parts[0].dtype
-        return torch.cat([p.to(dtype) for p in self.parts]).cpu()
+        # float64 keeps counts exact beyond 2^24 (MPS has no float64)
+        device = self.parts[0].device
+        dtype = torch.float32 if device.type == "mps" else torch.float64
+        return torch.cat([p.to(device=device, dtype=dtype) for p in self.parts]).cpu()
 
 
 def _first_tensor(output: Any) -> Tensor | None:
@@ -156,7 +163,7 @@ class Run:
         )
         self._targets: dict[Optimizer, _Target] = {}
         self._primary: Optimizer | None = None
-        self._roots: list[nn.Module] = []
+        self._prefixes: dict[nn.Module, str] = {}  # watched root modules -> name prefix
         self._modules: dict[nn.Module, WatchedModule] = {}
         self._next_id = 0
         self._handles: list[RemovableHandle] = []
@@ -187,16 +194,16 @@ class Run:
         if optimizer in self._targets:
             return
         roots = [models] if isinstance(models, nn.Module) else list(models)
-        new_roots = [r for r in roots if r not in self._roots]
-        self._roots += new_roots
-        params, rows = param_rows(self._roots, optimizer, len(self._targets), self._next_id)
+        new_roots = [r for r in dict.fromkeys(roots) if r not in self._prefixes]
+        assign_prefixes(self._prefixes, new_roots)
+        params, rows = param_rows(self._prefixes, optimizer, len(self._targets), self._next_id)
         self._next_id += len(rows)
-        modules, mrows = module_rows(new_roots, self._next_id, self.config.modules)
+        modules, mrows = module_rows(new_roots, self._prefixes, self._next_id, self.config.modules)
         self._next_id += len(mrows)
+        self._modules.update(modules)
         if self._act_handles:  # re-arm so the new modules are hooked too
             self._arm_activations(False)
             self._arm_activations(True)
-        self._modules.update(modules)
         self._targets[optimizer] = _Target(len(self._targets), optimizer, params)
         if self._primary is None:
             self._primary = optimizer
@@ -221,7 +228,7 @@ class Run:
     def _on_backward(self, tensors: Any) -> None:
         # With several runs open, a run takes only losses computed after its own model ran
         # (a run attached later by `gradoc run` takes everything until it knows its model).
-        if self._roots and not self._forward_seen:
+        if self._prefixes and not self._forward_seen:
             return
         self._n_backward += 1
         loss = taps.scalar_loss(tensors)
@@ -268,10 +275,11 @@ class Run:
         target = self._targets.get(optimizer)
         if target is None:
             return
-        want_grads = self.config.grads(self.step)
-        want_params = self.config.params(self.step)
+        want_grads = self.config.grads(target.steps)
+        want_params = self.config.params(target.steps)
         if not (want_grads or want_params):
             return
+        target.collected_at = target.steps
         target.present = [w for w in target.params if w.param.grad is not None]
         grads: list[Tensor] = [w.param.grad for w in target.present]  # type: ignore[misc]
         if want_grads:
@@ -289,6 +297,7 @@ class Run:
                 [w.param for w in target.present], target.before, self._device
             )
             target.before = None
+        target.steps += 1
         if optimizer is not self._primary:
             return
         loss = torch.stack(self._losses).float().mean() if self._losses else None
@@ -313,6 +322,8 @@ class Run:
         rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
         targets = [
             _Slices(
+                t.collected_at,
+                t.optimizer is self._primary,
                 list(t.present),
                 *(
                     pack.add(v) if v is not None else None
@@ -343,13 +354,18 @@ class Run:
         for t in self._targets.values():
             t.reset()
         self._acts = {}
-        self._writer.put(_StepRecord(self, host, step_rows, targets, acts, counts))
+        self._writer.put(_StepRecord(self, host, self.step, step_rows, targets, acts, counts))
+
+    def _unsent(self) -> bool:
+        return bool(
+            self._pending or self._acts or any(t.collected() for t in self._targets.values())
+        )
 
     # -- closing ------------------------------------------------------------------------
     def flush(self) -> None:
         """Write everything collected so far to the run log (waits for the writer)."""
         if not self.closed:
-            if self._pending:
+            if self._unsent():
                 self._transfer()
             self._writer.flush()
 
@@ -383,7 +399,7 @@ class Run:
             h.remove()
         self._handles.clear()
         taps.remove_loss_sink(self)
-        if self._pending:
+        if self._unsent():
             self._transfer()
         self._writer.set_meta(
             status=status,
@@ -418,36 +434,41 @@ class _StepRecord:
     """Turns one transfer into rows; runs on the writer thread."""
 
     def __init__(
-        self, run: Run, host: Tensor, rows: Any, targets: Any, acts: Any, counts: dict[int, float]
+        self,
+        run: Run,
+        host: Tensor,
+        step: int,
+        rows: list[tuple[_StepRow, slice | None]],
+        targets: list[_Slices],
+        acts: dict[int, list[tuple[int, slice, slice | None]]],
+        counts: dict[int, float],
     ) -> None:
-        self.run, self.host, self.rows, self.targets, self.acts, self.counts = (
-            run,
-            host,
-            rows,
-            targets,
-            acts,
-            counts,
-        )
+        self.run, self.host, self.step, self.rows = run, host, step, rows
+        self.targets, self.acts, self.counts = targets, acts, counts
 
     def __call__(self, conn: Any) -> int:
         values = self.host.tolist()
-        step = self.rows[-1][0].step  # the statistics belong to the newest pending step
-        param_rows, sumsq, with_grads = [], 0.0, False
+        step = self.step  # activations belong to the step in progress at the transfer
+        param_rows = []
+        # the steps table's global norm and non-finite count are the first optimizer's
+        sumsq, nonfinite, primary_step = 0.0, 0, None
         for sl in self.targets:
             n = len(sl.present)
             gv = values[sl.norms] if sl.norms is not None else [None] * n
             mv = values[sl.maxabs] if sl.maxabs is not None else [None] * n
             uv = values[sl.updates] if sl.updates is not None else [None] * 2 * n
-            with_grads |= sl.norms is not None
+            if sl.primary and sl.norms is not None:
+                primary_step = sl.step
             for i, w in enumerate(sl.present):
                 norm = gv[i]
                 # counts were taken only where the norm was non-finite; elsewhere they are 0
                 bad = None if norm is None else int(self.counts.get(w.id, 0))
                 param_rows.append(
-                    (step, w.id, real(norm), real(mv[i]), bad, real(uv[i]), real(uv[n + i]))
+                    (sl.step, w.id, real(norm), real(mv[i]), bad, real(uv[i]), real(uv[n + i]))
                 )
-                sumsq += norm * norm if norm is not None else 0.0
-        nonfinite = int(sum(self.counts.values()))
+                if sl.primary and norm is not None:
+                    sumsq += norm * norm
+                    nonfinite += bad or 0
         act_rows = []
         for lid, calls in self.acts.items():
             s = combine(
@@ -471,9 +492,9 @@ class _StepRecord:
                 )
             )
         step_rows = []
-        for r, sl in self.rows:
-            loss = values[sl][0] if sl is not None else None
-            current = r.step == step and with_grads
+        for r, loss_at in self.rows:
+            loss = values[loss_at][0] if loss_at is not None else None
+            current = r.step == primary_step
             step_rows.append(
                 (
                     r.step,
@@ -487,17 +508,21 @@ class _StepRecord:
             )
             if loss is not None and not math.isfinite(loss):
                 self._first(conn, "nonfinite_loss", r.step, f"loss is {loss} at step {r.step}")
-        if nonfinite:
+        bad_steps = [
+            sl.step for sl in self.targets if any(self.counts.get(w.id) for w in sl.present)
+        ]
+        if bad_steps:
+            total = int(sum(self.counts.values()))
             self._first(
                 conn,
                 "nonfinite_grad",
-                step,
-                f"{nonfinite} non-finite gradient values at step {step}",
+                min(bad_steps),
+                f"{total} non-finite gradient values at step {min(bad_steps)}",
             )
         insert_rows(conn, "steps", step_rows)
         insert_rows(conn, "param_stats", param_rows)
         insert_rows(conn, "act_stats", act_rows)
-        return int(step)
+        return max([step, *(sl.step for sl in self.targets)])
 
     def _first(self, conn: Any, kind: str, step: int, message: str) -> None:
         """Record the first occurrence of a kind of non-finite value as an event."""
