@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from gradoc.collect import taps
 from tests.models import Net, batch, make, one_step, train
 
 RTOL = 1e-5
+PACKAGE = str(Path(gradoc.__file__).parent)
 
 
 def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(
@@ -296,3 +298,27 @@ def test_a_broken_run_log_never_stops_training(
     run.close()
     assert len(losses) == 3 and run.step == 5
     assert "stopped recording" in capsys.readouterr().err
+
+
+def test_one_host_transfer_per_collected_step_and_no_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, _ = make()
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3))  # a tensor learning rate
+    calls = {"item": 0, "cpu": 0}
+    for name in calls:
+        original = getattr(torch.Tensor, name)
+
+        def counting(self: torch.Tensor, *a: object, _o=original, _n=name, **k: object) -> object:
+            if sys._getframe(1).f_code.co_filename.startswith(PACKAGE):  # gradoc's, not Adam's
+                calls[_n] += 1
+            return _o(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    steps = 12
+    with gradoc.watch(model, opt, out=tmp_path / "run", activations=gradoc.every(4)) as run:
+        train(model, opt, steps=steps)  # the loop itself calls neither
+        assert calls == {"item": 0, "cpu": steps}  # grads are collected every step
+    log = gradoc.open_run(run.dir)
+    assert log.lr(0).values == pytest.approx([1e-3] * steps)
+    assert log.activation("fc1", "mean").steps == [0, 4, 8]

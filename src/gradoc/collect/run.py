@@ -90,7 +90,8 @@ class _StepRow:
     step: int
     time: float
     n_backward: int
-    lrs: list[float]
+    lrs: list[float | Tensor]
+    """A learning rate may be a tensor (capturable optimizers): it then travels in the pack."""
     loss: Tensor | None
 
 
@@ -124,9 +125,9 @@ def _first_tensor(output: Any) -> Tensor | None:
     return None
 
 
-def _lr(group: dict[str, Any]) -> float:
+def _lr(group: dict[str, Any]) -> float | Tensor:
     lr = group.get("lr", math.nan)
-    return float(lr.item() if isinstance(lr, Tensor) else lr)
+    return lr.detach() if isinstance(lr, Tensor) else float(lr)
 
 
 class Run:
@@ -320,6 +321,12 @@ class Run:
         """Pack this step's statistics and pending losses, move them to the host once."""
         pack = _Pack()
         rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
+        lrs = {
+            (k, i): pack.add(lr)
+            for k, r in enumerate(self._pending)
+            for i, lr in enumerate(r.lrs)
+            if isinstance(lr, Tensor)
+        }
         targets = [
             _Slices(
                 t.collected_at,
@@ -354,7 +361,7 @@ class Run:
         for t in self._targets.values():
             t.reset()
         self._acts = {}
-        self._writer.put(_StepRecord(self, host, self.step, step_rows, targets, acts, counts))
+        self._writer.put(_StepRecord(self, host, self.step, step_rows, lrs, targets, acts, counts))
 
     def _unsent(self) -> bool:
         return bool(
@@ -439,11 +446,12 @@ class _StepRecord:
         host: Tensor,
         step: int,
         rows: list[tuple[_StepRow, slice | None]],
+        lrs: dict[tuple[int, int], slice],
         targets: list[_Slices],
         acts: dict[int, list[tuple[int, slice, slice | None]]],
         counts: dict[int, float],
     ) -> None:
-        self.run, self.host, self.step, self.rows = run, host, step, rows
+        self.run, self.host, self.step, self.rows, self.lrs = run, host, step, rows, lrs
         self.targets, self.acts, self.counts = targets, acts, counts
 
     def __call__(self, conn: Any) -> int:
@@ -492,8 +500,12 @@ class _StepRecord:
                 )
             )
         step_rows = []
-        for r, loss_at in self.rows:
+        for k, (r, loss_at) in enumerate(self.rows):
             loss = values[loss_at][0] if loss_at is not None else None
+            lrs = [
+                values[self.lrs[(k, i)]][0] if (k, i) in self.lrs else lr
+                for i, lr in enumerate(r.lrs)
+            ]
             current = r.step == primary_step
             step_rows.append(
                 (
@@ -503,7 +515,7 @@ class _StepRecord:
                     r.n_backward,
                     real(math.sqrt(sumsq)) if current else None,
                     nonfinite if current else None,
-                    json.dumps(r.lrs),
+                    json.dumps(lrs),
                 )
             )
             if loss is not None and not math.isfinite(loss):
