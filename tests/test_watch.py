@@ -281,6 +281,7 @@ def test_a_running_run_can_be_read_live(tmp_path: Path) -> None:
         train(model, opt, steps=5)
         run.flush()
         with gradoc.open_run(run.dir) as live:
+            assert live._conn.execute("pragma journal_mode").fetchone()[0] == "wal"
             assert live.scalar("loss").steps == [0, 1, 2, 3, 4]
             assert live.meta["status"] == "running"
         train(model, opt, steps=2)

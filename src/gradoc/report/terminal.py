@@ -85,8 +85,10 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     norms = run.scalar("grad_norm")
     if norms.steps:
         # the step a person wants to see: where the first problem was found, else the last
+        # step with every statistic (max-abs follows the sparser params schedule)
         flagged = [f["step"] for f in report["findings"] if f.get("step") in norms.steps]
-        at = flagged[0] if flagged else norms.steps[-1]
+        full = run.steps_with("grad_maxabs")
+        at = flagged[0] if flagged else (full[-1] if full else norms.steps[-1])
         stats = run.param_stats_at(at)
         ranked = sorted(stats.items(), key=lambda kv: _rank(kv[1]["grad_norm"]), reverse=True)[:5]
         table = Table(title=f"largest gradients at step {at}", title_justify="left", box=None)

@@ -202,6 +202,15 @@ class RunLog:
             return None
         return array.array("f", rows[0][0]).tolist()
 
+    def steps_with(self, stat: str) -> list[int]:
+        """The steps at which a per-parameter statistic was collected."""
+        if stat not in _PARAM_STATS:
+            raise KeyError(f"unknown statistic {stat!r}; one of {_PARAM_STATS}")
+        rows = self._query(
+            f"SELECT DISTINCT step FROM param_stats WHERE {stat} IS NOT NULL ORDER BY step"
+        )
+        return [r[0] for r in rows]
+
     def param_stats_at(self, step: int) -> dict[str, dict[str, float | None]]:
         """Every parameter's statistics at one step, by parameter name."""
         names = {layer.id: layer.name for layer in self.params}

@@ -14,6 +14,7 @@ with an event are never thinned, and the ``steps`` table keeps every step.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import queue
@@ -120,6 +121,11 @@ class RunWriter:
         self._closed = True
         self._queue.put(_CLOSE)
         self._thread.join()
+        # A finished run is one self-contained file: leave WAL mode, which folds the -wal
+        # file into run.db and removes it (readers of a running log need WAL). If another
+        # reader holds the log open, WAL stays; the log is complete either way.
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("PRAGMA journal_mode=DELETE")
         self._conn.close()
 
     # -- writer thread ----------------------------------------------------------------
