@@ -9,13 +9,14 @@ d_model 256, 4 heads, batch 16 x 64 tokens, AdamW, on the CPU. Variants:
 - naive per-param loop      mean/std/max/min/norm of every gradient with .item() each
 - detect_anomaly            torch.autograd.detect_anomaly() around forward and backward
 
-The variants are interleaved: each round runs every variant for --steps steps (in a
-shuffled order), each on its own copy of the same model and data. A gradoc variant's run
-stays open for the whole benchmark, as in a real run; its hooks sit on its own model and
-optimizer, so the other variants only meet gradoc's backward tap (one Python call per
-backward, ~1 us of a ~250 ms step). A segment's time is the mean of its steps, so work
-done on some steps only (activations every 10 steps) is counted.
-Reported per variant: the median over rounds of the segment's mean step time, and the
+The variants are interleaved step by step: each round runs --steps steps of every
+variant, each step of each variant in a shuffled order, each variant on its own copy of
+the same model and data (so slow drifts of the machine hit all variants alike). A gradoc
+variant's run stays open for the whole benchmark, as in a real run; its hooks sit on its
+own model and optimizer, so the other variants only meet gradoc's backward tap (one
+Python call per backward, ~1 us of a ~250 ms step). A variant's time in a round is the
+mean of its steps, so work done on some steps only (activations every 10 steps) is
+counted. Reported per variant: the median over rounds of that mean step time, and the
 median over rounds of (variant / plain) in the same round, with its range.
 
     python benchmarks/overhead.py                 # the reference workload
@@ -82,28 +83,22 @@ VARIANTS = [
 ]
 
 
-def segment(
-    variant: str,
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    data: list[tuple[torch.Tensor, torch.Tensor]],
-) -> list[float]:
-    """Run one variant for len(data) steps; return the time of each step in seconds."""
+def step(
+    variant: str, model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> float:
+    """One training step of a variant; returns its time in seconds."""
     anomaly: Callable[[], object] = (
         torch.autograd.detect_anomaly if variant == "detect_anomaly" else nullcontext
     )
-    times = []
-    for x, y in data:
-        t0 = time.perf_counter()
-        with anomaly():  # type: ignore[attr-defined]
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-        if variant == "naive per-param loop":
-            naive_stats(model)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    return times
+    t0 = time.perf_counter()
+    with anomaly():  # type: ignore[attr-defined]
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+    if variant == "naive per-param loop":
+        naive_stats(model)
+    opt.step()
+    return time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--rounds", type=int, default=11, help="interleaved rounds (the first is warm-up)"
+        "--rounds", type=int, default=16, help="interleaved rounds (the first is warm-up)"
     )
     ap.add_argument("--steps", type=int, default=10, help="steps per variant per round")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
@@ -154,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
             if v in variants
         ]
         for r in range(args.rounds):
-            order = variants[:]
-            rng.shuffle(order)
-            for v in order:
-                medians[v].append(statistics.fmean(segment(v, models[v], opts[v], data)))
+            times: dict[str, list[float]] = {v: [] for v in variants}
+            for x, y in data:  # every variant takes step i before any takes step i + 1
+                order = variants[:]
+                rng.shuffle(order)
+                for v in order:
+                    times[v].append(step(v, models[v], opts[v], x, y))
+            for v in variants:
+                medians[v].append(statistics.fmean(times[v]))
             print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
         for run in runs:
             run.close()

@@ -219,6 +219,42 @@ class RunLog:
         )
         return {names[r[0]]: dict(zip(_PARAM_STATS, map(_value, r[1:]))) for r in rows}
 
+    def param_table(self) -> dict[str, dict[str, Series]]:
+        """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query)."""
+        return self._table("param_stats", _PARAM_STATS, self.params)
+
+    def activation_table(self) -> dict[str, dict[str, Series]]:
+        """Every module output's every statistic: ``{name: {stat: Series}}`` (one query)."""
+        return self._table("act_stats", _ACT_STATS, self.modules)
+
+    def unit_table(self) -> dict[str, dict[int, list[float]]]:
+        """Per module, per step, the per-unit activity fractions."""
+        names = {layer.id: layer.name for layer in self.modules}
+        out: dict[str, dict[int, list[float]]] = {}
+        rows = self._query(
+            "SELECT layer_id, step, unit_active FROM act_stats "
+            "WHERE unit_active IS NOT NULL ORDER BY step"
+        )
+        for lid, step, blob in rows:
+            out.setdefault(names[lid], {})[step] = array.array("f", blob).tolist()
+        return out
+
+    def _table(
+        self, table: str, stats: tuple[str, ...], layers: list[Layer]
+    ) -> dict[str, dict[str, Series]]:
+        names = {layer.id: layer.name for layer in layers}
+        out: dict[str, dict[str, Series]] = {
+            name: {s: Series([], []) for s in stats} for name in names.values()
+        }
+        rows = self._query(f"SELECT layer_id, step, {', '.join(stats)} FROM {table} ORDER BY step")
+        for lid, step, *values in rows:
+            series = out[names[lid]]
+            for stat, value in zip(stats, values):
+                if value is not None:
+                    series[stat].steps.append(step)
+                    series[stat].values.append(_value(value))
+        return out
+
     @property
     def events(self) -> list[Event]:
         rows = self._query("SELECT step, time, kind, message, data FROM events ORDER BY id")
