@@ -1,27 +1,55 @@
 """detect: pure functions of the recorded history that return findings.
 
-Each detector lives in its own module and exposes ``check(run: RunLog) -> list[Finding]``.
-``DETECTORS`` lists them in the order they run.
+Each detector lives in its own module and exposes ``check(history) -> list[Finding]``,
+with its rule and the source of each threshold in the module docstring. ``DETECTORS``
+lists them in the order they run; none depends on another's output.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..store import RunLog
-from . import nonfinite
+from . import (
+    dead_units,
+    exploding,
+    large_updates,
+    loss_divergence,
+    loss_plateau,
+    loss_spike,
+    nonfinite,
+    poor_initialization,
+    saturated_units,
+    tiny_updates,
+    vanishing,
+)
 from .finding import Finding
+from .history import History, synthetic
 
-Detector = Callable[[RunLog], list[Finding]]
+Detector = Callable[[History], list[Finding]]
 
-DETECTORS: list[Detector] = [nonfinite.check]
+DETECTORS: dict[str, Detector] = {
+    "nonfinite": nonfinite.check,
+    "exploding_gradients": exploding.check,
+    "vanishing_gradients": vanishing.check,
+    "dead_units": dead_units.check,
+    "saturated_units": saturated_units.check,
+    "loss_spike": loss_spike.check,
+    "loss_divergence": loss_divergence.check,
+    "loss_plateau": loss_plateau.check,
+    "poor_initialization": poor_initialization.check,
+    "large_updates": large_updates.check,
+    "tiny_updates": tiny_updates.check,
+}
+
+_SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
-def run_detectors(run: RunLog) -> list[Finding]:
-    """Every detector's findings, errors first, then by step."""
-    findings = [f for check in DETECTORS for f in check(run)]
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: (order[f.severity], f.step if f.step is not None else -1))
+def run_detectors(history: History) -> list[Finding]:
+    """Every detector's findings, most severe first, then by step."""
+    findings = [f for check in DETECTORS.values() for f in check(history)]
+    return sorted(
+        findings, key=lambda f: (_SEVERITY[f.severity], f.step if f.step is not None else -1)
+    )
 
 
-__all__ = ["DETECTORS", "Finding", "run_detectors"]
+__all__ = ["DETECTORS", "Finding", "History", "run_detectors", "synthetic"]

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 
-from ..store import RunLog
 from .finding import Finding
+from .history import History
 
 
-def check(run: RunLog) -> list[Finding]:
-    loss = run.scalar("loss")
+def check(h: History) -> list[Finding]:
+    loss = h.loss
     bad_loss = loss.first_nonfinite()
-    counts = run.scalar("grad_nonfinite")
+    counts = h.grad_nonfinite
     bad_grad = next((s for s, v in zip(counts.steps, counts.values) if v), None)
     if bad_loss is None and bad_grad is None:
         return []
@@ -37,25 +37,26 @@ def check(run: RunLog) -> list[Finding]:
             evidence.append({"signal": "last finite loss", "value": before[-1]})
         parts.append(f"loss became {_fmt(value)} at step {bad_loss}")
     if bad_grad is not None:
-        stats = run.param_stats_at(bad_grad)
-        bad = [(name, s["grad_nonfinite"]) for name, s in stats.items() if s["grad_nonfinite"]]
-        order = {p.name: p.id for p in run.params}
-        bad.sort(key=lambda item: order.get(item[0], -1))
-        total = int(sum(c or 0 for _, c in bad))
-        nearest = bad[-1][0] if bad else None
-        layer = run.layer(nearest).module if nearest else None
+        with_grads = [
+            p for p in h.params if h.param(p.name, "grad_nonfinite").at(bad_grad) is not None
+        ]
+        bad = [(p, h.param(p.name, "grad_nonfinite").at(bad_grad) or 0) for p in with_grads]
+        bad = [(p, c) for p, c in bad if c]
+        total = int(sum(c for _, c in bad))
+        nearest = bad[-1][0] if bad else None  # params are in registration order
+        layer = nearest.module if nearest else None
         evidence.append({"signal": "non-finite gradient values", "step": bad_grad, "value": total})
         evidence.append(
             {
                 "signal": "parameters with non-finite gradients",
                 "value": len(bad),
-                "of": len(stats),
-                "names": [n for n, _ in bad][-10:],
+                "of": len(with_grads),
+                "names": [p.name for p, _ in bad][-10:],
             }
         )
-        where = f" (nearest the loss: {nearest})" if nearest else ""
+        where = f" (nearest the loss: {nearest.name})" if nearest else ""
         parts.append(
-            f"{len(bad)} of {len(stats)} parameters had non-finite gradients "
+            f"{len(bad)} of {len(with_grads)} parameters had non-finite gradients "
             f"at step {bad_grad}{where}"
         )
     return [

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..detect import run_detectors
+from ..detect import History, run_detectors
 from ..store import RunLog, open_run
 
 REPORT_SCHEMA = "gradoc.report/1"
@@ -16,7 +16,7 @@ REPORT_SCHEMA = "gradoc.report/1"
 
 def build_report(run: RunLog) -> dict[str, Any]:
     """The report of a run log as a JSON-ready dict."""
-    findings = run_detectors(run)
+    findings = run_detectors(History.load(run))
     problems = any(f.severity in ("error", "warning") for f in findings)
     meta = run.meta
     script = meta.get("script")

@@ -1,0 +1,69 @@
+"""dead_units: most units of a ReLU-family layer never activate.
+
+Needs: per-unit activity of module outputs (fraction of positions with output > 0).
+
+Rule (SageMaker Debugger): a unit is dead when it is active on less than ``ACTIVE``
+(1%) of the positions it was seen at, and a layer is flagged when more than
+``LAYER_SHARE`` (50%) of its units are dead on each of the last ``SAMPLES`` (3) activation
+samples (all of them if fewer), so units that are merely sparse for a while, or a layer
+that recovers, raise nothing. Only ReLU-family modules are judged: for other outputs
+"not > 0" is not "dead".
+"""
+
+from __future__ import annotations
+
+from .finding import Finding
+from .history import History
+
+ACTIVE = 0.01
+LAYER_SHARE = 0.5
+SAMPLES = 3
+RELU_FAMILY = ("ReLU", "ReLU6", "Threshold")
+
+
+def _dead_share(units: list[float]) -> float:
+    return sum(1 for u in units if u < ACTIVE) / len(units) if units else 0.0
+
+
+def check(h: History) -> list[Finding]:
+    flagged = []
+    for m in h.modules:
+        if m.type not in RELU_FAMILY:
+            continue
+        samples = h.units.get(m.name, {})
+        steps = sorted(samples)
+        if not steps:
+            continue
+        recent = steps[-SAMPLES:]
+        if not all(_dead_share(samples[s]) > LAYER_SHARE for s in recent):
+            continue
+        first = next(  # the start of the run of dead samples that reaches the end
+            s
+            for i, s in enumerate(steps)
+            if all(_dead_share(samples[t]) > LAYER_SHARE for t in steps[i:])
+        )
+        flagged.append((m.name, first, _dead_share(samples[steps[-1]]), len(samples[steps[-1]])))
+    if not flagged:
+        return []
+    name, first, share, width = flagged[0]
+    others = [f[0] or "(model)" for f in flagged[1:]]
+    return [
+        Finding(
+            kind="dead_units",
+            severity="warning",
+            step=first,
+            layer=name,
+            summary=(
+                f"dead units: {share:.0%} of the {width} units of {name} never activate"
+                + (f" (also in {', '.join(others)})" if others else "")
+            ),
+            evidence=[
+                {
+                    "signal": f"share of units active on < 1% of positions in {n}",
+                    "value": round(s, 3),
+                    "step": st,
+                }
+                for n, st, s, _ in flagged
+            ],
+        )
+    ]

@@ -1,0 +1,146 @@
+"""The history detectors read: the run log in memory, or one built by hand in tests."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..store import Layer, RunLog, Series
+
+_EMPTY = Series([], [])
+
+
+@dataclass(slots=True)
+class History:
+    """Per-step scalars, per-parameter and per-module series, layer metadata.
+
+    ``params`` and ``modules`` are in registration order, which for ordinary models is the
+    order of the forward pass (input side first).
+    """
+
+    loss: Series = field(default_factory=lambda: Series([], []))
+    grad_norm: Series = field(default_factory=lambda: Series([], []))
+    grad_nonfinite: Series = field(default_factory=lambda: Series([], []))
+    lr: Series = field(default_factory=lambda: Series([], []))
+    params: list[Layer] = field(default_factory=list)
+    modules: list[Layer] = field(default_factory=list)
+    param_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
+    act_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
+    units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run: RunLog) -> History:
+        """Read everything detectors need from a run log (a handful of queries)."""
+        return cls(
+            loss=run.scalar("loss"),
+            grad_norm=run.scalar("grad_norm"),
+            grad_nonfinite=run.scalar("grad_nonfinite"),
+            lr=run.lr(0),
+            params=run.params,
+            modules=run.modules,
+            param_stats=run.param_table(),
+            act_stats=run.activation_table(),
+            units=run.unit_table(),
+        )
+
+    def param(self, name: str, stat: str) -> Series:
+        return self.param_stats.get(name, {}).get(stat, _EMPTY)
+
+    def act(self, name: str, stat: str) -> Series:
+        return self.act_stats.get(name, {}).get(stat, _EMPTY)
+
+    def module_of(self, param: str) -> str | None:
+        return next((p.module for p in self.params if p.name == param), None)
+
+    def module_type(self, name: str) -> str | None:
+        return next((m.type for m in self.modules if m.name == name), None)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.loss.steps) if self.loss.steps else len(self.grad_norm.steps)
+
+
+def synthetic(
+    *,
+    loss: Sequence[float] | None = None,
+    grad_norms: dict[str, Sequence[float]] | None = None,
+    param_stats: dict[str, dict[str, Sequence[float]]] | None = None,
+    param_types: dict[str, str] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    acts: dict[str, dict[str, Sequence[float]]] | None = None,
+    act_steps: Sequence[int] | None = None,
+    module_types: dict[str, str] | None = None,
+    units: dict[str, dict[int, list[float]]] | None = None,
+) -> History:
+    """A history from plain lists (one value per step from 0), for detector tests.
+
+    ``grad_norms`` are per-parameter gradient norms; the global norm and non-finite
+    counts follow from them. ``param_stats`` add other statistics (``weight_norm``,
+    ``update_norm`` ...). ``acts`` are per-module output statistics at ``act_steps``.
+    """
+    grad_norms = dict(grad_norms or {})
+    stats: dict[str, dict[str, Series]] = {}
+    for name, values in grad_norms.items():
+        stats.setdefault(name, {})["grad_norm"] = _series(values)
+        stats[name]["grad_nonfinite"] = _series([0.0 if math.isfinite(v) else 1.0 for v in values])
+    for name, by_stat in (param_stats or {}).items():
+        for stat, values in by_stat.items():
+            stats.setdefault(name, {})[stat] = _series(values)
+    n = max((len(v) for v in grad_norms.values()), default=0)
+    total = [math.sqrt(sum(v[i] ** 2 for v in grad_norms.values() if i < len(v))) for i in range(n)]
+    nonfinite = [
+        float(sum(1 for v in grad_norms.values() if i < len(v) and not math.isfinite(v[i])))
+        for i in range(n)
+    ]
+    names = list(stats)
+    params = [
+        Layer(
+            id=i,
+            kind="param",
+            name=name,
+            module=name.rpartition(".")[0],
+            type=(param_types or {}).get(name),
+            shape=(shapes or {}).get(name, (4, 4)),
+            numel=None,
+            group=0,
+            optimizer=0,
+        )
+        for i, name in enumerate(names)
+    ]
+    act_steps = list(
+        act_steps
+        if act_steps is not None
+        else range(max((len(v) for m in (acts or {}).values() for v in m.values()), default=0))
+    )
+    modules = [
+        Layer(
+            id=len(names) + i,
+            kind="module",
+            name=name,
+            module=name,
+            type=(module_types or {}).get(name),
+            shape=None,
+            numel=None,
+            group=None,
+            optimizer=None,
+        )
+        for i, name in enumerate(acts or {})
+    ]
+    return History(
+        loss=_series(loss or []),
+        grad_norm=_series(total),
+        grad_nonfinite=_series(nonfinite),
+        params=params,
+        modules=modules,
+        param_stats=stats,
+        act_stats={
+            m: {stat: Series(act_steps[: len(v)], list(v)) for stat, v in by_stat.items()}
+            for m, by_stat in (acts or {}).items()
+        },
+        units=units or {},
+    )
+
+
+def _series(values: Sequence[float]) -> Series:
+    return Series(list(range(len(values))), [float(v) for v in values])

@@ -1,0 +1,63 @@
+"""loss_divergence: the loss climbs away from its best level and does not come back.
+
+Needs: the per-step loss.
+
+Rule: smooth the finite losses with a rolling median (window ``max(1, min(9, n // 10))``);
+the loss diverges at the first step where the smoothed loss exceeds ``RISE`` (2) times its
+best level so far and every later smoothed value stays above ``STAY`` (1.5) times that
+best, or the loss turns non-finite after rising. A short excursion that returns is a
+loss spike instead.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ._util import fmt
+from .finding import Finding
+from .history import History
+
+RISE = 2.0
+STAY = 1.5
+MIN_STEPS = 5
+
+
+def check(h: History) -> list[Finding]:
+    pairs = [(s, v) for s, v in zip(h.loss.steps, h.loss.values) if math.isfinite(v)]
+    ends_nonfinite = bool(h.loss.values) and not math.isfinite(h.loss.values[-1])
+    if len(pairs) < MIN_STEPS:
+        return []
+    w = max(1, min(9, len(pairs) // 10))
+    smooth = [
+        statistics.median(v for _, v in pairs[max(0, i - w + 1) : i + 1]) for i in range(len(pairs))
+    ]
+    best = math.inf
+    for i, (step, _) in enumerate(pairs):
+        best = min(best, smooth[i])
+        if best <= 0 or smooth[i] <= RISE * best:
+            continue
+        if all(x > STAY * best for x in smooth[i:]) or ends_nonfinite:
+            peak = max(v for _, v in pairs[i:])
+            return [
+                Finding(
+                    kind="loss_divergence",
+                    severity="error",
+                    step=step,
+                    layer=None,
+                    summary=(
+                        f"loss diverged from step {step}: {fmt(smooth[i])} against a best of "
+                        f"{fmt(best)}" + (", then turned non-finite" if ends_nonfinite else "")
+                    ),
+                    evidence=[
+                        {"signal": "best smoothed loss before", "value": fmt(best)},
+                        {
+                            "signal": "smoothed loss at the onset",
+                            "step": step,
+                            "value": fmt(smooth[i]),
+                        },
+                        {"signal": "highest finite loss after", "value": fmt(peak)},
+                    ],
+                )
+            ]
+    return []

@@ -1,0 +1,194 @@
+"""Detectors on synthetic histories: no model, just the numbers a run would record."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gradoc.detect import DETECTORS, run_detectors, synthetic
+
+NAN, INF = math.nan, math.inf
+
+
+def kinds(h: object) -> list[str]:
+    return [f.kind for f in run_detectors(h)]  # type: ignore[arg-type]
+
+
+def smooth_loss(n: int, start: float = 2.0, end: float = 0.5) -> list[float]:
+    return [end + (start - end) * math.exp(-i / (n / 4)) + 0.01 * math.sin(i) for i in range(n)]
+
+
+# -- edge cases every detector must survive --------------------------------------------------
+EDGE_CASES = {
+    "empty": synthetic(),
+    "single step": synthetic(loss=[1.0], grad_norms={"a.weight": [0.5]}),
+    "constant loss": synthetic(loss=[0.7] * 300, grad_norms={"a.weight": [0.1] * 300}),
+    "no gradients": synthetic(loss=smooth_loss(50)),
+    "nan at step 0": synthetic(loss=[NAN] * 5, grad_norms={"a.weight": [NAN] * 5}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+@pytest.mark.parametrize("detector", sorted(DETECTORS))
+def test_detectors_survive_edge_cases(case: str, detector: str) -> None:
+    DETECTORS[detector](EDGE_CASES[case])  # no exception
+
+
+def test_edge_cases_give_the_right_verdicts() -> None:
+    assert kinds(EDGE_CASES["empty"]) == []
+    assert kinds(EDGE_CASES["single step"]) == []
+    assert kinds(EDGE_CASES["no gradients"]) == []
+    assert kinds(EDGE_CASES["constant loss"]) == ["loss_plateau"]  # nothing is learnt
+    nan0 = run_detectors(EDGE_CASES["nan at step 0"])
+    assert [(f.kind, f.step) for f in nan0] == [("nonfinite", 0)]
+
+
+def test_healthy_history_is_silent() -> None:
+    n = 300
+    h = synthetic(
+        loss=smooth_loss(n),
+        grad_norms={f"l{i}.weight": [0.5 / (1 + s / 100) for s in range(n)] for i in range(4)},
+    )
+    assert kinds(h) == []
+
+
+# -- one test per rule ---------------------------------------------------------------------------
+def test_nonfinite_names_the_parameter_nearest_the_loss() -> None:
+    h = synthetic(
+        loss=[1.0, 0.9, NAN, NAN],
+        grad_norms={
+            "a.weight": [1, 1, NAN, NAN],
+            "b.weight": [1, 1, NAN, NAN],
+            "c.weight": [1, 1, 1, 1],
+        },
+    )
+    (f,) = run_detectors(h)
+    assert (f.kind, f.step, f.layer) == ("nonfinite", 2, "b")
+
+
+def test_exploding_by_scale_at_step_0() -> None:
+    h = synthetic(
+        grad_norms={"a.weight": [5e4] * 3, "b.weight": [1.0] * 3},
+        param_stats={
+            "a.weight": {"weight_norm": [10.0] * 3},
+            "b.weight": {"weight_norm": [10.0] * 3},
+        },
+    )
+    (f,) = [f for f in run_detectors(h) if f.kind == "exploding_gradients"]
+    assert (f.step, f.layer) == (0, "a")
+
+
+def test_exploding_by_growth_but_not_a_single_spike() -> None:
+    base = [1.0] * 40
+    grows = base + [200.0, 500.0, 2000.0, 1e4] + [1e5] * 10
+    h = synthetic(grad_norms={"a.weight": grows, "b.weight": grows})
+    (f,) = [f for f in run_detectors(h) if f.kind == "exploding_gradients"]
+    assert f.step == 40
+    one_spike = [*base, 500.0, *base]
+    assert "exploding_gradients" not in kinds(synthetic(grad_norms={"a.weight": one_spike}))
+
+
+def test_vanishing_needs_the_first_layer_tiny_against_the_last() -> None:
+    n = 20
+    vanishing = {"l0.weight": [1e-7] * n, "l1.weight": [1e-4] * n, "l2.weight": [0.5] * n}
+    (f,) = [
+        f for f in run_detectors(synthetic(grad_norms=vanishing)) if f.kind == "vanishing_gradients"
+    ]
+    assert (f.step, f.layer) == (0, "l0")
+    small_everywhere = {k: [1e-5] * n for k in vanishing}  # small but balanced: not vanishing
+    assert "vanishing_gradients" not in kinds(synthetic(grad_norms=small_everywhere))
+    recovered = {**vanishing, "l0.weight": [1e-7] * (n - 1) + [0.1]}  # fine at the end
+    assert "vanishing_gradients" not in kinds(synthetic(grad_norms=recovered))
+
+
+def test_dead_units_need_most_units_dead_on_the_recent_samples() -> None:
+    dead = [0.0] * 60 + [0.3] * 40  # 60% of units never active
+    sparse = [0.02] * 100  # rarely active, but alive
+    h = synthetic(
+        acts={"relu": {"zero_frac": [0.9] * 4}, "act2": {"zero_frac": [0.9] * 4}},
+        act_steps=[0, 10, 20, 30],
+        module_types={"relu": "ReLU", "act2": "ReLU"},
+        units={
+            "relu": {s: dead for s in (0, 10, 20, 30)},
+            "act2": {s: sparse for s in (0, 10, 20, 30)},
+        },
+    )
+    (f,) = [f for f in run_detectors(h) if f.kind == "dead_units"]
+    assert (f.step, f.layer) == (0, "relu")
+    revived = synthetic(
+        acts={"relu": {"zero_frac": [0.9] * 4}},
+        act_steps=[0, 10, 20, 30],
+        module_types={"relu": "ReLU"},
+        units={"relu": {0: dead, 10: dead, 20: [0.5] * 100, 30: [0.5] * 100}},
+    )
+    assert "dead_units" not in kinds(revived)
+    not_relu = synthetic(
+        acts={"fc": {"zero_frac": [0.0] * 4}},
+        act_steps=[0, 10, 20, 30],
+        module_types={"fc": "Linear"},
+        units={"fc": {s: dead for s in (0, 10, 20, 30)}},
+    )
+    assert "dead_units" not in kinds(not_relu)
+
+
+def test_saturation_must_hold_for_most_samples() -> None:
+    h = synthetic(acts={"tanh": {"sat_frac": [0.2, 0.7, 0.8, 0.9]}}, act_steps=[0, 10, 20, 30])
+    (f,) = [f for f in run_detectors(h) if f.kind == "saturated_units"]
+    assert (f.step, f.layer) == (10, "tanh")
+    passing = synthetic(acts={"tanh": {"sat_frac": [0.9, 0.2, 0.1, 0.1]}})
+    assert "saturated_units" not in kinds(passing)
+
+
+def test_loss_spike_recovers_divergence_does_not() -> None:
+    loss = smooth_loss(300)
+    spiked = [*loss[:200], loss[199] * 20, *loss[201:]]
+    (f,) = [f for f in run_detectors(synthetic(loss=spiked)) if f.kind == "loss_spike"]
+    assert f.step == 200
+    diverged = loss[:200] + [loss[199] * (1.2**i) for i in range(1, 101)]
+    found = kinds(synthetic(loss=diverged))
+    assert "loss_divergence" in found and "loss_spike" not in found
+
+
+def test_divergence_that_ends_non_finite() -> None:
+    h = synthetic(loss=[5.0, 4.0, 3.5, 9.0, 30.0, 400.0, INF, NAN])
+    (f,) = [f for f in run_detectors(h) if f.kind == "loss_divergence"]
+    assert f.step == 3  # 9.0 is the first loss above twice the best (3.5)
+
+
+def test_plateau_needs_enough_steps() -> None:
+    flat = [1.386 + 0.01 * math.sin(i) for i in range(400)]
+    assert "loss_plateau" in kinds(synthetic(loss=flat))
+    assert "loss_plateau" not in kinds(synthetic(loss=flat[:60]))
+    assert "loss_plateau" not in kinds(synthetic(loss=smooth_loss(400)))
+
+
+def test_poor_initialization_wants_a_consistent_trend() -> None:
+    shrinking = {f"l{i}": {"std": [0.5 / 10**i]} for i in range(5)}
+    types = {f"l{i}": "Linear" for i in range(5)}
+    h = synthetic(acts=shrinking, act_steps=[0], module_types=types)
+    (f,) = [f for f in run_detectors(h) if f.kind == "poor_initialization"]
+    assert (f.step, f.layer) == (0, "l4")
+    zigzag = {f"l{i}": {"std": [0.5 if i % 2 else 0.005]} for i in range(5)}
+    assert "poor_initialization" not in kinds(
+        synthetic(acts=zigzag, act_steps=[0], module_types=types)
+    )
+    default_init = {
+        f"l{i}": {"std": [0.6 / 2.5**i]} for i in range(3)
+    }  # 3 layers of PyTorch default
+    assert "poor_initialization" not in kinds(
+        synthetic(acts=default_init, act_steps=[0], module_types=types)
+    )
+
+
+def _updates(ratio: float, n: int = 5) -> dict[str, dict[str, list[float]]]:
+    return {"fc.weight": {"weight_norm": [2.0] * n, "update_norm": [2.0 * ratio] * n}}
+
+
+def test_large_and_tiny_updates() -> None:
+    grads = {"fc.weight": [0.1] * 5}
+    large = run_detectors(synthetic(grad_norms=grads, param_stats=_updates(0.9)))
+    assert [(f.kind, f.step, f.layer) for f in large] == [("large_updates", 1, "fc")]
+    tiny = run_detectors(synthetic(grad_norms=grads, param_stats=_updates(1e-10)))
+    assert [(f.kind, f.layer) for f in tiny] == [("tiny_updates", "fc")]
+    assert run_detectors(synthetic(grad_norms=grads, param_stats=_updates(1e-3))) == []
