@@ -12,6 +12,9 @@ from typing import Any
 from ._version import __version__
 from .errors import GradocError, UsageError
 
+FAIL_EXIT = 3
+"""`gradoc report --fail-on` exit status when findings of that severity exist."""
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -37,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise a run directory (finished or running)")
     report.add_argument("run_dir", metavar="RUN_DIR")
     report.add_argument("--json", action="store_true", help="print report.json instead")
+    report.add_argument(
+        "--fail-on",
+        choices=("warning", "error"),
+        help="exit with status 3 when a finding of this severity (or worse) exists: for CI",
+    )
 
     demo = sub.add_parser("demo", help="run a built-in scenario and diagnose it")
     demo.add_argument("scenario", nargs="?", metavar="SCENARIO")
@@ -121,7 +129,8 @@ def _report(args: argparse.Namespace) -> int:
             print(to_json_text(report), end="")
         else:
             print_summary(log, report)
-    return 0
+    failing = {"warning": ("warning", "error"), "error": ("error",)}.get(args.fail_on or "", ())
+    return FAIL_EXIT if any(f["severity"] in failing for f in report["findings"]) else 0
 
 
 if __name__ == "__main__":

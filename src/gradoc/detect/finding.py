@@ -19,10 +19,20 @@ class Finding:
     """The module's fully qualified name (``''`` is the model itself), if one is involved."""
     summary: str
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    """The signals, each ``{"signal", "value", ...}`` with the observed value."""
     hypotheses: list[dict[str, Any]] = field(default_factory=list)
+    """Ranked causes: ``{"cause", "likelihood", "support", "against", "check"}``."""
     ruled_out: list[dict[str, Any]] = field(default_factory=list)
+    """Common wrong diagnoses, each ``{"cause", "why"}`` with the run's own numbers."""
     fixes: list[dict[str, Any]] = field(default_factory=list)
+    """``{"horizon": "immediate" | "short-term" | "long-term", "action"}``."""
     origin: dict[str, Any] | None = None
+    symptom: str | None = None
+    """What a person sees, in one sentence."""
+    root_cause: str | None = None
+    monitoring: list[str] = field(default_factory=list)
+    related: list[dict[str, Any]] = field(default_factory=list)
+    """Findings folded into this one as its consequences or causes: kind, step, summary."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -5,8 +5,9 @@ Needs: the per-step loss.
 Rule: smooth the finite losses with a rolling median (window ``max(1, min(9, n // 10))``);
 the loss diverges at the first step where the smoothed loss exceeds ``RISE`` (2) times its
 best level so far and every later smoothed value stays above ``STAY`` (1.5) times that
-best, or the loss turns non-finite after rising. A short excursion that returns is a
-loss spike instead.
+best for at least ``PERSIST`` (3) steps, or for 2 steps and then turns non-finite. A short
+excursion that returns is a loss spike instead; one noisy last step is nothing (a
+12-step run with batch noise showed a last loss of 2.4x its best).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .history import History
 
 RISE = 2.0
 STAY = 1.5
+PERSIST = 3
 MIN_STEPS = 5
 
 
@@ -37,7 +39,10 @@ def check(h: History) -> list[Finding]:
         best = min(best, smooth[i])
         if best <= 0 or smooth[i] <= RISE * best:
             continue
-        if all(x > STAY * best for x in smooth[i:]) or ends_nonfinite:
+        if not all(x > STAY * best for x in smooth[i:]):
+            continue
+        # a rise into NaN/Inf needs 2 elevated steps; a rise that stays finite needs 3
+        if len(smooth) - i >= (2 if ends_nonfinite else PERSIST):
             peak = max(v for _, v in pairs[i:])
             return [
                 Finding(

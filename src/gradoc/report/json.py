@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..detect import History, run_detectors
+from ..diagnose import diagnose
 from ..store import RunLog, open_run
 
 REPORT_SCHEMA = "gradoc.report/1"
@@ -16,7 +17,8 @@ REPORT_SCHEMA = "gradoc.report/1"
 
 def build_report(run: RunLog) -> dict[str, Any]:
     """The report of a run log as a JSON-ready dict."""
-    findings = run_detectors(History.load(run))
+    history = History.load(run)
+    findings = diagnose(history, run_detectors(history))
     problems = any(f.severity in ("error", "warning") for f in findings)
     meta = run.meta
     script = meta.get("script")

@@ -12,7 +12,8 @@ from rich.text import Text
 from ..store import RunLog, Series
 
 _BARS = "▁▂▃▄▅▆▇█"
-_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
+_LIKELY = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -101,19 +102,58 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
         console.print(table)
 
     for f in report["findings"]:
-        title = Text(f"{f['severity'].upper():<8}", style=_STYLE.get(f["severity"], ""))
-        title.append(f"{f['kind']}", style="bold")
-        if f.get("step") is not None:
-            title.append(f" at step {f['step']}")
-        if f.get("layer") is not None:
-            title.append(f" in {f['layer'] or '(model)'}")
-        console.print(title)
-        console.print(f"  {f['summary']}")
-        for e in f.get("evidence", []):
-            console.print(f"  · {e['signal']}: {_num(e['value'])}", highlight=False)
-        for fix in f.get("fixes", []):
-            console.print(f"  → {fix['horizon']}: {fix['action']}", highlight=False)
+        console.print(_headline(f))
+        console.print(_finding(f))
     console.print(f"run log  {run.path}", style="dim", highlight=False)
+
+
+def _headline(f: dict[str, Any]) -> Text:
+    head = Text(f"\n{f['severity'].upper()} ", style=_STYLE.get(f["severity"], ""))
+    head.append(f["kind"], style="bold")
+    if f.get("step") is not None:
+        head.append(f" at step {f['step']}")
+    if f.get("layer") is not None:
+        head.append(f" in {f['layer'] or '(model)'}", style="bold")
+    head.append(f": {f['summary']}")
+    return head
+
+
+def _finding(f: dict[str, Any]) -> Table:
+    """One problem as a compact two-column block: label, then what the run shows."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True, min_width=11)
+    grid.add_column(overflow="fold")
+    if f.get("symptom"):
+        grid.add_row("symptom", f["symptom"])
+    for i, e in enumerate(f.get("evidence", [])):
+        at = f" (step {e['step']})" if e.get("step") is not None else ""
+        grid.add_row("signals" if i == 0 else "", f"· {e['signal']}: {_num(e['value'])}{at}")
+    for i, r in enumerate(f.get("related", [])):
+        grid.add_row("also" if i == 0 else "", Text(f"· {r['summary']}", style="yellow"))
+    for i, h in enumerate(f.get("hypotheses", [])):
+        line = Text(f"{i + 1}. ", style="bold")
+        line.append(f"[{h['likelihood']}] ", style=_LIKELY.get(h["likelihood"], ""))
+        line.append(h["cause"])
+        for s in h.get("support", []):
+            line.append(f"\n   + {s}", style="green")
+        for s in h.get("against", []):
+            line.append(f"\n   - {s}", style="red")
+        if h.get("check"):
+            line.append(f"\n   check: {h['check']}", style="dim")
+        grid.add_row("hypotheses" if i == 0 else "", line)
+    if f.get("root_cause"):
+        grid.add_row("root cause", Text(f["root_cause"], style="bold"))
+    for i, fix in enumerate(f.get("fixes", [])):
+        line = Text(f"{fix['horizon']:<11}", style="cyan")
+        line.append(fix["action"])
+        grid.add_row("fixes" if i == 0 else "", line)
+    for i, m in enumerate(f.get("monitoring", [])):
+        grid.add_row("monitor" if i == 0 else "", f"· {m}")
+    for i, r in enumerate(f.get("ruled_out", [])):
+        line = Text(f"✗ not {r['cause']}: ", style="magenta")
+        line.append(r["why"])
+        grid.add_row("ruled out" if i == 0 else "", line)
+    return grid
 
 
 def _rank(x: float | None) -> float:
