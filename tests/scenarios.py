@@ -317,6 +317,30 @@ def healthy_lstm_accumulation(out: Path) -> Path:
     return run.dir
 
 
+def healthy_gru(out: Path) -> Path:
+    torch.manual_seed(0)
+
+    class Seq(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(20, 16)
+            self.gru = nn.GRU(16, 32, num_layers=2, batch_first=True)
+            self.head = nn.Linear(32, 3)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.head(self.gru(self.embed(t))[0][:, -1])
+            return out
+
+    model = Seq()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+
+    def loss(s: int) -> torch.Tensor:
+        t = torch.randint(0, 20, (16, 15), generator=torch.Generator().manual_seed(s))
+        return F.cross_entropy(model(t), t[:, -2] % 3)  # recall a recent token
+
+    return _train(model, opt, out, 150, loss)
+
+
 def healthy_frozen_unused(out: Path) -> Path:
     torch.manual_seed(0)
 
@@ -361,5 +385,6 @@ HEALTHY: dict[str, Scenario] = {
     "transformer": healthy_transformer,
     "cnn_batchnorm": healthy_cnn_batchnorm,
     "lstm_accumulation": healthy_lstm_accumulation,
+    "gru": healthy_gru,
     "frozen_unused": healthy_frozen_unused,
 }

@@ -30,3 +30,14 @@ def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
     assert results["plain"]["ratio_vs_plain"] == 1.0
     assert all(r["median_step_ms"] > 0 for r in results.values())
     assert "x plain" in done.stdout
+
+
+def test_detect_benchmark_smoke() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/detect.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "full report" in done.stdout and "200 steps" in done.stderr

@@ -102,7 +102,9 @@ def test_run_reports_nonfinite_with_the_step(script: Path, tmp_path: Path) -> No
     assert finding["kind"] == "nonfinite" and finding["severity"] == "error"
     assert finding["step"] == 7 and finding["layer"] == "fc2"
     assert "loss became nan at step 7" in finding["summary"]
-    assert "nonfinite" in done.stderr
+    assert finding["hypotheses"] and finding["root_cause"]
+    for shown in ("nonfinite", "hypotheses", "root cause", "fixes", "ruled out"):
+        assert shown in done.stderr  # the diagnosis at the end of the run
 
 
 @pytest.mark.parametrize(("flag", "code"), [("--exit", 3), ("--raise", 1)])

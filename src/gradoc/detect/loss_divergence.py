@@ -7,7 +7,9 @@ the loss diverges at the first step where the smoothed loss exceeds ``RISE`` (2)
 best level so far and every later smoothed value stays above ``STAY`` (1.5) times that
 best for at least ``PERSIST`` (3) steps, or for 2 steps and then turns non-finite. A short
 excursion that returns is a loss spike instead; one noisy last step is nothing (a
-12-step run with batch noise showed a last loss of 2.4x its best).
+12-step run with batch noise showed a last loss of 2.4x its best). The rise must also
+win back at least ``MIN_SHARE`` (10%) of the ground gained since the start: a converged
+regression loss wandering between 0.001 and 0.003 (from 0.22) is noise, not divergence.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .history import History
 RISE = 2.0
 STAY = 1.5
 PERSIST = 3
+MIN_SHARE = 0.1
 MIN_STEPS = 5
 
 
@@ -38,6 +41,8 @@ def check(h: History) -> list[Finding]:
     for i, (step, _) in enumerate(pairs):
         best = min(best, smooth[i])
         if best <= 0 or smooth[i] <= RISE * best:
+            continue
+        if smooth[i] - best < MIN_SHARE * (smooth[0] - best):
             continue
         if not all(x > STAY * best for x in smooth[i:]):
             continue

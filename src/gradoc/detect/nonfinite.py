@@ -67,13 +67,6 @@ def check(h: History) -> list[Finding]:
             layer=layer,
             summary="; ".join(parts),
             evidence=evidence,
-            fixes=[
-                {
-                    "horizon": "immediate",
-                    "action": f"restart from a checkpoint saved before step {step}; clip the "
-                    "gradient norm (torch.nn.utils.clip_grad_norm_) while the cause is found",
-                },
-            ],
         )
     ]
 

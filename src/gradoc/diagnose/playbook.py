@@ -128,6 +128,8 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
                 f"({fmt(facts.grad_median or 0)}) until the failure",
             }
         )
+    if (r := _lr_ruled_out(facts, f)) is not None:
+        f.ruled_out.append(r)
     if f.step == 0:
         data.support.append("non-finite from the very first step: nothing was learnt yet")
         grow.against.append("there was no training before step 0 to grow anything")

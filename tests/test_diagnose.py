@@ -1,0 +1,177 @@
+"""The diagnosis: merged stories, hypotheses with the run's evidence, rendered output."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import gradoc
+from gradoc.detect import Finding
+from gradoc.diagnose import STORIES, merge
+from gradoc.report import build_report, print_summary, to_json_text
+from tests.scenarios import HEALTHY, PATHOLOGIES
+
+
+def _finding(kind: str, step: int, severity: str = "warning") -> Finding:
+    return Finding(kind=kind, severity=severity, step=step, layer=None, summary=f"{kind} at {step}")  # type: ignore[arg-type]
+
+
+def test_consequences_fold_into_their_cause() -> None:
+    stories = merge(
+        [
+            _finding("loss_divergence", 3, "error"),
+            _finding("exploding_gradients", 5),
+            _finding("nonfinite", 8, "error"),
+            _finding("loss_spike", 1),
+        ]
+    )
+    assert [f.kind for f in stories] == ["exploding_gradients", "loss_spike"]
+    explosion = stories[0]
+    assert {r["kind"] for r in explosion.related} == {"loss_divergence", "nonfinite"}
+    assert explosion.severity == "error"  # a folded error keeps the story an error
+
+
+def test_a_finding_with_no_cause_stands_alone() -> None:
+    (f,) = merge([_finding("nonfinite", 4, "error")])
+    assert f.kind == "nonfinite" and f.related == []
+
+
+def test_stories_form_an_acyclic_graph() -> None:
+    def reaches(kind: str, target: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(
+            c == target or (c not in seen and reaches(c, target, seen | {c}))
+            for c in STORIES.get(kind, ())
+        )
+
+    assert not any(reaches(kind, kind) for kind in STORIES)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
+    out = {}
+    for name, (scenario, _, _) in PATHOLOGIES.items():
+        run_dir = scenario(tmp_path_factory.mktemp(name) / "run")
+        out[name] = (run_dir, build_report(gradoc.open_run(run_dir)))
+    return out
+
+
+def _story(report: dict, kind: str) -> dict:
+    return next(
+        f
+        for f in report["findings"]
+        if f["kind"] == kind or kind in {r["kind"] for r in f["related"]}
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PATHOLOGIES))
+def test_every_story_is_a_full_diagnosis(name: str, reports: dict) -> None:
+    _, kind, _ = PATHOLOGIES[name]
+    f = _story(reports[name][1], kind)
+    assert f["symptom"] and f["root_cause"] and f["monitoring"]
+    assert f["evidence"] and all(
+        "value" in e and e["type"] in ("metric", "distribution") for e in f["evidence"]
+    )
+    assert f["hypotheses"]
+    for h in f["hypotheses"]:
+        assert set(h) == {"cause", "likelihood", "support", "against", "check"}
+        assert h["likelihood"] in ("high", "medium", "low") and h["check"]
+    order = {"high": 0, "medium": 1, "low": 2}
+    assert [order[h["likelihood"]] for h in f["hypotheses"]] == sorted(
+        order[h["likelihood"]] for h in f["hypotheses"]
+    )
+    horizons = {fix["horizon"] for fix in f["fixes"]}
+    assert "immediate" in horizons and len(horizons) >= 2
+    assert f["root_cause"].startswith(f["hypotheses"][0]["cause"])
+
+
+def test_wrong_diagnoses_are_ruled_out_with_the_runs_numbers(reports: dict) -> None:
+    def ruled(name: str, kind: str) -> dict[str, str]:
+        return {r["cause"]: r["why"] for r in _story(reports[name][1], kind)["ruled_out"]}
+
+    assert (
+        "before any update"
+        in ruled("exploding_init", "exploding_gradients")["learning rate too high"]
+    )
+    why = ruled("vanishing_sigmoid", "vanishing_gradients")[
+        "a data or loss problem (nothing to learn)"
+    ]
+    assert re.search(r"gradient norm \d", why)
+    assert "within 50 steps" in ruled("loss_spike", "loss_spike")["loss divergence"]
+    assert "ln(4)" in json.dumps(_story(reports["plateau_random_labels"][1], "loss_plateau"))
+    assert ruled("plateau_random_labels", "loss_plateau")["dead ReLUs or vanishing gradients"]
+    nan = ruled("nonfinite_log", "nonfinite")
+    assert set(nan) <= {"exploding gradients", "learning rate too high"}
+
+
+def test_top_hypotheses_name_the_known_causes(reports: dict) -> None:
+    def top(name: str, kind: str) -> str:
+        return str(_story(reports[name][1], kind)["hypotheses"][0]["cause"])
+
+    assert "initialisation" in top("exploding_init", "exploding_gradients")
+    assert "saturating activations" in top("vanishing_sigmoid", "vanishing_gradients")
+    assert "bias" in top("dead_relu", "dead_units")
+    assert "bad batch" in top("loss_spike", "loss_spike")
+    assert "learning rate too high" in top("divergence_lr", "loss_divergence")
+    assert "no learnable relation" in top("plateau_random_labels", "loss_plateau")
+    assert "learning rate far too low" in top("tiny_updates", "tiny_updates")
+
+
+@pytest.mark.parametrize("name", sorted(PATHOLOGIES))
+def test_terminal_diagnosis_fits_100_columns(name: str, reports: dict) -> None:
+    run_dir, report = reports[name]
+    console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    with gradoc.open_run(run_dir) as log:
+        print_summary(log, report, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    for f in report["findings"]:
+        assert f["kind"] in text and "root cause" in text
+
+
+def test_report_json_is_strict_json(reports: dict) -> None:
+    for _, report in reports.values():
+        json.loads(to_json_text(report), parse_constant=lambda c: pytest.fail(f"bare {c} in JSON"))
+
+
+def test_fail_on_exit_codes(reports: dict, tmp_path: Path) -> None:
+    def code(run_dir: Path, level: str) -> int:
+        return subprocess.run(
+            [sys.executable, "-m", "gradoc", "report", str(run_dir), "--fail-on", level],
+            capture_output=True,
+            timeout=120,
+        ).returncode
+
+    error_run = reports["nonfinite_log"][0]
+    warning_run = reports["loss_spike"][0]
+    assert code(error_run, "error") == 3 and code(error_run, "warning") == 3
+    assert code(warning_run, "error") == 0 and code(warning_run, "warning") == 3
+    healthy = HEALTHY["frozen_unused"](tmp_path / "healthy")
+    assert code(healthy, "warning") == 0
+
+
+def test_detection_runs_off_the_training_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gradoc.report.json as report_json
+
+    calls = []
+    original = report_json.run_detectors
+    monkeypatch.setattr(report_json, "run_detectors", lambda h: calls.append(1) or original(h))
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = gradoc.watch(model, opt, out=tmp_path / "run")
+    for _ in range(30):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+    assert calls == []  # nothing detected while training
+    run.close()
+    assert calls == [1]  # once, from the finished log
