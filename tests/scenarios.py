@@ -341,6 +341,28 @@ def healthy_gru(out: Path) -> Path:
     return _train(model, opt, out, 150, loss)
 
 
+def healthy_small_noisy_batches(out: Path) -> Path:
+    """Batches of 8 with label noise and dropout: single-step losses swing 10x for 1,500 steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(20, 128),
+        nn.ReLU(),
+        nn.Dropout(0.3),
+        nn.Linear(128, 128),
+        nn.ReLU(),
+        nn.Linear(128, 5),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def loss(s: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(s)
+        x = torch.randn(8, 20, generator=g)
+        y = (x[:, :5] + 0.5 * torch.randn(8, 5, generator=g)).argmax(1)
+        return F.cross_entropy(model(x), y)
+
+    return _train(model, opt, out, 1500, loss)
+
+
 def healthy_frozen_unused(out: Path) -> Path:
     torch.manual_seed(0)
 
@@ -386,5 +408,6 @@ HEALTHY: dict[str, Scenario] = {
     "cnn_batchnorm": healthy_cnn_batchnorm,
     "lstm_accumulation": healthy_lstm_accumulation,
     "gru": healthy_gru,
+    "small_noisy_batches": healthy_small_noisy_batches,
     "frozen_unused": healthy_frozen_unused,
 }

@@ -2,10 +2,13 @@
 
 Needs: the per-step loss.
 
-Rule: smooth the finite losses with a rolling median (window ``max(1, min(9, n // 10))``);
+Rule: smooth the finite losses with a rolling median (window ``w = max(1, min(50, n // 20))``:
+small batches make single-step losses swing 10x, and the best of a lightly smoothed
+series is biased low);
 the loss diverges at the first step where the smoothed loss exceeds ``RISE`` (2) times its
 best level so far and every later smoothed value stays above ``STAY`` (1.5) times that
-best for at least ``PERSIST`` (3) steps, or for 2 steps and then turns non-finite. A short
+best for at least ``max(PERSIST, w)`` steps (PERSIST = 3), or for 2 steps and then turns
+non-finite. A short
 excursion that returns is a loss spike instead; one noisy last step is nothing (a
 12-step run with batch noise showed a last loss of 2.4x its best). The rise must also
 win back at least ``MIN_SHARE`` (10%) of the ground gained since the start: a converged
@@ -33,7 +36,7 @@ def check(h: History) -> list[Finding]:
     ends_nonfinite = bool(h.loss.values) and not math.isfinite(h.loss.values[-1])
     if len(pairs) < MIN_STEPS:
         return []
-    w = max(1, min(9, len(pairs) // 10))
+    w = max(1, min(50, len(pairs) // 20))
     smooth = [
         statistics.median(v for _, v in pairs[max(0, i - w + 1) : i + 1]) for i in range(len(pairs))
     ]
@@ -47,7 +50,7 @@ def check(h: History) -> list[Finding]:
         if not all(x > STAY * best for x in smooth[i:]):
             continue
         # a rise into NaN/Inf needs 2 elevated steps; a rise that stays finite needs 3
-        if len(smooth) - i >= (2 if ends_nonfinite else PERSIST):
+        if len(smooth) - i >= (2 if ends_nonfinite else max(PERSIST, w)):
             peak = max(v for _, v in pairs[i:])
             return [
                 Finding(
