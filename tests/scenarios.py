@@ -71,6 +71,16 @@ def _train(
     return run.dir
 
 
+def _classify(model: nn.Module, opt: torch.optim.Optimizer, out: Path, steps: int) -> Path:
+    """Train on the 4-class task of _classify_data with cross-entropy."""
+
+    def loss(s: int) -> torch.Tensor:
+        x, y = _classify_data(s)
+        return F.cross_entropy(model(x), y)
+
+    return _train(model, opt, out, steps, loss)
+
+
 # -- pathologies ---------------------------------------------------------------------------
 def exploding_init(out: Path) -> Path:
     """A 10-layer ReLU MLP initialised from N(0, 1): gradients are huge from step 0."""
@@ -91,13 +101,7 @@ def vanishing_sigmoid(out: Path) -> Path:
     torch.manual_seed(0)
     model = _mlp([16] + [32] * 11 + [4], nn.Sigmoid)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    return _train(
-        model,
-        opt,
-        out,
-        150,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 150)
 
 
 def dead_relu(out: Path) -> Path:
@@ -105,13 +109,7 @@ def dead_relu(out: Path) -> Path:
     torch.manual_seed(0)
     model = _mlp([16, 128, 128, 4], nn.ReLU, bias=-4.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    return _train(
-        model,
-        opt,
-        out,
-        120,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 120)
 
 
 def saturated_tanh(out: Path) -> Path:
@@ -119,13 +117,7 @@ def saturated_tanh(out: Path) -> Path:
     torch.manual_seed(0)
     model = _mlp([16, 256, 256, 256, 4], nn.Tanh, std=1.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    return _train(
-        model,
-        opt,
-        out,
-        120,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 120)
 
 
 def loss_spike(out: Path) -> Path:
@@ -177,13 +169,7 @@ def poor_init_small(out: Path) -> Path:
     torch.manual_seed(0)
     model = _mlp([16] + [64] * 7 + [4], nn.Tanh, std=0.01, bias=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    return _train(
-        model,
-        opt,
-        out,
-        40,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 40)
 
 
 def large_updates(out: Path) -> Path:
@@ -191,13 +177,7 @@ def large_updates(out: Path) -> Path:
     torch.manual_seed(0)
     model = _mlp([16, 32, 4], nn.ReLU)
     opt = torch.optim.SGD(model.parameters(), lr=50.0)
-    return _train(
-        model,
-        opt,
-        out,
-        40,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 40)
 
 
 def tiny_updates(out: Path) -> Path:
@@ -205,13 +185,7 @@ def tiny_updates(out: Path) -> Path:
     torch.manual_seed(0)
     model = _mlp([16, 64, 4], nn.ReLU)
     opt = torch.optim.SGD(model.parameters(), lr=1e-11)
-    return _train(
-        model,
-        opt,
-        out,
-        60,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 60)
 
 
 class _LogOfZero(nn.Module):
@@ -230,13 +204,7 @@ def nonfinite_log(out: Path) -> Path:
     torch.manual_seed(0)
     model = _LogOfZero()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    return _train(
-        model,
-        opt,
-        out,
-        10,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 10)
 
 
 # -- healthy controls ------------------------------------------------------------------------
@@ -380,13 +348,7 @@ def healthy_frozen_unused(out: Path) -> Path:
 
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    return _train(
-        model,
-        opt,
-        out,
-        200,
-        lambda s: F.cross_entropy(model(_classify_data(s)[0]), _classify_data(s)[1]),
-    )
+    return _classify(model, opt, out, 200)
 
 
 PATHOLOGIES: dict[str, tuple[Scenario, str, str | None]] = {

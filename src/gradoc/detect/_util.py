@@ -9,18 +9,20 @@ from collections.abc import Sequence
 from ..store import Layer, Series
 from .history import History
 
-# Parameters whose gradient scale says something about depth: weight matrices and
-# convolution kernels, not biases, norm scales or embedding tables (sparse gradients).
-_NOT_DEPTH = (
-    "Embedding",
-    "EmbeddingBag",
+NORM_TYPES = (
     "LayerNorm",
     "BatchNorm1d",
     "BatchNorm2d",
     "BatchNorm3d",
     "GroupNorm",
     "RMSNorm",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
 )
+# Parameters whose gradient scale says something about depth: weight matrices and
+# convolution kernels, not biases, norm scales or embedding tables (sparse gradients).
+_NOT_DEPTH = ("Embedding", "EmbeddingBag", *NORM_TYPES)
 
 
 def finite(s: Series) -> tuple[list[int], list[float]]:

@@ -6,20 +6,11 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..detect._util import finite, update_ratios, weight_params
+from ..detect._util import NORM_TYPES, finite, update_ratios, weight_params
 from ..detect.history import History
 
 RECURRENT = ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell")
-NORMS = (
-    "LayerNorm",
-    "BatchNorm1d",
-    "BatchNorm2d",
-    "BatchNorm3d",
-    "GroupNorm",
-    "RMSNorm",
-    "InstanceNorm1d",
-    "InstanceNorm2d",
-)
+NORMS = NORM_TYPES
 SATURATING = ("Sigmoid", "Tanh", "Softsign", "Hardtanh", "Hardsigmoid")
 RELU_LIKE = ("ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "ELU", "Mish")
 
