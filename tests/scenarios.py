@@ -363,7 +363,7 @@ PATHOLOGIES: dict[str, tuple[Scenario, str, str | None]] = {
     "poor_init_small": (poor_init_small, "poor_initialization", "14"),
     "large_updates": (large_updates, "large_updates", "0"),
     "tiny_updates": (tiny_updates, "tiny_updates", "0"),
-    "nonfinite_log": (nonfinite_log, "nonfinite", "fc"),
+    "nonfinite_log": (nonfinite_log, "nonfinite", ""),  # log() runs in the model's own forward
 }
 HEALTHY: dict[str, Scenario] = {
     "transformer": healthy_transformer,

@@ -100,7 +100,11 @@ def test_run_reports_nonfinite_with_the_step(script: Path, tmp_path: Path) -> No
     assert report["status"] == "problems"
     (finding,) = report["findings"]
     assert finding["kind"] == "nonfinite" and finding["severity"] == "error"
-    assert finding["step"] == 7 and finding["layer"] == "fc2"
+    # the NaN was multiplied into the loss in the training loop: outside the model
+    assert finding["step"] == 7 and finding["layer"] is None
+    origin = finding["origin"]
+    assert origin["phase"] == "forward" and origin["module"] is None
+    assert "outside the model" in origin["note"]
     assert "loss became nan at step 7" in finding["summary"]
     assert finding["hypotheses"] and finding["root_cause"]
     for shown in ("nonfinite", "hypotheses", "root cause", "fixes", "ruled out"):

@@ -28,6 +28,10 @@ class WatchConfig:
     modules: Callable[[str, nn.Module], bool] | None = None
     """Which modules' outputs to watch (name, module) -> bool; default: all but containers
     and dropout."""
+    locate: bool = True
+    """On the first non-finite step, replay it to find the op, module and line it came from."""
+    skip_nonfinite_updates: bool = True
+    """Do not apply an update whose gradients are non-finite (the report counts them)."""
     flush_every_s: float = 1.0
     """Commit the run log at least this often (the most a ``kill -9`` can lose)."""
     flush_every_steps: int = 50

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import array
 import atexit
+import contextlib
+import functools
 import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,15 @@ from ..stats import (
 )
 from ..store.writer import RunWriter, insert_rows, real
 from . import taps
-from .layers import WatchedModule, WatchedParam, assign_prefixes, module_rows, param_rows
+from .layers import (
+    WatchedModule,
+    WatchedParam,
+    assign_prefixes,
+    module_rows,
+    param_rows,
+    qualified,
+)
+from .locating import Locator
 
 
 @dataclass(slots=True)
@@ -65,12 +76,15 @@ class _Target:
     grad_maxabs: Tensor | None = None
     before: list[Tensor] | None = None
     updates: Tensor | None = None
+    held: dict[int, Tensor] = field(default_factory=dict)
+    """Gradients of a skipped (non-finite) update, kept until they are counted."""
 
     def collected(self) -> bool:
         return self.grad_norms is not None or self.updates is not None
 
     def reset(self) -> None:
         self.grad_norms = self.grad_maxabs = self.updates = None
+        self.held = {}
 
 
 @dataclass(slots=True)
@@ -80,6 +94,7 @@ class _Slices:
     step: int
     primary: bool
     present: list[WatchedParam]
+    held: dict[int, Tensor]
     norms: slice | None
     maxabs: slice | None
     updates: slice | None
@@ -130,6 +145,26 @@ def _lr(group: dict[str, Any]) -> float | Tensor:
     return lr.detach() if isinstance(lr, Tensor) else float(lr)
 
 
+def _guarded(method: Callable[..., None]) -> Callable[..., None]:
+    """A hook that fails stops gradoc, never the user's training (and says so once)."""
+
+    @functools.wraps(method)
+    def hook(self: Run, *args: Any, **kwargs: Any) -> None:
+        if self._broken or self._locator.replaying:
+            return
+        try:
+            with self._locator.own_work():
+                method(self, *args, **kwargs)
+        except Exception as exc:
+            self._broken = True
+            message = f"internal error in {method.__name__}: {type(exc).__name__}: {exc}"
+            print(f"gradoc: {message}; monitoring stopped, training goes on", file=sys.stderr)
+            with contextlib.suppress(Exception):
+                self.event("internal_error", message)
+
+    return hook
+
+
 class Run:
     """A watched training run writing its log to ``dir/run.db``.
 
@@ -143,6 +178,7 @@ class Run:
         self.step = 0
         """The current step: optimizer steps completed so far."""
         self.closed = False
+        self._broken = False
         self._t0 = time.monotonic()
         self._writer = RunWriter(
             directory / "run.db",
@@ -178,6 +214,9 @@ class Run:
         self._acts: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
         self._last_transfer = time.monotonic()
         self._seen_nonfinite: set[str] = set()
+        self._names: dict[nn.Module, str] = {}
+        self._locator = Locator(self._names)
+        self._skipped = 0
         taps.add_loss_sink(self)
         _open_runs.add(self)
 
@@ -197,6 +236,9 @@ class Run:
         roots = [models] if isinstance(models, nn.Module) else list(models)
         new_roots = [r for r in dict.fromkeys(roots) if r not in self._prefixes]
         assign_prefixes(self._prefixes, new_roots)
+        for root in new_roots:
+            for name, m in root.named_modules():
+                self._names.setdefault(m, qualified(self._prefixes[root], name))
         params, rows = param_rows(self._prefixes, optimizer, len(self._targets), self._next_id)
         self._next_id += len(rows)
         modules, mrows = module_rows(new_roots, self._prefixes, self._next_id, self.config.modules)
@@ -214,18 +256,30 @@ class Run:
         all_rows = rows + mrows
         self._writer.put(lambda conn: insert_rows(conn, "layers", all_rows))
         for root in new_roots:
-            self._handles.append(root.register_forward_pre_hook(self._saw_forward))
+            self._handles.append(
+                root.register_forward_pre_hook(self._saw_forward, with_kwargs=True)
+            )
+            self._handles.append(root.register_forward_hook(self._forward_done))
         if hooks:
             self._handles.append(optimizer.register_step_pre_hook(lambda o, a, k: self.pre_step(o)))
             self._handles.append(
                 optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o))
             )
 
-    def _saw_forward(self, module: nn.Module, args: Any) -> None:
+    @_guarded
+    def _saw_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():
             self._forward_seen = True
+            if self.config.locate:
+                self._locator.on_forward(module, args, kwargs)
+
+    @_guarded
+    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.config.locate and torch.is_grad_enabled():
+            self._locator.on_output(module, output)
 
     # -- loss ---------------------------------------------------------------------------
+    @_guarded
     def _on_backward(self, tensors: Any) -> None:
         # With several runs open, a run takes only losses computed after its own model ran
         # (a run attached later by `gradoc run` takes everything until it knows its model).
@@ -245,6 +299,7 @@ class Run:
                 h.remove()
             self._act_handles = []
 
+    @_guarded
     def _on_forward(self, module: nn.Module, args: Any, output: Any) -> None:
         watched = self._modules.get(module)
         if watched is None or not torch.is_grad_enabled():
@@ -272,23 +327,65 @@ class Run:
         return buf
 
     # -- optimizer step -----------------------------------------------------------------
+    @_guarded
     def pre_step(self, optimizer: Optimizer) -> None:
         target = self._targets.get(optimizer)
         if target is None:
             return
+        self._locator.pause()
         want_grads = self.config.grads(target.steps)
         want_params = self.config.params(target.steps)
-        if not (want_grads or want_params):
-            return
-        target.collected_at = target.steps
-        target.present = [w for w in target.params if w.param.grad is not None]
-        grads: list[Tensor] = [w.param.grad for w in target.present]  # type: ignore[misc]
-        if want_grads:
-            target.grad_norms = norms(grads, self._device)
-        if want_params:
-            target.grad_maxabs = max_abs(grads, self._device)
-            target.before = [w.param.detach().clone() for w in target.present]
+        if want_grads or want_params:
+            target.collected_at = target.steps
+            target.present = [w for w in target.params if w.param.grad is not None]
+            grads: list[Tensor] = [w.param.grad for w in target.present]  # type: ignore[misc]
+            if want_grads:
+                target.grad_norms = norms(grads, self._device)
+            if want_params:
+                target.grad_maxabs = max_abs(grads, self._device)
+                target.before = [w.param.detach().clone() for w in target.present]
+        if self.config.locate or self.config.skip_nonfinite_updates:
+            self._check_finite(target, optimizer is self._primary)
 
+    def _locate(self, target: _Target, bad: bool, loss_bad: bool) -> None:
+        params = [(w.name, w.module, w.param) for t in self._targets.values() for w in t.params]
+        lr = _lr(target.optimizer.param_groups[0])
+        context = {"learning rate": lr} if isinstance(lr, float) else {}
+        origin = self._locator.step(target.steps, bad, loss_bad, params, context)
+        if origin is not None:
+            where = f" in {origin.module}" if origin.module else ""
+            at = f" ({origin.file}:{origin.line})" if origin.file else ""
+            self.event(
+                "nonfinite_origin",
+                f"{origin.phase}: {origin.op}{where}{at}",
+                step=origin.step,
+                origin=origin.to_json(),
+            )
+
+    def _check_finite(self, target: _Target, primary: bool) -> None:
+        """The first non-finite step is located; non-finite updates are not applied."""
+        loss_bad, grads_bad = Locator.nonfinite(target.grad_norms, self._losses if primary else [])
+        bad = loss_bad or grads_bad
+        if self.config.locate:
+            try:
+                self._locate(target, bad, loss_bad)
+            except Exception as exc:
+                self._locator.done = True
+                self.event(
+                    "locate_failed", f"could not locate the origin: {type(exc).__name__}: {exc}"
+                )
+        if bad and self.config.skip_nonfinite_updates:
+            for w in target.params:
+                if w.param.grad is not None:
+                    target.held[w.id] = w.param.grad  # counted at the transfer
+                w.param.grad = None  # the optimizer skips parameters without a gradient
+            self._skipped += 1
+            if self._skipped <= 10:
+                self.event(
+                    "skipped_update", f"non-finite update of step {target.steps} not applied"
+                )
+
+    @_guarded
     def post_step(self, optimizer: Optimizer) -> None:
         target = self._targets.get(optimizer)
         if target is None:
@@ -316,6 +413,7 @@ class Run:
             self._transfer()
         self.step += 1
         self._arm_activations(self.config.activations(self.step))
+        self._locator.after_step()
 
     def _transfer(self) -> None:
         """Pack this step's statistics and pending losses, move them to the host once."""
@@ -332,6 +430,7 @@ class Run:
                 t.collected_at,
                 t.optimizer is self._primary,
                 list(t.present),
+                t.held,
                 *(
                     pack.add(v) if v is not None else None
                     for v in (t.grad_norms, t.grad_maxabs, t.updates)
@@ -355,7 +454,9 @@ class Run:
                 norms_ = host[sl.norms].tolist()
                 bad = [sl.present[i] for i, v in enumerate(norms_) if not math.isfinite(v)]
                 if bad:
-                    found = nonfinite_counts([w.param.grad for w in bad]).tolist()  # type: ignore[misc]
+                    grads = [sl.held.get(w.id, w.param.grad) for w in bad]
+                    found = nonfinite_counts([g for g in grads if g is not None]).tolist()
+                    bad = [w for w, g in zip(bad, grads) if g is not None]
                     counts.update({w.id: c for w, c in zip(bad, found)})
         step_rows, self._pending = rows, []
         for t in self._targets.values():
@@ -402,18 +503,23 @@ class Run:
         if self.closed:
             return None
         self._arm_activations(False)
+        self._locator.close()
         for h in self._handles:
             h.remove()
         self._handles.clear()
         taps.remove_loss_sink(self)
-        if self._unsent():
-            self._transfer()
+        if self._unsent() and not self._broken:
+            try:
+                self._transfer()
+            except Exception as exc:  # the log so far is still written and reported
+                print(f"gradoc: could not record the last step: {exc}", file=sys.stderr)
         self._writer.set_meta(
             status=status,
             exit_code=exit_code,
             ended_at=time.time(),
             duration_s=round(time.monotonic() - self._t0, 3),
             steps=self.step,
+            skipped_updates=self._skipped,
         )
         self.closed = True
         self._writer.close()

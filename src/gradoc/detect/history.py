@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..store import Layer, RunLog, Series
+from ..store.reader import Event
 
 _EMPTY = Series([], [])
 
@@ -28,6 +30,8 @@ class History:
     param_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
     act_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
     units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, run: RunLog) -> History:
@@ -42,6 +46,8 @@ class History:
             param_stats=run.param_table(),
             act_stats=run.activation_table(),
             units=run.unit_table(),
+            events=run.events,
+            meta=run.meta,
         )
 
     def param(self, name: str, stat: str) -> Series:

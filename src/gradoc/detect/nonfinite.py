@@ -59,6 +59,24 @@ def check(h: History) -> list[Finding]:
             f"{len(bad)} of {len(with_grads)} parameters had non-finite gradients "
             f"at step {bad_grad}{where}"
         )
+    # a later origin caught with tracing armed is more precise than the first replay's
+    origins = [e.data["origin"] for e in h.events if e.kind == "nonfinite_origin"]
+    origin = next((o for o in reversed(origins) if o.get("file")), origins[0] if origins else None)
+    if origin is not None:
+        # the located birth is the story: its module is the layer, its step the start
+        layer = origin.get("module") if origin.get("phase") != "input" else layer
+        step = min(step, origin["step"]) if origin.get("step") is not None else step
+        where = f" in {origin['module']}" if origin.get("module") else ""
+        line = f" at {origin['file']}:{origin['line']}" if origin.get("file") else ""
+        if origin.get("op"):
+            parts.insert(0, f"born in the {origin['phase']} pass: {origin['op']}{where}{line}")
+        elif origin["phase"] == "input":
+            parts.insert(0, "born in the input data")
+        elif origin.get("module") is None:
+            parts.insert(0, f"born outside the model ({origin['phase']} pass)")
+    skipped = h.meta.get("skipped_updates")
+    if skipped:
+        evidence.append({"signal": "non-finite updates not applied", "value": skipped})
     return [
         Finding(
             kind="nonfinite",
@@ -67,6 +85,7 @@ def check(h: History) -> list[Finding]:
             layer=layer,
             summary="; ".join(parts),
             evidence=evidence,
+            origin=origin,
         )
     ]
 

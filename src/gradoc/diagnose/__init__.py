@@ -47,6 +47,8 @@ def merge(findings: list[Finding]) -> list[Finding]:
             {"kind": f.kind, "step": f.step, "layer": f.layer, "summary": f.summary}
         )
         target.related.extend(f.related)
+        if f.origin is not None and target.origin is None:
+            target.origin = f.origin  # where the NaN was born travels with the story
         if f.severity == "error":
             target.severity = "error"
     return kept

@@ -130,6 +130,30 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         )
     if (r := _lr_ruled_out(facts, f)) is not None:
         f.ruled_out.append(r)
+    origin = f.origin or {}
+    facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
+    where = f" in {origin.get('module') or 'code outside the model'}"
+    if origin.get("file"):
+        where += f" at {origin['file']}:{origin['line']}"
+    if origin.get("phase") in ("forward", "backward") and origin.get("op"):
+        op.cause = f"{origin['op']} ({origin['phase']} pass){where}"
+        if origin.get("code"):
+            op.cause += f": `{origin['code']}`"
+        op.prior = 0.9
+        op.support += facts_of_op
+        op.check = (
+            "test that code on edge-case inputs (empty, length 1, all-zero, very large) "
+            "and guard it: an epsilon in divisors, log and sqrt arguments, clamp exp inputs"
+        )
+    elif origin.get("phase") == "input":
+        data.prior = 0.9
+        data.support += facts_of_op
+        op.against.append("the model's inputs were already non-finite")
+    elif origin.get("phase") == "optimizer":
+        grow.cause = "an optimizer update that wrote non-finite weights (learning rate too high)"
+        grow.prior = 0.9
+        grow.support += facts_of_op
+        f.ruled_out = [r for r in f.ruled_out if r["cause"] != "exploding gradients"]
     if f.step == 0:
         data.support.append("non-finite from the very first step: nothing was learnt yet")
         grow.against.append("there was no training before step 0 to grow anything")

@@ -1,0 +1,182 @@
+"""The collector's side of locate: keep what a replay needs, notice the first bad step.
+
+Per forward of a watched model it keeps references to the inputs, the CPU RNG state and
+(through a hook on the output) the gradient that reaches the output: no copies, no
+per-op work. When a step's loss or gradient norms are non-finite it asks ``locate`` to
+replay that step; when the model replays clean, the value was born outside it (the loss
+in the training loop) and the next steps are traced whole until it recurs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..locate import ArmedTrace, Origin, check_weights, locate_step
+from ..locate.origin import frame_from_text
+
+ARMED_STEPS = 20
+"""How many steps to trace whole, waiting for a value born outside the model to recur."""
+
+
+@dataclass(slots=True)
+class _Forward:
+    root: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    rng: dict[str, Tensor]
+    out_grad: list[Tensor] = field(default_factory=list)
+
+
+class Locator:
+    def __init__(self, names: dict[nn.Module, str]) -> None:
+        self.names = names
+        self.origin: Origin | None = None
+        self.done = False
+        self._forwards: list[_Forward] = []
+        self._armed = ArmedTrace()
+        self._armed_left = 0
+        self._armed_from: int | None = None
+        self._armed_found: dict[str, Any] | None = None
+        self.replaying = False
+        """True while a step is replayed: the run's own hooks must not see the replay."""
+
+    # -- per forward (cheap) ---------------------------------------------------------------
+    def on_forward(self, root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self.done:
+            self._forwards.append(_Forward(root, args, kwargs, {"cpu": torch.get_rng_state()}))
+
+    def on_output(self, root: nn.Module, output: Any) -> None:
+        if self.done or not self._forwards:
+            return
+        record = self._forwards[-1]
+        out = (
+            output
+            if isinstance(output, Tensor)
+            else (
+                output[0]
+                if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor)
+                else None
+            )
+        )
+        if out is not None and out.requires_grad:
+            out.register_hook(lambda g: record.out_grad.append(g.detach()))
+
+    # -- per step ---------------------------------------------------------------------------
+    @staticmethod
+    def nonfinite(norms: Tensor | None, losses: list[Tensor]) -> tuple[bool, bool]:
+        """One host read: is this step's loss non-finite, and are its gradient norms?"""
+        flags = []
+        for part in ([t.reshape(-1).float() for t in losses], [norms] if norms is not None else []):
+            flags.append(torch.isfinite(torch.cat(part)).all() if part else torch.tensor(True))
+        loss_ok, grads_ok = torch.stack([f.to("cpu") for f in flags]).tolist()
+        return not loss_ok, not grads_ok
+
+    def step(
+        self,
+        step: int,
+        bad: bool,
+        loss_bad: bool,
+        params: Sequence[tuple[str, str, Tensor]],
+        last_update: dict[str, float],
+    ) -> Origin | None:
+        """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin."""
+        try:
+            if self.done:
+                return None
+            found = self._armed_found
+            self._armed_found = None
+            if found is not None:
+                return self._finish(self._from_armed(step, found))
+            if not bad:
+                if self._armed_left:
+                    self._armed_left -= 1
+                    if not self._armed_left:
+                        self.done = True  # it never recurred: give up quietly
+                return None
+            if self._armed_from is not None:  # bad again, but the armed trace missed it
+                self.done = True
+                return None
+            origin = check_weights(step, params, last_update)
+            forwards, self._forwards = self._forwards, []
+            self.replaying = True
+            for fwd in forwards:
+                if origin is not None:
+                    break
+                origin = locate_step(
+                    step,
+                    [fwd.root],
+                    self.names,
+                    (fwd.args, fwd.kwargs),
+                    fwd.rng,
+                    fwd.out_grad[0] if fwd.out_grad else None,
+                    loss_bad,
+                )
+            if origin is not None:
+                return self._finish(origin)
+            self._armed_left, self._armed_from = ARMED_STEPS, step
+            if loss_bad and forwards:  # the model's output was finite, the loss was not
+                return Origin(
+                    phase="forward",
+                    step=step,
+                    module=None,
+                    note="the model's output was finite but the loss computed from it in the "
+                    "training loop was not: born outside the model; tracing is armed to "
+                    "catch the operation on its next occurrence",
+                )
+            return None
+        finally:
+            self._forwards = []
+            self.replaying = False
+
+    def pause(self) -> None:
+        """At the start of the optimizer's pre-step: stop the armed trace (if any)."""
+        if self._armed.active:
+            self._armed_found = self._armed.stop()
+
+    @contextlib.contextmanager
+    def own_work(self) -> Iterator[None]:
+        """gradoc's own ops (statistics in hooks) are invisible to an armed trace."""
+        tracer = self._armed.tracer
+        tracer.paused, before = True, tracer.paused
+        try:
+            yield
+        finally:
+            tracer.paused = before
+
+    def after_step(self) -> None:
+        """At the optimizer's post-step: arm the trace over the whole next iteration."""
+        if self._armed_left and not self.done:
+            self._armed.start()
+
+    def _finish(self, origin: Origin) -> Origin:
+        self.origin, self.done = origin, True
+        return origin
+
+    def _from_armed(self, step: int, found: dict[str, Any]) -> Origin:
+        node = found.get("node")
+        origin = Origin(
+            phase="backward" if node is not None else "forward",
+            step=step,
+            op=node.name() if node is not None else found["op"],
+            module=None,
+            evidence=found.get("evidence", []),
+            note=(
+                f"the model replayed clean at step {self._armed_from}, so the value was born "
+                f"outside it; caught at step {step}, its next occurrence, with tracing armed"
+            ),
+        )
+        origin.place(
+            found["frame"] if node is None else frame_from_text(node.metadata.get("traceback_", []))
+        )
+        return origin
+
+    def close(self) -> None:
+        if self._armed.active:
+            self._armed.stop()

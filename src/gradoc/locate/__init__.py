@@ -1,0 +1,11 @@
+"""locate: find where a NaN/Inf was born — op, module, source line, phase.
+
+Nothing here runs while training is healthy. On the first non-finite step the collector
+calls :func:`locate_step`, which replays the step's model forward (same inputs, RNG state
+restored, weights as they were before the update) and backward under op-level checks.
+"""
+
+from .origin import Origin
+from .replay import ArmedTrace, check_inputs, check_weights, locate_step
+
+__all__ = ["ArmedTrace", "Origin", "check_inputs", "check_weights", "locate_step"]

@@ -1,0 +1,67 @@
+"""Where a non-finite value was born, in the shape of report.json's ``origin``."""
+
+from __future__ import annotations
+
+import re
+import sys
+import sysconfig
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_GRADOC = str(Path(__file__).resolve().parents[1])
+_DEMO = str(Path(_GRADOC) / "demo")  # the demo's models are user code, not gradoc's
+_SKIP = (str(Path(torch.__file__).parent), _GRADOC, sysconfig.get_paths()["stdlib"])
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)\n\s*(?P<code>[^\n]*)'
+)
+
+
+@dataclass(kw_only=True, slots=True)
+class Origin:
+    phase: str
+    """forward | backward | input | optimizer"""
+    step: int
+    op: str | None = None
+    module: str | None = None
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    """How it was found, e.g. on the next occurrence with tracing armed."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def place(self, frame: tuple[str, int, str] | None) -> None:
+        if frame is not None:
+            self.file, self.line, self.code = frame
+
+
+def _user(file: str) -> bool:
+    if file.startswith(_DEMO):
+        return True
+    return not file.startswith(_SKIP) and not file.startswith("<")
+
+
+def user_frame(stack: list[traceback.FrameSummary] | None = None) -> tuple[str, int, str] | None:
+    """The innermost frame of the user's own code (outside torch, gradoc and the stdlib)."""
+    frames = stack if stack is not None else traceback.extract_stack(sys._getframe(1))
+    for fr in reversed(frames):
+        if _user(fr.filename) and fr.lineno is not None:
+            return fr.filename, fr.lineno, (fr.line or "").strip()
+    return None
+
+
+def frame_from_text(lines: list[str] | str) -> tuple[str, int, str] | None:
+    """The innermost user frame of a formatted stack (anomaly mode's ``traceback_``)."""
+    text = "".join(lines) if isinstance(lines, list) else lines
+    found = None
+    for m in _FRAME.finditer(text):
+        if _user(m["file"]):
+            found = (m["file"], int(m["line"]), m["code"].strip())
+    return found

@@ -1,0 +1,357 @@
+"""Replay a failing step with op-level checks; trace a later step when the model was clean.
+
+The tracer is a ``TorchDispatchMode``: it sees every aten op of the forward and, as the
+autograd engine runs in the calling thread on the CPU, of the backward too. The birth of
+a non-finite value is the first op whose floating-point inputs are all finite and whose
+output is not. Module names come from forward hooks placed for the replay only; backward
+ops are attributed to the autograd node running them (node pre-hooks), and that node to
+the forward line that created it (anomaly mode's forward traceback, on during the replay
+only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .origin import Origin, frame_from_text, user_frame
+
+
+def _floats(tree: Any) -> list[Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, Tensor) and t.is_floating_point()]
+
+
+def _bad(t: Tensor) -> int:
+    return int((~torch.isfinite(t)).sum())
+
+
+def _nan(t: Tensor) -> bool:
+    return bool(torch.isnan(t).any())
+
+
+# Ops that write infinities on purpose (attention masks, initial maxima): an inf they
+# produce is not a bug; a NaN that follows (a softmax over a fully masked row) is.
+_FILLS = {
+    "full",
+    "full_like",
+    "fill",
+    "fill_",
+    "masked_fill",
+    "masked_fill_",
+    "where",
+    "scalar_tensor",
+    "new_full",
+    "lift_fresh",
+    "lift_fresh_copy",
+    "_to_copy",
+    "copy_",
+    "clone",
+    "detach",
+    "alias",
+    "empty_like",
+}
+
+
+def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[dict[str, Any]]:
+    """Evidence about the operands of the op that produced a non-finite value."""
+    name = getattr(getattr(func, "overloadpacket", func), "__name__", str(func))
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    ev: list[dict[str, Any]] = [
+        {"signal": "non-finite values in the output", "value": sum(_bad(t) for t in out)}
+    ]
+    first = tensors[0] if tensors else None
+    second = args[1] if len(args) > 1 else None
+    if name in ("div", "div_", "true_divide", "reciprocal") and isinstance(second, Tensor):
+        zeros = second == 0
+        ev.append({"signal": "zeros in the denominator", "value": int(zeros.sum())})
+        if first is not None:
+            with contextlib.suppress(RuntimeError):  # shapes that do not broadcast
+                both = zeros & (first == 0)
+                ev.append({"signal": "0/0 positions", "value": int(both.sum())})
+    elif name in ("log", "log2", "log10", "log1p") and first is not None:
+        edge = -1.0 if name == "log1p" else 0.0
+        ev.append({"signal": f"{name} argument min", "value": float(first.min())})
+        ev.append({"signal": f"arguments <= {edge:g}", "value": int((first <= edge).sum())})
+    elif name in ("sqrt", "rsqrt") and first is not None:
+        ev.append({"signal": "sqrt argument min", "value": float(first.min())})
+        ev.append({"signal": "negative arguments", "value": int((first < 0).sum())})
+    elif name in ("exp", "exp2", "expm1") and first is not None:
+        ev.append({"signal": f"{name} argument max", "value": float(first.max())})
+    elif name == "pow" and first is not None:
+        exponent = second if isinstance(second, (int, float)) else None
+        ev.append({"signal": "negative bases", "value": int((first < 0).sum())})
+        if exponent is not None:
+            ev.append({"signal": "exponent", "value": exponent})
+    elif name == "mul" and isinstance(second, Tensor) and first is not None:
+        try:
+            zero_inf = (first == 0) & second.isinf() | first.isinf() & (second == 0)
+            ev.append({"signal": "0 * inf positions", "value": int(zero_inf.sum())})
+        except RuntimeError:
+            pass
+    elif first is not None:
+        ev.append({"signal": "largest |input|", "value": float(first.abs().max())})
+    if first is not None and first.dtype in (torch.float16, torch.bfloat16):
+        ev.append({"signal": "dtype", "value": str(first.dtype).replace("torch.", "")})
+    return ev
+
+
+class Tracer(TorchDispatchMode):
+    """Records the first op whose finite inputs gave a non-finite output."""
+
+    def __init__(self, modules: list[str] | None = None) -> None:
+        super().__init__()
+        self.modules = modules if modules is not None else []
+        self.node: Any = None
+        self.found: dict[str, Any] | None = None
+        self.paused = False
+        """Set while gradoc's own hooks run: their ops are not the user's."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.found is None and not self.paused:
+            outs = _floats(out)
+            if outs and any(_bad(t) for t in outs):
+                inputs = _floats((args, kwargs))
+                name = getattr(getattr(func, "overloadpacket", func), "__name__", "")
+                if any(_nan(t) for t in outs):  # a NaN is born where no input had one
+                    born = not any(_nan(t) for t in inputs)
+                else:  # an infinity is born from finite inputs, unless written on purpose
+                    born = name not in _FILLS and not any(_bad(t) for t in inputs)
+                if born:
+                    self.found = {
+                        "op": str(func),
+                        "module": self.modules[-1] if self.modules else None,
+                        "node": self.node,
+                        "frame": user_frame(),
+                        "evidence": describe(func, args, outs),
+                    }
+        return out
+
+
+def _named_modules(
+    roots: Sequence[nn.Module], names: dict[nn.Module, str]
+) -> Iterator[tuple[str, nn.Module]]:
+    for root in roots:
+        for m in root.modules():
+            if m in names:
+                yield names[m], m
+
+
+@contextlib.contextmanager
+def _module_stack(
+    roots: Sequence[nn.Module], names: dict[nn.Module, str], stack: list[str]
+) -> Iterator[None]:
+    def leave(module: nn.Module, args: Any, output: Any) -> None:
+        name = stack.pop() if stack else None
+        # tag the autograd nodes this module created (inner modules tagged theirs first)
+        todo: list[Any] = [t.grad_fn for t in _floats(output) if t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or "gradoc_module" in node.metadata:
+                continue
+            node.metadata["gradoc_module"] = name
+            todo.extend(fn for fn, _ in node.next_functions)
+
+    handles = []
+    for name, m in _named_modules(roots, names):
+        handles.append(m.register_forward_pre_hook(lambda mod, a, n=name: stack.append(n)))
+        handles.append(m.register_forward_hook(leave))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _graph_nodes(roots: list[Any]) -> list[Any]:
+    seen, todo, out = set(), list(roots), []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        out.append(node)
+        todo.extend(fn for fn, _ in node.next_functions)
+    return out
+
+
+def check_inputs(step: int, inputs: Any) -> Origin | None:
+    """Phase ``input``: the data handed to the model was already non-finite."""
+    for t in _floats(inputs):
+        bad = ~torch.isfinite(t)
+        n = int(bad.sum())
+        if not n:
+            continue
+        ev: list[dict[str, Any]] = [{"signal": "non-finite values in the input batch", "value": n}]
+        if t.dim() >= 2:
+            per_feature = bad.reshape(-1, t.shape[-1]).sum(0)
+            ev.append(
+                {
+                    "signal": "feature with the most",
+                    "value": int(per_feature.argmax()),
+                    "count": int(per_feature.max()),
+                }
+            )
+            ev.append(
+                {
+                    "signal": "samples affected",
+                    "value": int(bad.reshape(t.shape[0], -1).any(1).sum()),
+                }
+            )
+        return Origin(phase="input", step=step, evidence=ev)
+    return None
+
+
+def check_weights(
+    step: int, params: Sequence[tuple[str, str, Tensor]], last_update: dict[str, float]
+) -> Origin | None:
+    """Phase ``optimizer``: weights already non-finite before this step's forward."""
+    bad = [(name, module, _bad(p)) for name, module, p in params if _bad(p.detach())]
+    if not bad:
+        return None
+    name, module, n = bad[0]
+    ev: list[dict[str, Any]] = [
+        {
+            "signal": f"weights already non-finite after the step {step - 1} update",
+            "value": len(bad),
+            "names": [b[0] for b in bad][:10],
+        },
+        {"signal": f"non-finite values in {name}", "value": n},
+    ]
+    for key, value in last_update.items():
+        if value is not None and math.isfinite(value):
+            ev.append({"signal": key, "value": value})
+    return Origin(
+        phase="optimizer",
+        step=step - 1,
+        op="optimizer.step",
+        module=module or None,
+        evidence=ev,
+        note=f"the update of step {step - 1} wrote non-finite weights; later non-finite "
+        "values are its consequence",
+    )
+
+
+def locate_step(
+    step: int,
+    roots: Sequence[nn.Module],
+    names: dict[nn.Module, str],
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    rng: dict[str, Tensor] | None,
+    out_grad: Tensor | None,
+    loss_bad: bool = False,
+) -> Origin | None:
+    """Replay the model's forward (and backward) of ``step`` with op-level checks."""
+    if inputs is None or not roots:
+        return None
+    args, kwargs = inputs
+    origin = check_inputs(step, (args, kwargs))
+    if origin is not None:
+        return origin
+    root = roots[0]
+    buffers = {k: b.detach().clone() for r in roots for k, b in r.named_buffers()}
+    saved_rng = torch.get_rng_state()
+    stack: list[str] = []
+    tracer = Tracer(stack)
+    try:
+        if rng is not None:
+            torch.set_rng_state(rng["cpu"])
+        with (
+            _module_stack(roots, names, stack),
+            warnings.catch_warnings(),  # anomaly mode warns that it is on: we know
+        ):
+            warnings.simplefilter("ignore")
+            torch.autograd.set_detect_anomaly(True, check_nan=False)
+            with tracer:
+                out = root(*args, **kwargs)
+            if tracer.found is not None:
+                return _origin("forward", step, tracer.found)
+            first = _floats(out)
+            params = [p for r in roots for p in r.parameters() if p.requires_grad]
+            if out_grad is not None and first and first[0].requires_grad and params:
+                if _bad(out_grad) and loss_bad:
+                    return None  # the loss itself was non-finite: born in its forward
+                if _bad(out_grad):
+                    return Origin(
+                        phase="backward",
+                        step=step,
+                        module=None,
+                        evidence=[
+                            {
+                                "signal": "non-finite gradient values reaching the model output",
+                                "value": _bad(out_grad),
+                            }
+                        ],
+                        note="the loss's backward produced it, outside the model",
+                    )
+                nodes = _graph_nodes([first[0].grad_fn])
+                handles = [
+                    n.register_prehook(lambda go, n=n: setattr(tracer, "node", n)) for n in nodes
+                ]
+                try:
+                    with tracer:
+                        torch.autograd.grad(first[0], params, out_grad, allow_unused=True)
+                finally:
+                    for h in handles:
+                        h.remove()
+                if tracer.found is not None:
+                    return _origin("backward", step, tracer.found)
+        return None
+    finally:
+        torch.autograd.set_detect_anomaly(False)
+        torch.set_rng_state(saved_rng)
+        with torch.no_grad():
+            for r in roots:
+                for k, b in r.named_buffers():
+                    if k in buffers:
+                        b.copy_(buffers[k])
+
+
+def _origin(phase: str, step: int, found: dict[str, Any]) -> Origin:
+    origin = Origin(
+        phase=phase,
+        step=step,
+        op=found["op"],
+        module=found["module"],
+        evidence=found.get("evidence", []),
+    )
+    node = found.get("node")
+    if phase == "backward" and node is not None:
+        origin.op = node.name()
+        origin.evidence.insert(0, {"signal": "aten op inside the backward", "value": found["op"]})
+        origin.module = node.metadata.get("gradoc_module")
+        origin.place(frame_from_text(node.metadata.get("traceback_", [])))
+    else:
+        origin.place(found["frame"])
+    return origin
+
+
+class ArmedTrace:
+    """Tracing armed across a whole step (forward, the loss in the loop, backward), for a
+    non-finite value born outside the model: entered at the model's forward, left at the
+    optimizer step."""
+
+    def __init__(self) -> None:
+        self.tracer = Tracer()
+        self.active = False
+
+    def start(self) -> None:
+        if not self.active:
+            self.tracer.__enter__()
+            self.active = True
+
+    def stop(self) -> dict[str, Any] | None:
+        if self.active:
+            self.tracer.__exit__(None, None, None)
+            self.active = False
+        return self.tracer.found
