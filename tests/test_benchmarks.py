@@ -41,3 +41,14 @@ def test_detect_benchmark_smoke() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "full report" in done.stdout and "200 steps" in done.stderr
+
+
+def test_locate_latency_benchmark_smoke() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/locate_latency.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "origin: forward: aten.div.Tensor" in done.stdout

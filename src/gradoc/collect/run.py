@@ -353,7 +353,7 @@ class Run:
         context = {"learning rate": lr} if isinstance(lr, float) else {}
         origin = self._locator.step(target.steps, bad, loss_bad, params, context)
         if origin is not None:
-            where = f" in {origin.module}" if origin.module else ""
+            where = f" in {origin.module or '(model)'}" if origin.module is not None else ""
             at = f" ({origin.file}:{origin.line})" if origin.file else ""
             self.event(
                 "nonfinite_origin",
