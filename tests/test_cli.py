@@ -104,7 +104,10 @@ def test_run_reports_nonfinite_with_the_step(script: Path, tmp_path: Path) -> No
     assert finding["step"] == 7 and finding["layer"] is None
     origin = finding["origin"]
     assert origin["phase"] == "forward" and origin["module"] is None
-    assert "outside the model" in origin["note"]
+    # born outside the model and never recurring: gradoc re-ran the script to step 7
+    assert origin["op"] == "aten.mul.Tensor" and origin["code"] == 'loss = loss * float("nan")'
+    assert origin["line"] == TRAIN.splitlines().index('        loss = loss * float("nan")') + 1
+    assert "re-ran" in origin["note"]
     assert "loss became nan at step 7" in finding["summary"]
     assert finding["hypotheses"] and finding["root_cause"]
     for shown in ("nonfinite", "hypotheses", "root cause", "fixes", "ruled out"):

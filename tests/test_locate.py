@@ -324,3 +324,94 @@ def test_locate_can_be_turned_off(tmp_path: Path, locate: bool) -> None:
             opt.step()
     kinds = [e.kind for e in gradoc.open_run(r.dir).events]
     assert ("nonfinite_origin" in kinds) is locate
+
+
+EXITS_AT_FIRST_NAN = """
+import sys, torch, torch.nn as nn, torch.nn.functional as F
+
+class Gate(nn.Module):
+    def forward(self, x):
+        return x / x.abs().amax(-1, keepdim=True)  # 0/0 for an all-zero row
+
+model = nn.Sequential(nn.Linear(4, 4, bias=False), Gate(), nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), 0.01)
+for step in range(20):
+    x = torch.randn(8, 4)
+    if step == 5:
+        x[2] = 0.0
+    loss = model(x).pow(2).mean()
+    if torch.isnan(loss):
+        print("loss is NaN, stopping")
+        sys.exit(1)
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_a_script_that_exits_at_the_first_nan(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(EXITS_AT_FIRST_NAN)
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "run"), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "stopping" in done.stdout
+    (finding,) = [
+        f
+        for f in json.loads((tmp_path / "run/report.json").read_text())["findings"]
+        if f.get("origin")
+    ]
+    origin = finding["origin"]
+    assert (origin["phase"], origin["op"], origin["module"]) == ("forward", "aten.div.Tensor", "1")
+    assert origin["file"] == str(script) and origin["line"] == 6 and origin["step"] == 5
+    assert "stopped during step 5" in origin["note"]
+
+
+LOSS_NAN_THEN_EXIT = """
+import sys, torch, torch.nn as nn
+
+model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+opt = torch.optim.SGD(model.parameters(), 0.01)
+for step in range(30):
+    x = torch.randn(8, 4)
+    probs = model(x).sum(-1)
+    if step == 6:
+        probs = probs * 0  # a batch where every probability is 0
+    loss = -torch.log(probs).mean()
+    if not torch.isfinite(loss):
+        raise RuntimeError(f"non-finite loss at step {step}")
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def test_a_script_that_stops_at_a_nan_born_outside_the_model_is_replayed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(LOSS_NAN_THEN_EXIT)
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "run"), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 1 and "non-finite loss at step 6" in done.stderr
+    assert "re-running train.py up to step 6" in done.stderr
+    (finding,) = [
+        f
+        for f in json.loads((tmp_path / "run/report.json").read_text())["findings"]
+        if f.get("origin")
+    ]
+    origin = finding["origin"]
+    assert (origin["phase"], origin["op"], origin["module"]) == (
+        "forward",
+        "aten.log.default",
+        None,
+    )
+    assert origin["file"] == str(script) and origin["line"] == 11 and origin["step"] == 6
+    assert "re-ran it with every RNG seeded" in origin["note"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,14 @@ def _parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help="run directory (default gradoc-runs/<script>-<time>)"
     )
     run.add_argument("--json", metavar="PATH", help="also write the report JSON here")
+    run.add_argument(
+        "--replay-budget",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="when the script stopped at a NaN gradoc could not locate, re-run it up to that "
+        "step with tracing armed, for at most this long (0: never; default 120)",
+    )
     run.add_argument("script", metavar="SCRIPT")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
@@ -84,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ._replay import seed_everything
     from ._runner import check_script, exec_script
     from .collect import prepare_run_dir
     from .collect.auto import AutoAttach
@@ -97,15 +107,104 @@ def _run(args: argparse.Namespace) -> int:
     run = Run(out, WatchConfig(), script=str(script))
     auto = AutoAttach(run)
     code = 1
+    seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
     try:
         code = exec_script(script, list(args.args))
     finally:
         auto.remove()
         status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
         report = run.close(status=status, exit_code=code, json_path=args.json)
+    if report is not None and args.replay_budget > 0:
+        report = _replay_if_needed(out, script, list(args.args), code, args) or report
     if report is not None:
         print_run_summary(out, report)
     return code
+
+
+def _replay_if_needed(
+    out: Path, script: Path, script_args: list[str], code: int, args: argparse.Namespace
+) -> dict[str, Any] | None:
+    """Re-run the script up to a non-finite step that was not located (see gradoc._replay)."""
+    import subprocess
+    import tempfile
+
+    from .report import write_report
+    from .store import open_run
+    from .store.writer import append_event
+
+    with open_run(out) as log:
+        events, meta = log.events, log.meta
+    origins = [e for e in events if e.kind == "nonfinite_origin"]
+    if any(e.data["origin"].get("file") for e in origins):
+        return None
+    bad = [e.step for e in events if e.kind in ("nonfinite_loss", "nonfinite_grad")]
+    if bad:
+        step = min(s for s in bad if s is not None)
+    elif meta.get("ended_mid_step") and code != 0:
+        step = int(meta.get("steps") or 0)  # stopped inside this step: perhaps at a NaN check
+    else:
+        return None
+    print(
+        f"gradoc: re-running {script.name} up to step {step} to find where the NaN was born "
+        f"(at most {args.replay_budget:g} s; --replay-budget 0 turns this off)",
+        file=sys.stderr,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = Path(tmp) / "result.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "gradoc._replay",
+            "--step",
+            str(step),
+            "--result",
+            str(result_path),
+            str(script),
+            *script_args,
+        ]
+        try:
+            subprocess.run(
+                cmd,
+                timeout=args.replay_budget,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            append_event(
+                out / "run.db",
+                step,
+                "replay_timeout",
+                f"the replay did not reach step {step} within {args.replay_budget:g} s",
+                {},
+            )
+            return write_report(out, args.json)
+        result: dict[str, Any] = (
+            json.loads(result_path.read_text()) if result_path.exists() else {"found": False}
+        )
+    if not result.get("found"):
+        return None
+    file, line, codeline = result["frame"] or (None, None, None)
+    origin = {
+        "phase": result["phase"],
+        "step": step,
+        "op": result["op"],
+        "module": None,
+        "file": file,
+        "line": line,
+        "code": codeline,
+        "evidence": result["evidence"],
+        "note": f"the script ended at step {step} before gradoc could locate it; gradoc re-ran "
+        f"it with every RNG seeded and tracing armed at step {step}",
+    }
+    append_event(
+        out / "run.db",
+        step,
+        "nonfinite_origin",
+        f"{origin['phase']}: {origin['op']} ({file}:{line}) [replayed]",
+        {"origin": origin},
+    )
+    return write_report(out, args.json)
 
 
 def print_run_summary(out: Path, report: dict[str, Any], stderr: bool = True) -> None:

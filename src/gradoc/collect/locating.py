@@ -32,6 +32,7 @@ class _Forward:
     kwargs: dict[str, Any]
     rng: dict[str, Tensor]
     out_grad: list[Tensor] = field(default_factory=list)
+    output: Tensor | None = None
 
 
 class Locator:
@@ -65,8 +66,10 @@ class Locator:
                 else None
             )
         )
-        if out is not None and out.requires_grad:
-            out.register_hook(lambda g: record.out_grad.append(g.detach()))
+        if out is not None:
+            record.output = out.detach()  # shares storage: no copy, no graph kept
+            if out.requires_grad:
+                out.register_hook(lambda g: record.out_grad.append(g.detach()))
 
     # -- per step ---------------------------------------------------------------------------
     @staticmethod
@@ -177,6 +180,30 @@ class Locator:
         )
         return origin
 
-    def close(self) -> None:
-        if self._armed.active:
-            self._armed.stop()
+    def close(self, step: int) -> Origin | None:
+        """At the end of the run. A script that stopped in the middle of a step (``if
+        torch.isnan(loss): sys.exit()``) left that step's forward unreplayed: replay it now.
+        An armed trace that saw the birth before the end reports it too."""
+        found = self._armed.stop() if self._armed.active else None
+        if self.done:
+            return None
+        if found is not None:
+            return self._finish(self._from_armed(step, found))
+        forwards, self._forwards = self._forwards, []
+        self.replaying = True
+        try:
+            for fwd in forwards:
+                if fwd.output is None or bool(torch.isfinite(fwd.output).all()):
+                    continue  # a healthy last forward costs no replay
+                origin = locate_step(
+                    step, [fwd.root], self.names, (fwd.args, fwd.kwargs), fwd.rng, None
+                )
+                if origin is not None:
+                    origin.note = (
+                        f"the script stopped during step {step}, before its optimizer step; "
+                        "gradoc replayed that step's forward at the end of the run"
+                    )
+                    return self._finish(origin)
+        finally:
+            self.replaying = False
+        return None

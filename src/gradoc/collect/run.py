@@ -38,6 +38,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .._version import __version__
 from ..config import WatchConfig
+from ..locate import Origin
 from ..stats import (
     activation_stats,
     combine,
@@ -353,14 +354,17 @@ class Run:
         context = {"learning rate": lr} if isinstance(lr, float) else {}
         origin = self._locator.step(target.steps, bad, loss_bad, params, context)
         if origin is not None:
-            where = f" in {origin.module or '(model)'}" if origin.module is not None else ""
-            at = f" ({origin.file}:{origin.line})" if origin.file else ""
-            self.event(
-                "nonfinite_origin",
-                f"{origin.phase}: {origin.op}{where}{at}",
-                step=origin.step,
-                origin=origin.to_json(),
-            )
+            self._record_origin(origin)
+
+    def _record_origin(self, origin: Origin) -> None:
+        where = f" in {origin.module or '(model)'}" if origin.module is not None else ""
+        at = f" ({origin.file}:{origin.line})" if origin.file else ""
+        self.event(
+            "nonfinite_origin",
+            f"{origin.phase}: {origin.op}{where}{at}",
+            step=origin.step,
+            origin=origin.to_json(),
+        )
 
     def _check_finite(self, target: _Target, primary: bool) -> None:
         """The first non-finite step is located; non-finite updates are not applied."""
@@ -503,7 +507,13 @@ class Run:
         if self.closed:
             return None
         self._arm_activations(False)
-        self._locator.close()
+        if self.config.locate and not self._broken:
+            try:
+                origin = self._locator.close(self.step)
+                if origin is not None:
+                    self._record_origin(origin)
+            except Exception as exc:  # the report matters more than the origin
+                self.event("locate_failed", f"could not locate the origin: {exc}")
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -520,6 +530,7 @@ class Run:
             duration_s=round(time.monotonic() - self._t0, 3),
             steps=self.step,
             skipped_updates=self._skipped,
+            ended_mid_step=self._forward_seen,
         )
         self.closed = True
         self._writer.close()

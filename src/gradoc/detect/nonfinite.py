@@ -23,9 +23,12 @@ def check(h: History) -> list[Finding]:
     bad_loss = loss.first_nonfinite()
     counts = h.grad_nonfinite
     bad_grad = next((s for s, v in zip(counts.steps, counts.values) if v), None)
-    if bad_loss is None and bad_grad is None:
+    # a located origin is itself the evidence (a script may stop before backward)
+    origins = [e.data["origin"] for e in h.events if e.kind == "nonfinite_origin"]
+    first_origin = min((o["step"] for o in origins if o.get("step") is not None), default=None)
+    if bad_loss is None and bad_grad is None and first_origin is None:
         return []
-    step = min(s for s in (bad_loss, bad_grad) if s is not None)
+    step = min(s for s in (bad_loss, bad_grad, first_origin) if s is not None)
     evidence: list[dict[str, object]] = []
     layer = None
     parts = []
@@ -60,7 +63,6 @@ def check(h: History) -> list[Finding]:
             f"at step {bad_grad}{where}"
         )
     # a later origin caught with tracing armed is more precise than the first replay's
-    origins = [e.data["origin"] for e in h.events if e.kind == "nonfinite_origin"]
     origin = next((o for o in reversed(origins) if o.get("file")), origins[0] if origins else None)
     if origin is not None:
         # the located birth is the story: its module is the layer, its step the start

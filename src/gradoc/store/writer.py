@@ -206,3 +206,18 @@ def insert_rows(conn: sqlite3.Connection, table: str, rows: Iterable[tuple[Any, 
     if rows:
         marks = ",".join("?" * len(rows[0]))
         conn.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", rows)
+
+
+def append_event(
+    path: Path, step: int | None, kind: str, message: str, data: dict[str, Any]
+) -> None:
+    """Add an event to a closed run log (what ``gradoc run`` learns after the script ended)."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            conn.execute(
+                "INSERT INTO events (step, time, kind, message, data) VALUES (?, ?, ?, ?, ?)",
+                (step, 0.0, kind, message, json.dumps(data, default=str)),
+            )
+    finally:
+        conn.close()
