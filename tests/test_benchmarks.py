@@ -52,3 +52,14 @@ def test_locate_latency_benchmark_smoke() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "origin: forward: aten.div.Tensor" in done.stdout
+
+
+def test_locate_vs_anomaly_benchmark_smoke() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/locate_vs_anomaly.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "located: gradoc 11/11" in done.stdout
