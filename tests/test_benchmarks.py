@@ -10,6 +10,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def smoke(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run benchmarks/NAME.py --quick; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / f"benchmarks/{name}.py"), "--quick", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
@@ -33,33 +45,15 @@ def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
 
 
 def test_detect_benchmark_smoke() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/detect.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = smoke("detect")
     assert "full report" in done.stdout and "200 steps" in done.stderr
 
 
 def test_locate_latency_benchmark_smoke() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/locate_latency.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = smoke("locate_latency")
     assert "origin: forward: aten.div.Tensor" in done.stdout
 
 
 def test_locate_vs_anomaly_benchmark_smoke() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/locate_vs_anomaly.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = smoke("locate_vs_anomaly")
     assert "located: gradoc 11/11" in done.stdout

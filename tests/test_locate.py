@@ -128,6 +128,24 @@ def test_locate_can_be_turned_off(tmp_path: Path, locate: bool) -> None:
     assert ("nonfinite_origin" in kinds) is locate
 
 
+def run_script(tmp_path: Path, source: str) -> tuple[Path, Any, dict[str, Any]]:
+    """`gradoc run` a script; return it, the finished process and the located origin."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "run"), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    report = json.loads((tmp_path / "run/report.json").read_text())
+    (finding,) = [f for f in report["findings"] if f.get("origin")]
+    return script, done, finding["origin"]
+
+
 EXITS_AT_FIRST_NAN = """
 import sys, torch, torch.nn as nn, torch.nn.functional as F
 
@@ -150,24 +168,8 @@ for step in range(20):
 
 
 def test_a_script_that_exits_at_the_first_nan(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    script = tmp_path / "train.py"
-    script.write_text(EXITS_AT_FIRST_NAN)
-    done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "run"), str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    script, done, origin = run_script(tmp_path, EXITS_AT_FIRST_NAN)
     assert done.returncode == 1 and "stopping" in done.stdout
-    (finding,) = [
-        f
-        for f in json.loads((tmp_path / "run/report.json").read_text())["findings"]
-        if f.get("origin")
-    ]
-    origin = finding["origin"]
     assert (origin["phase"], origin["op"], origin["module"]) == ("forward", "aten.div.Tensor", "1")
     assert origin["file"] == str(script) and origin["line"] == 6 and origin["step"] == 5
     assert "stopped during step 5" in origin["note"]
@@ -191,25 +193,9 @@ for step in range(30):
 
 
 def test_a_script_that_stops_at_a_nan_born_outside_the_model_is_replayed(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    script = tmp_path / "train.py"
-    script.write_text(LOSS_NAN_THEN_EXIT)
-    done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "run"), str(script)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    script, done, origin = run_script(tmp_path, LOSS_NAN_THEN_EXIT)
     assert done.returncode == 1 and "non-finite loss at step 6" in done.stderr
     assert "re-running train.py up to step 6" in done.stderr
-    (finding,) = [
-        f
-        for f in json.loads((tmp_path / "run/report.json").read_text())["findings"]
-        if f.get("origin")
-    ]
-    origin = finding["origin"]
     assert (origin["phase"], origin["op"], origin["module"]) == (
         "forward",
         "aten.log.default",
