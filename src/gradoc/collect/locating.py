@@ -75,10 +75,13 @@ class Locator:
     @staticmethod
     def nonfinite(norms: Tensor | None, losses: list[Tensor]) -> tuple[bool, bool]:
         """One host read: is this step's loss non-finite, and are its gradient norms?"""
-        flags = []
-        for part in ([t.reshape(-1).float() for t in losses], [norms] if norms is not None else []):
-            flags.append(torch.isfinite(torch.cat(part)).all() if part else torch.tensor(True))
-        loss_ok, grads_ok = torch.stack([f.to("cpu") for f in flags]).tolist()
+        loss = torch.stack(losses).isfinite().all() if losses else None
+        grads = norms.isfinite().all() if norms is not None else None
+        if loss is not None and grads is not None:
+            loss_ok, grads_ok = torch.stack([loss, grads]).tolist()  # one host read
+        else:
+            loss_ok = bool(loss) if loss is not None else True
+            grads_ok = bool(grads) if grads is not None else True
         return not loss_ok, not grads_ok
 
     def step(

@@ -329,6 +329,7 @@ class Run:
 
     # -- optimizer step -----------------------------------------------------------------
     @_guarded
+    @torch.no_grad()  # statistics need no autograd graph
     def pre_step(self, optimizer: Optimizer) -> None:
         target = self._targets.get(optimizer)
         if target is None:
@@ -390,6 +391,7 @@ class Run:
                 )
 
     @_guarded
+    @torch.no_grad()  # statistics need no autograd graph
     def post_step(self, optimizer: Optimizer) -> None:
         target = self._targets.get(optimizer)
         if target is None:

@@ -269,6 +269,7 @@ def locate_step(
         with (
             _module_stack(roots, names, stack),
             warnings.catch_warnings(),  # anomaly mode warns that it is on: we know
+            torch.enable_grad(),  # the optimizer hooks that call us run under no_grad
         ):
             warnings.simplefilter("ignore")
             torch.autograd.set_detect_anomaly(True, check_nan=False)
