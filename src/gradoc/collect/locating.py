@@ -75,13 +75,17 @@ class Locator:
     @staticmethod
     def nonfinite(norms: Tensor | None, losses: list[Tensor]) -> tuple[bool, bool]:
         """One host read: is this step's loss non-finite, and are its gradient norms?"""
-        loss = torch.stack(losses).isfinite().all() if losses else None
-        grads = norms.isfinite().all() if norms is not None else None
-        if loss is not None and grads is not None:
-            loss_ok, grads_ok = torch.stack([loss, grads]).tolist()  # one host read
-        else:
-            loss_ok = bool(loss) if loss is not None else True
-            grads_ok = bool(grads) if grads is not None else True
+        # a sum is finite exactly when every term is (or overflows, which is as bad)
+        sums = [
+            torch.stack(losses).sum() if losses else None,
+            norms.sum() if norms is not None else None,
+        ]
+        present = [x for x in sums if x is not None]
+        if not present:
+            return False, False
+        flags = torch.stack(present).float().isfinite().tolist()  # one host read
+        loss_ok = flags.pop(0) if sums[0] is not None else True
+        grads_ok = flags.pop(0) if sums[1] is not None else True
         return not loss_ok, not grads_ok
 
     def step(

@@ -30,7 +30,8 @@ def _per_tensor(
     """
     if not tensors:
         return torch.zeros(0, dtype=torch.float64, device=device)
-    dense = [_dense(t.detach()) for t in tensors]
+    # gradients do not require grad: detaching them would only add a view op per tensor
+    dense = [_dense(t.detach() if t.requires_grad else t) for t in tensors]
     device = device or dense[0].device
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = defaultdict(list)
     for i, t in enumerate(dense):
