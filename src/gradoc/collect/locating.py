@@ -21,6 +21,16 @@ from torch import Tensor
 from ..locate import ArmedTrace, Origin, check_weights, locate_step
 from ..locate.origin import frame_from_text
 
+
+def first_tensor(output: Any) -> Tensor | None:
+    """The tensor a module returned, or the first of a tuple/list it returned."""
+    if isinstance(output, Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
+        return output[0]
+    return None
+
+
 ARMED_STEPS = 20
 """How many steps to trace whole, waiting for a value born outside the model to recur."""
 
@@ -57,15 +67,7 @@ class Locator:
         if self.done or not self._forwards:
             return
         record = self._forwards[-1]
-        out = (
-            output
-            if isinstance(output, Tensor)
-            else (
-                output[0]
-                if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor)
-                else None
-            )
-        )
+        out = first_tensor(output)
         if out is not None:
             record.output = out.detach()  # shares storage: no copy, no graph kept
             if out.requires_grad:

@@ -58,7 +58,7 @@ from .layers import (
     param_rows,
     qualified,
 )
-from .locating import Locator
+from .locating import Locator, first_tensor
 
 
 @dataclass(slots=True)
@@ -131,14 +131,6 @@ class _Pack:
         device = self.parts[0].device
         dtype = torch.float32 if device.type == "mps" else torch.float64
         return torch.cat([p.to(device=device, dtype=dtype) for p in self.parts]).cpu()
-
-
-def _first_tensor(output: Any) -> Tensor | None:
-    if isinstance(output, Tensor):
-        return output
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], Tensor):
-        return output[0]
-    return None
 
 
 def _lr(group: dict[str, Any]) -> float | Tensor:
@@ -305,7 +297,7 @@ class Run:
         watched = self._modules.get(module)
         if watched is None or not torch.is_grad_enabled():
             return
-        x = _first_tensor(output)
+        x = first_tensor(output)
         if x is None or x.numel() == 0 or x.is_complex():
             return
         vec, active = activation_stats(
