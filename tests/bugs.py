@@ -179,6 +179,13 @@ def huge_lr() -> tuple[nn.Module, torch.optim.Optimizer, Step]:
     return model, opt, lambda s: 100 * model(torch.randn(8, 4)).pow(2).mean()
 
 
+def huge_finite_update() -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e20)  # BUG: huge-finite-update
+    # weights ~1e20 after step 0 are finite; the loss of step 1 overflows on them
+    return model, opt, lambda s: 100 * model(torch.randn(8, 4)).pow(2).mean()
+
+
 class Half(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -274,6 +281,15 @@ BUGS: dict[str, Bug] = {
     "huge lr": Bug(
         "huge learning rate making weights non-finite",
         huge_lr,
+        "optimizer",
+        "optimizer.step",
+        None,
+        None,
+        0,
+    ),
+    "huge finite update": Bug(
+        "an update that makes weights huge but finite",
+        huge_finite_update,
         "optimizer",
         "optimizer.step",
         None,

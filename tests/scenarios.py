@@ -353,7 +353,7 @@ def healthy_frozen_unused(out: Path) -> Path:
 
 PATHOLOGIES: dict[str, tuple[Scenario, str, str | None]] = {
     # name: (scenario, expected kind, expected layer or None where no layer applies)
-    "exploding_init": (exploding_init, "exploding_gradients", "12"),
+    "exploding_init": (exploding_init, "exploding_gradients", "18"),  # largest grad/weight
     "vanishing_sigmoid": (vanishing_sigmoid, "vanishing_gradients", "0"),
     "dead_relu": (dead_relu, "dead_units", "1"),
     "saturated_tanh": (saturated_tanh, "saturated_units", "3"),

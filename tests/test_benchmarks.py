@@ -56,4 +56,4 @@ def test_locate_latency_benchmark_smoke() -> None:
 
 def test_locate_vs_anomaly_benchmark_smoke() -> None:
     done = smoke("locate_vs_anomaly")
-    assert "located: gradoc 11/11" in done.stdout
+    assert "located: gradoc 12/12" in done.stdout

@@ -76,7 +76,7 @@ def test_update_stats_are_weight_norms_and_update_norms() -> None:
     before = [torch.randn(4, 4), torch.randn(3)]
     after = [b + 0.01 * torch.randn_like(b) for b in before]
     v = update_stats(after, before).tolist()
-    assert v[:2] == pytest.approx([a.norm().item() for a in after], rel=RTOL)
+    assert v[:2] == pytest.approx([b.norm().item() for b in before], rel=RTOL)  # pre-update
     assert v[2:] == pytest.approx([(a - b).norm().item() for a, b in zip(after, before)], rel=RTOL)
 
 
@@ -164,3 +164,10 @@ def test_scratch_buffer_gives_the_same_statistics() -> None:
     fresh = activation_stats(x, saturation_rule(nn.Sigmoid()), -1)
     reused = activation_stats(x, saturation_rule(nn.Sigmoid()), -1, scratch)
     assert torch.equal(fresh[0], reused[0]) and torch.equal(fresh[1], reused[1])  # type: ignore[arg-type]
+
+
+def test_update_norms_survive_weights_an_update_made_huge() -> None:
+    before = [torch.full((4, 4), 1e20)]
+    after = [torch.full((4, 4), 1e21)]  # squares overflow float32
+    w, u = update_stats(after, before).tolist()
+    assert w == pytest.approx(4e20) and u == pytest.approx(3.6e21)

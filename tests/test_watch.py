@@ -45,7 +45,7 @@ def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(
             before = {n: p.detach().clone() for n, p in named.items() if p.grad is not None}
             opt.step()
             for n in ref:
-                ref[n]["weight_norm"] = named[n].norm().item()
+                ref[n]["weight_norm"] = before[n].norm().item()  # the weights the update met
                 ref[n]["update_norm"] = (named[n].detach() - before[n]).norm().item()
             expected.append(ref)
     log = gradoc.open_run(run.dir)

@@ -22,7 +22,7 @@ class WatchConfig:
     grads: Schedule = field(default_factory=lambda: every(1))
     """Per-parameter gradient L2 norm and non-finite count; the global norm."""
     params: Schedule = field(default_factory=lambda: every(10))
-    """Per-parameter gradient max-abs, weight norm and update norm (after minus before)."""
+    """Per-parameter gradient max-abs, weight norm (before the step) and update norm."""
     activations: Schedule = field(default_factory=lambda: every(10))
     """Per-module output statistics, hooked only on these steps."""
     modules: Callable[[str, nn.Module], bool] | None = None

@@ -97,6 +97,7 @@ class Locator:
         loss_bad: bool,
         params: Sequence[tuple[str, str, Tensor]],
         last_update: dict[str, float],
+        update_ratios: dict[str, tuple[int, float]] | None = None,
     ) -> Origin | None:
         """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin."""
         try:
@@ -115,7 +116,7 @@ class Locator:
             if self._armed_from is not None:  # bad again, but the armed trace missed it
                 self.done = True
                 return None
-            origin = check_weights(step, params, last_update)
+            origin = check_weights(step, params, last_update, update_ratios or {})
             forwards, self._forwards = self._forwards, []
             self.replaying = True
             for fwd in forwards:

@@ -210,6 +210,7 @@ class Run:
         self._names: dict[nn.Module, str] = {}
         self._locator = Locator(self._names)
         self._skipped = 0
+        self._update_ratios: dict[str, tuple[int, float]] = {}
         taps.add_loss_sink(self)
         _open_runs.add(self)
 
@@ -345,7 +346,9 @@ class Run:
         params = [(w.name, w.module, w.param) for t in self._targets.values() for w in t.params]
         lr = _lr(target.optimizer.param_groups[0])
         context = {"learning rate": lr} if isinstance(lr, float) else {}
-        origin = self._locator.step(target.steps, bad, loss_bad, params, context)
+        origin = self._locator.step(
+            target.steps, bad, loss_bad, params, context, self._update_ratios
+        )
         if origin is not None:
             self._record_origin(origin)
 
@@ -456,11 +459,25 @@ class Run:
                     found = nonfinite_counts([g for g in grads if g is not None]).tolist()
                     bad = [w for w, g in zip(bad, grads) if g is not None]
                     counts.update({w.id: c for w, c in zip(bad, found)})
+            if sl.updates is not None and self.config.locate:
+                self._note_update_ratios(sl, host[sl.updates].tolist())
         step_rows, self._pending = rows, []
         for t in self._targets.values():
             t.reset()
         self._acts = {}
         self._writer.put(_StepRecord(self, host, self.step, step_rows, lrs, targets, acts, counts))
+
+    def _note_update_ratios(self, sl: _Slices, values: list[float]) -> None:
+        """Keep the update/weight ratio of weight matrices an update made huge (host values we
+        have anyway): such an update is the cause of the overflow that follows it."""
+        n = len(sl.present)
+        for i, w in enumerate(sl.present):
+            weight, update = values[i], values[n + i]  # weight: before the update
+            # NOTE: only updates that made the weights huge count (update RMS > 100; healthy
+            # weights ~0.01-1), so a zero-initialised matrix's first update does not
+            rms = update / math.sqrt(max(1, w.param.numel()))
+            if w.param.dim() >= 2 and weight > 0 and rms > 100 and math.isfinite(update / weight):
+                self._update_ratios[w.name] = (sl.step, update / weight)
 
     def _unsent(self) -> bool:
         return bool(

@@ -212,13 +212,22 @@ def check_inputs(step: int, inputs: Any) -> Origin | None:
     return None
 
 
+LARGE_UPDATE = 0.5
+"""An update above half the norm of the weights it produced dwarfed them (healthy: ~1e-3)."""
+
+
 def check_weights(
-    step: int, params: Sequence[tuple[str, str, Tensor]], last_update: dict[str, float]
+    step: int,
+    params: Sequence[tuple[str, str, Tensor]],
+    last_update: dict[str, float],
+    update_ratios: dict[str, tuple[int, float]] | None = None,
 ) -> Origin | None:
-    """Phase ``optimizer``: weights already non-finite before this step's forward."""
+    """Phase ``optimizer``: the weights were already non-finite before this step's forward,
+    or the last recorded update of a weight matrix dwarfed it (the weights blew up without
+    going non-finite, and the forward overflows on them)."""
     bad = [(name, module, _bad(p)) for name, module, p in params if _bad(p.detach())]
     if not bad:
-        return None
+        return _large_update(step, params, update_ratios or {})
     name, module, n = bad[0]
     ev: list[dict[str, Any]] = [
         {
@@ -239,6 +248,29 @@ def check_weights(
         evidence=ev,
         note=f"the update of step {step - 1} wrote non-finite weights; later non-finite "
         "values are its consequence",
+    )
+
+
+def _large_update(
+    step: int, params: Sequence[tuple[str, str, Tensor]], ratios: dict[str, tuple[int, float]]
+) -> Origin | None:
+    big = sorted(((s, -r, name) for name, (s, r) in ratios.items() if r > LARGE_UPDATE))
+    if not big:
+        return None
+    at, _, name = big[0]
+    modules = {n: m for n, m, _ in params}
+    return Origin(
+        phase="optimizer",
+        step=at,
+        op="optimizer.step",
+        module=modules.get(name) or None,
+        evidence=[
+            {"signal": f"update norm / weight norm of {n} at step {s}", "value": -r}
+            for s, r, n in big[:10]
+        ],
+        note=f"the update of step {at} moved {name} by {-big[0][1]:.3g} of its norm (healthy "
+        f"~1e-3); the weights it produced overflow later: the non-finite values from "
+        f"step {step} are its consequence",
     )
 
 

@@ -51,6 +51,12 @@ def _l2(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequence[Ten
     return torch._foreach_norm(ts, 2, dtype=acc)
 
 
+def _l2_wide(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequence[Tensor]:
+    # float64 squares: weights an update made huge (1e20) still get a finite norm
+    wide = torch.float32 if dev.type == "mps" else torch.float64
+    return torch._foreach_norm(ts, 2, dtype=wide)
+
+
 def _max_abs(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequence[Tensor]:
     if dev.type != "cpu":
         return torch._foreach_norm(ts, INF)
@@ -66,13 +72,16 @@ def _nonfinite(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Seque
     return [(~torch.isfinite(t)).sum() for t in ts]
 
 
-def norms(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
-    """L2 norm of each tensor, accumulated in float32 (fp16 squares overflow), as one vector.
+def norms(
+    tensors: Sequence[Tensor], device: torch.device | None = None, wide: bool = False
+) -> Tensor:
+    """L2 norm of each tensor, accumulated in float32 (fp16 squares overflow), or in
+    float64 with ``wide`` (values beyond ~1e19 square past float32's range), as one vector.
 
     >>> norms([torch.ones(4), torch.zeros(2)]).tolist()
     [2.0, 0.0]
     """
-    return _per_tensor(tensors, device, _l2)
+    return _per_tensor(tensors, device, _l2_wide if wide else _l2)
 
 
 def max_abs(tensors: Sequence[Tensor], device: torch.device | None = None) -> Tensor:
@@ -99,7 +108,10 @@ def nonfinite_counts(tensors: Sequence[Tensor], device: torch.device | None = No
 def update_stats(
     params: Sequence[Tensor], before: Sequence[Tensor], device: torch.device | None = None
 ) -> Tensor:
-    """Per-parameter ``[weight L2 norms..., update L2 norms...]`` (update = after - before)."""
+    """Per-parameter ``[weight L2 norms before the step..., update L2 norms...]`` (update =
+    after - before), accumulated in float64 so that an update that blew the weights up is
+    still measured. The update/weight ratio is taken against the weights the update acted on.
+    """
     after = [p.detach() for p in params]
     deltas = torch._foreach_sub(after, list(before)) if after else []
-    return torch.cat([norms(after, device), norms(deltas, device)])
+    return torch.cat([norms(before, device, wide=True), norms(deltas, device, wide=True)])

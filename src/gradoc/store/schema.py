@@ -50,8 +50,8 @@ CREATE TABLE IF NOT EXISTS param_stats (
     grad_norm      REAL,
     grad_maxabs    REAL,
     grad_nonfinite INTEGER,
-    weight_norm    REAL,
-    update_norm    REAL,
+    weight_norm    REAL,           -- before the step's update
+    update_norm    REAL,           -- of (weights after - weights before)
     PRIMARY KEY (step, layer_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS act_stats (
