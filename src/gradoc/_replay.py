@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from .collect.auto import AutoAttach
     from .collect.run import Run
     from .config import WatchConfig
+    from .locate import origin_from
     from .schedule import never
 
     script = check_script(ns.script)
@@ -64,16 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     armed = run._locator._armed
 
     def write(found: dict[str, Any] | None) -> None:
-        result: dict[str, Any] = {"found": found is not None}
-        if found is not None:
-            node = found.get("node")
-            result.update(
-                op=node.name() if node is not None else found["op"],
-                phase="backward" if node is not None else "forward",
-                frame=found["frame"],
-                evidence=found.get("evidence", []),
-            )
-        Path(ns.result).write_text(json.dumps(result, default=str))
+        origin = origin_from(ns.step, found).to_json() if found is not None else None
+        Path(ns.result).write_text(json.dumps({"origin": origin}, default=str))
 
     def arm(opt: Any, args: Any, kwargs: Any) -> None:
         if run.step == ns.step and not armed.active:

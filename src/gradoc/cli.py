@@ -179,29 +179,19 @@ def _replay_if_needed(
                 {},
             )
             return write_report(out, args.json)
-        result: dict[str, Any] = (
-            json.loads(result_path.read_text()) if result_path.exists() else {"found": False}
-        )
-    if not result.get("found"):
+        result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    origin: dict[str, Any] | None = result.get("origin")
+    if origin is None:
         return None
-    file, line, codeline = result["frame"] or (None, None, None)
-    origin = {
-        "phase": result["phase"],
-        "step": step,
-        "op": result["op"],
-        "module": None,
-        "file": file,
-        "line": line,
-        "code": codeline,
-        "evidence": result["evidence"],
-        "note": f"the script ended at step {step} before gradoc could locate it; gradoc re-ran "
-        f"it with every RNG seeded and tracing armed at step {step}",
-    }
+    origin["note"] = (
+        f"the script ended at step {step} before gradoc could locate it; gradoc re-ran "
+        f"it with every RNG seeded and tracing armed at step {step}"
+    )
     append_event(
         out / "run.db",
         step,
         "nonfinite_origin",
-        f"{origin['phase']}: {origin['op']} ({file}:{line}) [replayed]",
+        f"{origin['phase']}: {origin['op']} ({origin['file']}:{origin['line']}) [replayed]",
         {"origin": origin},
     )
     return write_report(out, args.json)

@@ -18,8 +18,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..locate import ArmedTrace, Origin, check_weights, locate_step
-from ..locate.origin import frame_from_text
+from ..locate import ArmedTrace, Origin, check_weights, locate_step, origin_from
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -48,7 +47,6 @@ class _Forward:
 class Locator:
     def __init__(self, names: dict[nn.Module, str]) -> None:
         self.names = names
-        self.origin: Origin | None = None
         self.done = False
         self._forwards: list[_Forward] = []
         self._armed = ArmedTrace()
@@ -116,21 +114,9 @@ class Locator:
             if self._armed_from is not None:  # bad again, but the armed trace missed it
                 self.done = True
                 return None
-            origin = check_weights(step, params, last_update, update_ratios or {})
             forwards, self._forwards = self._forwards, []
-            self.replaying = True
-            for fwd in forwards:
-                if origin is not None:
-                    break
-                origin = locate_step(
-                    step,
-                    [fwd.root],
-                    self.names,
-                    (fwd.args, fwd.kwargs),
-                    fwd.rng,
-                    fwd.out_grad[0] if fwd.out_grad else None,
-                    loss_bad,
-                )
+            origin = check_weights(step, params, last_update, update_ratios or {})
+            origin = origin or self._replay(step, forwards, loss_bad)
             if origin is not None:
                 return self._finish(origin)
             self._armed_left, self._armed_from = ARMED_STEPS, step
@@ -146,7 +132,6 @@ class Locator:
             return None
         finally:
             self._forwards = []
-            self.replaying = False
 
     def pause(self) -> None:
         """At the start of the optimizer's pre-step: stop the armed trace (if any)."""
@@ -169,26 +154,44 @@ class Locator:
             self._armed.start()
 
     def _finish(self, origin: Origin) -> Origin:
-        self.origin, self.done = origin, True
+        self.done = True
         return origin
 
     def _from_armed(self, step: int, found: dict[str, Any]) -> Origin:
-        node = found.get("node")
-        origin = Origin(
-            phase="backward" if node is not None else "forward",
-            step=step,
-            op=node.name() if node is not None else found["op"],
-            module=None,
-            evidence=found.get("evidence", []),
-            note=(
-                f"the model replayed clean at step {self._armed_from}, so the value was born "
-                f"outside it; caught at step {step}, its next occurrence, with tracing armed"
-            ),
-        )
-        origin.place(
-            found["frame"] if node is None else frame_from_text(node.metadata.get("traceback_", []))
+        origin = origin_from(step, found)
+        origin.note = (
+            f"the model replayed clean at step {self._armed_from}, so the value was born "
+            f"outside it; caught at step {step}, its next occurrence, with tracing armed"
         )
         return origin
+
+    def _replay(
+        self, step: int, forwards: list[_Forward], loss_bad: bool, only_nonfinite: bool = False
+    ) -> Origin | None:
+        """Replay the recorded forwards of ``step`` until one shows where the value was born
+        (``only_nonfinite``: skip forwards whose output was finite)."""
+        self.replaying = True
+        try:
+            for fwd in forwards:
+                if only_nonfinite and (
+                    fwd.output is None or bool(torch.isfinite(fwd.output).all())
+                ):
+                    continue
+                out_grad = fwd.out_grad[0] if fwd.out_grad else None
+                origin = locate_step(
+                    step,
+                    [fwd.root],
+                    self.names,
+                    (fwd.args, fwd.kwargs),
+                    fwd.rng,
+                    out_grad,
+                    loss_bad,
+                )
+                if origin is not None:
+                    return origin
+        finally:
+            self.replaying = False
+        return None
 
     def close(self, step: int) -> Origin | None:
         """At the end of the run. A script that stopped in the middle of a step (``if
@@ -200,20 +203,12 @@ class Locator:
         if found is not None:
             return self._finish(self._from_armed(step, found))
         forwards, self._forwards = self._forwards, []
-        self.replaying = True
-        try:
-            for fwd in forwards:
-                if fwd.output is None or bool(torch.isfinite(fwd.output).all()):
-                    continue  # a healthy last forward costs no replay
-                origin = locate_step(
-                    step, [fwd.root], self.names, (fwd.args, fwd.kwargs), fwd.rng, None
-                )
-                if origin is not None:
-                    origin.note = (
-                        f"the script stopped during step {step}, before its optimizer step; "
-                        "gradoc replayed that step's forward at the end of the run"
-                    )
-                    return self._finish(origin)
-        finally:
-            self.replaying = False
-        return None
+        # a healthy last forward (the loop simply ended) costs no replay
+        origin = self._replay(step, forwards, loss_bad=False, only_nonfinite=True)
+        if origin is None:
+            return None
+        origin.note = (
+            f"the script stopped during step {step}, before its optimizer step; "
+            "gradoc replayed that step's forward at the end of the run"
+        )
+        return self._finish(origin)

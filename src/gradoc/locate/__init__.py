@@ -6,6 +6,6 @@ restored, weights as they were before the update) and backward under op-level ch
 """
 
 from .origin import Origin
-from .replay import ArmedTrace, check_inputs, check_weights, locate_step
+from .replay import ArmedTrace, check_inputs, check_weights, locate_step, origin_from
 
-__all__ = ["ArmedTrace", "Origin", "check_inputs", "check_weights", "locate_step"]
+__all__ = ["ArmedTrace", "Origin", "check_inputs", "check_weights", "locate_step", "origin_from"]

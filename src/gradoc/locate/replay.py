@@ -308,7 +308,7 @@ def locate_step(
             with tracer:
                 out = root(*args, **kwargs)
             if tracer.found is not None:
-                return _origin("forward", step, tracer.found)
+                return origin_from(step, tracer.found, "forward")
             first = _floats(out)
             params = [p for r in roots for p in r.parameters() if p.requires_grad]
             if out_grad is not None and first and first[0].requires_grad and params:
@@ -338,7 +338,7 @@ def locate_step(
                     for h in handles:
                         h.remove()
                 if tracer.found is not None:
-                    return _origin("backward", step, tracer.found)
+                    return origin_from(step, tracer.found, "backward")
         return None
     finally:
         torch.autograd.set_detect_anomaly(False)
@@ -350,15 +350,18 @@ def locate_step(
                         b.copy_(buffers[k])
 
 
-def _origin(phase: str, step: int, found: dict[str, Any]) -> Origin:
+def origin_from(step: int, found: dict[str, Any], phase: str | None = None) -> Origin:
+    """The Origin of a Tracer's record; the phase is backward when an autograd node was
+    running, unless the caller knows it."""
+    node = found.get("node")
+    phase = phase or ("backward" if node is not None else "forward")
     origin = Origin(
         phase=phase,
         step=step,
         op=found["op"],
         module=found["module"],
-        evidence=found.get("evidence", []),
+        evidence=list(found.get("evidence", [])),
     )
-    node = found.get("node")
     if phase == "backward" and node is not None:
         origin.op = node.name()
         origin.evidence.insert(0, {"signal": "aten op inside the backward", "value": found["op"]})
