@@ -65,7 +65,6 @@ from .locating import Locator, first_tensor
 class _Target:
     """One watched optimizer and its parameters."""
 
-    index: int
     optimizer: Optimizer
     params: list[WatchedParam]
     steps: int = 0
@@ -241,7 +240,7 @@ class Run:
         if self._act_handles:  # re-arm so the new modules are hooked too
             self._arm_activations(False)
             self._arm_activations(True)
-        self._targets[optimizer] = _Target(len(self._targets), optimizer, params)
+        self._targets[optimizer] = _Target(optimizer, params)
         if self._primary is None:
             self._primary = optimizer
             self._arm_activations(self.config.activations(self.step))
@@ -343,9 +342,11 @@ class Run:
             self._check_finite(target, optimizer is self._primary)
 
     def _locate(self, target: _Target, bad: bool, loss_bad: bool) -> None:
-        params = [(w.name, w.module, w.param) for t in self._targets.values() for w in t.params]
-        lr = _lr(target.optimizer.param_groups[0])
-        context = {"learning rate": lr} if isinstance(lr, float) else {}
+        params, context = [], {}
+        if bad:  # what a replay needs, gathered only when there is one to make
+            params = [(w.name, w.module, w.param) for t in self._targets.values() for w in t.params]
+            lr = _lr(target.optimizer.param_groups[0])
+            context = {"learning rate": lr} if isinstance(lr, float) else {}
         origin = self._locator.step(
             target.steps, bad, loss_bad, params, context, self._update_ratios
         )
@@ -405,9 +406,8 @@ class Run:
             _StepRow(self.step, time.monotonic() - self._t0, self._n_backward, lrs, loss)
         )
         self._losses, self._n_backward, self._forward_seen = [], 0, False
-        collected = self._acts or any(t.collected() for t in self._targets.values())
         if (
-            collected
+            self._collected()
             or len(self._pending) >= self.config.flush_every_steps
             or time.monotonic() - self._last_transfer >= self.config.flush_every_s
         ):
@@ -479,10 +479,11 @@ class Run:
             if w.param.dim() >= 2 and weight > 0 and rms > 100 and math.isfinite(update / weight):
                 self._update_ratios[w.name] = (sl.step, update / weight)
 
+    def _collected(self) -> bool:
+        return bool(self._acts) or any(t.collected() for t in self._targets.values())
+
     def _unsent(self) -> bool:
-        return bool(
-            self._pending or self._acts or any(t.collected() for t in self._targets.values())
-        )
+        return bool(self._pending) or self._collected()
 
     # -- closing ------------------------------------------------------------------------
     def flush(self) -> None:
