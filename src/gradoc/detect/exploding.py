@@ -64,7 +64,7 @@ def _scale_rule(h: History) -> tuple[int, str, float] | None:
 
 def _growth_rule(h: History) -> tuple[int, float, float] | None:
     steps, values = h.grad_norm.steps, h.grad_norm.values
-    _fsteps, fvalues = finite(h.grad_norm)
+    _, fvalues = finite(h.grad_norm)
     k = max(5, len(fvalues) // 20)
     if len(fvalues) <= k:
         return None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import fmt
+from ._util import finite, fmt
 from .finding import Finding
 from .history import History
 
@@ -32,16 +32,14 @@ MIN_STEPS = 5
 
 
 def check(h: History) -> list[Finding]:
-    pairs = [(s, v) for s, v in zip(h.loss.steps, h.loss.values) if math.isfinite(v)]
+    steps, values = finite(h.loss)
     ends_nonfinite = bool(h.loss.values) and not math.isfinite(h.loss.values[-1])
-    if len(pairs) < MIN_STEPS:
+    if len(values) < MIN_STEPS:
         return []
-    w = max(1, min(50, len(pairs) // 20))
-    smooth = [
-        statistics.median(v for _, v in pairs[max(0, i - w + 1) : i + 1]) for i in range(len(pairs))
-    ]
+    w = max(1, min(50, len(values) // 20))
+    smooth = [statistics.median(values[max(0, i - w + 1) : i + 1]) for i in range(len(values))]
     best = math.inf
-    for i, (step, _) in enumerate(pairs):
+    for i, step in enumerate(steps):
         best = min(best, smooth[i])
         if best <= 0 or smooth[i] <= RISE * best:
             continue
@@ -51,7 +49,7 @@ def check(h: History) -> list[Finding]:
             continue
         # a rise into NaN/Inf needs 2 elevated steps; a rise that stays finite needs 3
         if len(smooth) - i >= (2 if ends_nonfinite else max(PERSIST, w)):
-            peak = max(v for _, v in pairs[i:])
+            peak = max(values[i:])
             return [
                 Finding(
                     kind="loss_divergence",

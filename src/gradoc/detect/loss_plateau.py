@@ -11,10 +11,9 @@ over the same length. Runs whose loss is already ~0 are left alone.
 
 from __future__ import annotations
 
-import math
 import statistics
 
-from ._util import fmt
+from ._util import finite, fmt
 from .finding import Finding
 from .history import History
 
@@ -23,10 +22,9 @@ MIN_GAIN = 0.02
 
 
 def check(h: History) -> list[Finding]:
-    pairs = [(s, v) for s, v in zip(h.loss.steps, h.loss.values) if math.isfinite(v)]
-    if len(pairs) < MIN_STEPS:
+    steps, values = finite(h.loss)
+    if len(values) < MIN_STEPS:
         return []
-    values = [v for _, v in pairs]
     early = statistics.median(values[: max(5, len(values) // 10)])
     late = statistics.median(values[-max(5, len(values) // 4) :])
     if abs(early) < 1e-6 or late > 1.5 * early:
@@ -38,7 +36,7 @@ def check(h: History) -> list[Finding]:
         Finding(
             kind="loss_plateau",
             severity="warning",
-            step=pairs[0][0],
+            step=steps[0],
             layer=None,
             summary=(
                 f"loss plateau: {fmt(early)} at the start, {fmt(late)} over the last "
