@@ -6,13 +6,16 @@
 
 from ._version import __version__
 from .collect import Run, watch
-from .config import WatchConfig
+from .config import GuardConfig, WatchConfig
 from .errors import GradocError
+from .guard import GuardGaveUp
 from .schedule import every, log_spaced, never
 from .store import RunLog, Series, open_run
 
 __all__ = [
     "GradocError",
+    "GuardConfig",
+    "GuardGaveUp",
     "Run",
     "RunLog",
     "Series",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 import torch.nn as nn
 
@@ -32,6 +33,9 @@ class WatchConfig:
     """On the first non-finite step, replay it to find the op, module and line it came from."""
     skip_nonfinite_updates: bool = True
     """Do not apply an update whose gradients are non-finite (the report counts them)."""
+    guard: GuardConfig | bool | None = None
+    """Keep the run alive: skip non-finite steps, clip outlier gradients, roll back
+    (``True`` for the defaults of :class:`GuardConfig`)."""
     flush_every_s: float = 1.0
     """Commit the run log at least this often (the most a ``kill -9`` can lose)."""
     flush_every_steps: int = 50
@@ -44,6 +48,12 @@ class WatchConfig:
     """Older per-layer rows are thinned to about this many evenly spaced steps."""
 
     def __post_init__(self) -> None:
+        if self.guard is True:
+            self.guard = GuardConfig()
+        elif self.guard is False:
+            self.guard = None
+        elif self.guard is not None and not isinstance(self.guard, GuardConfig):
+            raise TypeError(f"guard must be True, False or a GuardConfig, not {self.guard!r}")
         for name in ("grads", "params", "activations"):
             setattr(self, name, as_schedule(getattr(self, name)))
         if self.flush_every_s <= 0 or self.flush_every_steps < 1:
@@ -55,4 +65,71 @@ class WatchConfig:
 
     def describe(self) -> dict[str, str]:
         """A JSON-friendly view for the run metadata."""
+        return {f.name: repr(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(kw_only=True, slots=True)
+class GuardConfig:
+    """What the guard does to keep a long run alive (``watch(..., guard=GuardConfig(...))``).
+
+    Every action is logged as an event of the run (``skipped_update``, ``clipped``,
+    ``rollback``, ``guard_gave_up``) and counted in the report.
+    """
+
+    skip_nonfinite: bool = True
+    """A step whose loss or any gradient is NaN/Inf is not applied: no weight, momentum or
+    Adam-moment change, and a per-step LR scheduler does not advance."""
+    clip: Literal["zclip"] | float | None = "zclip"
+    """``"zclip"``: clip the global gradient norm when it is an outlier against its own
+    history (ZClip); a number: clip it at that fixed max-norm; ``None``: never clip."""
+    zclip_alpha: float = 0.97
+    """EMA factor of the norm's mean and variance (ZClip's default)."""
+    zclip_z: float = 2.5
+    """z-score above which a norm is an outlier (ZClip's default)."""
+    zclip_warmup: int = 25
+    """Steps whose norms initialise the averages; nothing is clipped before (ZClip's default)."""
+    rollback: bool = True
+    """Restore the last good snapshot after ``rollback_after`` consecutive non-finite steps
+    or a loss divergence, and lower the learning rate."""
+    rollback_after: int = 3
+    """Consecutive non-finite steps that trigger a rollback."""
+    rollback_on_divergence: bool = True
+    """Also roll back when the loss diverges (rolling median of ``divergence_window`` steps
+    above ``divergence_factor`` x its best, having lost half the ground gained)."""
+    divergence_window: int = 50
+    divergence_factor: float = 2.0
+    snapshot_every: int = 100
+    """Steps between snapshots of model and optimizer state (taken on healthy steps)."""
+    keep_snapshots: int = 2
+    """Snapshots kept; memory per snapshot: parameters + buffers + optimizer state."""
+    snapshot_device: str | None = None
+    """Where snapshots live: ``None`` for the parameters' own device, ``"cpu"`` for host memory."""
+    lr_backoff: float = 0.5
+    """Learning-rate factor applied at each rollback (schedules included)."""
+    max_rollbacks: int = 3
+    """After this many rollbacks the next trigger stops training with :class:`GuardGaveUp`."""
+    collective: bool | None = None
+    """Agree on every decision across ranks (an all-reduce of the step's flags and norm);
+    ``None``: when ``torch.distributed`` is initialised with more than one rank."""
+
+    def __post_init__(self) -> None:
+        if self.clip is not None and self.clip != "zclip":
+            if isinstance(self.clip, bool) or not isinstance(self.clip, (int, float)):
+                raise ValueError(f"clip must be 'zclip', a max-norm > 0 or None, not {self.clip!r}")
+            if not self.clip > 0:
+                raise ValueError(f"clip max-norm must be > 0, not {self.clip!r}")
+        if not 0 < self.zclip_alpha < 1:
+            raise ValueError("zclip_alpha must be in (0, 1)")
+        if self.zclip_z <= 0 or self.zclip_warmup < 1:
+            raise ValueError("zclip_z must be > 0 and zclip_warmup >= 1")
+        if self.rollback_after < 1 or self.snapshot_every < 1 or self.keep_snapshots < 1:
+            raise ValueError("rollback_after, snapshot_every and keep_snapshots must be >= 1")
+        if self.divergence_window < 2 or self.divergence_factor <= 1:
+            raise ValueError("divergence_window must be >= 2 and divergence_factor > 1")
+        if not 0 < self.lr_backoff <= 1:
+            raise ValueError("lr_backoff must be in (0, 1]")
+        if self.max_rollbacks < 0:
+            raise ValueError("max_rollbacks must be >= 0")
+
+    def describe(self) -> dict[str, str]:
         return {f.name: repr(getattr(self, f.name)) for f in fields(self)}

@@ -72,22 +72,6 @@ class Locator:
                 out.register_hook(lambda g: record.out_grad.append(g.detach()))
 
     # -- per step ---------------------------------------------------------------------------
-    @staticmethod
-    def nonfinite(norms: Tensor | None, losses: list[Tensor]) -> tuple[bool, bool]:
-        """One host read: is this step's loss non-finite, and are its gradient norms?"""
-        # a sum is finite exactly when every term is (or overflows, which is as bad)
-        sums = [
-            torch.stack(losses).sum() if losses else None,
-            norms.sum() if norms is not None else None,
-        ]
-        present = [x for x in sums if x is not None]
-        if not present:
-            return False, False
-        flags = torch.stack(present).float().isfinite().tolist()  # one host read
-        loss_ok = flags.pop(0) if sums[0] is not None else True
-        grads_ok = flags.pop(0) if sums[1] is not None else True
-        return not loss_ok, not grads_ok
-
     def step(
         self,
         step: int,

@@ -37,7 +37,8 @@ from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
 from .._version import __version__
-from ..config import WatchConfig
+from ..config import GuardConfig, WatchConfig
+from ..guard import Guard, GuardGaveUp, Vitals, agree
 from ..locate import Origin
 from ..stats import (
     activation_stats,
@@ -147,6 +148,8 @@ def _guarded(method: Callable[..., None]) -> Callable[..., None]:
         try:
             with self._locator.own_work():
                 method(self, *args, **kwargs)
+        except GuardGaveUp:
+            raise  # the guard's decision to stop training, not a failure of gradoc
         except Exception as exc:
             self._broken = True
             message = f"internal error in {method.__name__}: {type(exc).__name__}: {exc}"
@@ -210,6 +213,9 @@ class Run:
         self._locator = Locator(self._names)
         self._skipped = 0
         self._update_ratios: dict[str, tuple[int, float]] = {}
+        self._guard: Guard | None = None
+        if isinstance(config.guard, GuardConfig):
+            self._guard = Guard(config.guard, self.event)
         taps.add_loss_sink(self)
         _open_runs.add(self)
 
@@ -241,6 +247,8 @@ class Run:
             self._arm_activations(False)
             self._arm_activations(True)
         self._targets[optimizer] = _Target(optimizer, params)
+        if self._guard is not None:
+            self._guard.watch(optimizer)
         if self._primary is None:
             self._primary = optimizer
             self._arm_activations(self.config.activations(self.step))
@@ -327,7 +335,8 @@ class Run:
         if target is None:
             return
         self._locator.pause()
-        want_grads = self.config.grads(target.steps)
+        # the guard reads every step's norms (and so records them)
+        want_grads = self.config.grads(target.steps) or self._guard is not None
         want_params = self.config.params(target.steps)
         if want_grads or want_params:
             target.collected_at = target.steps
@@ -338,8 +347,8 @@ class Run:
             if want_params:
                 target.grad_maxabs = max_abs(grads, self._device)
                 target.before = [w.param.detach().clone() for w in target.present]
-        if self.config.locate or self.config.skip_nonfinite_updates:
-            self._check_finite(target, optimizer is self._primary)
+        if self.config.locate or self.config.skip_nonfinite_updates or self._guard:
+            self._vet(target, optimizer is self._primary)
 
     def _locate(self, target: _Target, bad: bool, loss_bad: bool) -> None:
         params, context = [], {}
@@ -363,28 +372,73 @@ class Run:
             origin=origin.to_json(),
         )
 
-    def _check_finite(self, target: _Target, primary: bool) -> None:
-        """The first non-finite step is located; non-finite updates are not applied."""
-        loss_bad, grads_bad = Locator.nonfinite(target.grad_norms, self._losses if primary else [])
-        bad = loss_bad or grads_bad
+    def _vitals(self, target: _Target, primary: bool) -> Vitals:
+        """This step's loss, finiteness and global gradient norm, in one host read."""
+        losses = self._losses if primary else []
+        norms_ = target.grad_norms
+        parts = []
+        if losses:
+            parts.append(torch.stack(losses).sum())
+        if norms_ is not None:
+            # a sum is finite exactly when every term is (or overflows, which is as bad)
+            parts.append(norms_.sum())
+            if self._guard is not None:
+                wide = torch.float32 if norms_.device.type == "mps" else torch.float64
+                parts.append(torch.linalg.vector_norm(norms_.to(wide)))
+        if not parts:
+            return Vitals(False, False, None, None)
+        dtype = torch.float32 if parts[0].device.type == "mps" else torch.float64
+        values = torch.stack([p.to(dtype) for p in parts]).tolist()  # one host read
+        loss = values.pop(0) / len(losses) if losses else None
+        grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
+        norm = values[1] if len(values) > 1 else None
+        return Vitals(loss is not None and not math.isfinite(loss), grads_bad, loss, norm)
+
+    def _vet(self, target: _Target, primary: bool) -> None:
+        """The first non-finite step is located; the guard (or the default skip) acts."""
+        v = self._vitals(target, primary)
         if self.config.locate:
             try:
-                self._locate(target, bad, loss_bad)
+                self._locate(target, v.bad, v.loss_bad)
             except Exception as exc:
                 self._locator.done = True
                 self.event(
                     "locate_failed", f"could not locate the origin: {type(exc).__name__}: {exc}"
                 )
-        if bad and self.config.skip_nonfinite_updates:
-            for w in target.params:
-                if w.param.grad is not None:
-                    target.held[w.id] = w.param.grad  # counted at the transfer
-                w.param.grad = None  # the optimizer skips parameters without a gradient
-            self._skipped += 1
+        if self._guard is not None:
+            self._guard_step(self._guard, target, primary, v)
+        elif v.bad and self.config.skip_nonfinite_updates:
+            self._drop_grads(target)
             if self._skipped <= 10:
                 self.event(
                     "skipped_update", f"non-finite update of step {target.steps} not applied"
                 )
+
+    def _drop_grads(self, target: _Target) -> None:
+        """The optimizer skips parameters without a gradient: the update does not happen."""
+        for w in target.params:
+            if w.param.grad is not None:
+                target.held[w.id] = w.param.grad  # counted at the transfer
+            w.param.grad = None
+        self._skipped += 1
+
+    def _guard_step(self, guard: Guard, target: _Target, primary: bool, v: Vitals) -> None:
+        if guard.collective:
+            v = agree(v, self._device)
+        step = target.steps
+        d = guard.decide(target.optimizer, step, primary, v)
+        if d.skip or d.rollback:
+            self._drop_grads(target)
+            if v.bad:
+                guard.skipped_step(target.optimizer, step, d.reason if d.skip else "non-finite")
+        if d.rollback:
+            models, optimizers = list(self._prefixes), list(self._targets)
+            guard.rollback(d.to, step, d.reason, models, optimizers)
+        elif d.clip_to is not None and v.norm is not None:
+            grads = [w.param.grad for w in target.present if w.param.grad is not None]
+            guard.clip(grads, v.norm, d.clip_to, step)
+        if primary and not (d.skip or d.rollback):
+            guard.maybe_snapshot(step, list(self._prefixes), list(self._targets))
 
     @_guarded
     @torch.no_grad()  # statistics need no autograd graph
@@ -398,6 +452,8 @@ class Run:
             )
             target.before = None
         target.steps += 1
+        if self._guard is not None:
+            self._guard.stepped(optimizer)
         if optimizer is not self._primary:
             return
         loss = torch.stack(self._losses).float().mean() if self._losses else None
@@ -530,6 +586,8 @@ class Run:
             h.remove()
         self._handles.clear()
         taps.remove_loss_sink(self)
+        if self._guard is not None:
+            self._guard.close()
         if self._unsent() and not self._broken:
             try:
                 self._transfer()
@@ -543,6 +601,7 @@ class Run:
             steps=self.step,
             skipped_updates=self._skipped,
             ended_mid_step=self._forward_seen,
+            guard=self._guard.summary() if self._guard is not None else None,
         )
         self.closed = True
         self._writer.close()
@@ -557,6 +616,9 @@ class Run:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is None:
             self.close()
+            return
+        if isinstance(exc, GuardGaveUp):  # its own event says why
+            self.close("gave_up")
             return
         interrupted = isinstance(exc, KeyboardInterrupt)
         self.event("interrupted" if interrupted else "crash", f"{type(exc).__name__}: {exc}")

@@ -291,6 +291,8 @@ def locate_step(
     if origin is not None:
         return origin
     root = roots[0]
+    if isinstance(root, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        root = root.module  # replayed on one rank: no gradient all-reduce to wait on
     buffers = {k: b.detach().clone() for r in roots for k, b in r.named_buffers()}
     saved_rng = torch.get_rng_state()
     stack: list[str] = []

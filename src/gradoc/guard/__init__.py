@@ -1,0 +1,23 @@
+"""guard: keep a long run alive — skip non-finite steps, clip outlier gradients, roll back.
+
+The only code besides ``collect`` that changes live training state; every action it takes
+is recorded in the run log.
+"""
+
+from ..config import GuardConfig
+from .guard import Decision, Guard, GuardGaveUp, Vitals, agree
+from .lr import scale_lr
+from .snapshots import Snapshot
+from .zclip import ZClip
+
+__all__ = [
+    "Decision",
+    "Guard",
+    "GuardConfig",
+    "GuardGaveUp",
+    "Snapshot",
+    "Vitals",
+    "ZClip",
+    "agree",
+    "scale_lr",
+]

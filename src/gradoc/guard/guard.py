@@ -1,0 +1,280 @@
+"""The guard's decisions, one per optimizer step, from the step's vital signs.
+
+At each optimizer pre-step the run reads the step's loss, whether any gradient is
+non-finite and the global gradient norm (one host read it makes anyway); under DDP the
+flags and numbers are all-reduced first, so every rank takes the same decision. Then:
+
+1. non-finite loss or gradient -> **skip** (the run drops the gradients, so the optimizer
+   changes nothing, and holds back a per-step scheduler); ``rollback_after`` such steps
+   in a row -> **roll back**;
+2. otherwise the loss feeds the divergence check (-> **roll back**), and the norm feeds
+   ZClip or the fixed max-norm (-> **clip**, one foreach multiply on the device);
+3. a rollback restores the newest snapshot from before the trouble, multiplies every
+   learning rate by ``lr_backoff`` and drops the step's gradients; past
+   ``max_rollbacks`` the guard gives up with :class:`GuardGaveUp`.
+
+Snapshots are taken at the pre-step of healthy steps, every ``snapshot_every`` steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.optim import Optimizer
+
+from ..config import GuardConfig
+from ..errors import GradocError
+from . import lr
+from .snapshots import Snapshot
+from .zclip import ZClip
+
+
+class GuardGaveUp(GradocError, RuntimeError):
+    """Raised from ``optimizer.step()`` when the guard has rolled back too often."""
+
+
+@dataclass(slots=True)
+class Vitals:
+    """What one optimizer step looked like (after agreement across ranks)."""
+
+    loss_bad: bool
+    grads_bad: bool
+    loss: float | None
+    norm: float | None
+
+    @property
+    def bad(self) -> bool:
+        return self.loss_bad or self.grads_bad
+
+
+@dataclass(slots=True)
+class Decision:
+    skip: bool = False
+    clip_to: float | None = None
+    rollback: bool = False
+    to: Snapshot | None = None
+    """The snapshot to roll back to (None: there is none, and the guard gives up)."""
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _Divergence:
+    """Rolling median of the loss against its best; see GuardConfig.rollback_on_divergence."""
+
+    window: int
+    factor: float
+    losses: deque[float] = field(default_factory=deque)
+    first: float | None = None
+    best: float = float("inf")
+    best_step: int = 0
+
+    def update(self, step: int, loss: float) -> str | None:
+        self.losses.append(loss)
+        if len(self.losses) > self.window:
+            self.losses.popleft()
+        if len(self.losses) < self.window:
+            return None
+        median = statistics.median(self.losses)
+        if self.first is None:
+            self.first = median
+        if median < self.best:
+            self.best, self.best_step = median, step
+        gained = self.first - self.best
+        lost = median - self.best
+        if median > self.factor * self.best and self.best >= 0 and lost > 0.5 * max(gained, 0):
+            return (
+                f"loss diverged: rolling median {median:.4g} over {self.window} steps, "
+                f"{median / self.best if self.best else float('inf'):.3g}x its best "
+                f"({self.best:.4g} at step {self.best_step})"
+            )
+        return None
+
+    def reset(self) -> None:
+        self.losses.clear()
+
+
+def _collective(config: GuardConfig) -> bool:
+    if config.collective is not None:
+        return config.collective
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def agree(vitals: Vitals, device: torch.device | None) -> Vitals:
+    """All ranks' vitals combined: bad anywhere is bad everywhere; numbers are averaged."""
+    import torch.distributed as dist
+
+    on = device if device is not None and device.type == "cuda" else torch.device("cpu")
+    flags = torch.tensor(
+        [
+            float(vitals.loss_bad),
+            float(vitals.grads_bad),
+            vitals.loss if vitals.loss is not None and not vitals.bad else 0.0,
+            vitals.norm if vitals.norm is not None and not vitals.bad else 0.0,
+        ],
+        dtype=torch.float64,
+        device=on,
+    )
+    dist.all_reduce(flags)
+    loss_bad, grads_bad, loss, norm = flags.tolist()
+    n = dist.get_world_size()
+    return Vitals(
+        loss_bad > 0,
+        grads_bad > 0,
+        loss / n if vitals.loss is not None else None,
+        norm / n if vitals.norm is not None else None,
+    )
+
+
+class Guard:
+    """Decides and acts; owned by a :class:`gradoc.Run` (which logs through ``event``)."""
+
+    def __init__(self, config: GuardConfig, event: Callable[..., None]) -> None:
+        self.config = config
+        self.event = event
+        self.collective = _collective(config)
+        self.skipped = 0
+        self.clipped = 0
+        self.rollbacks = 0
+        self.gave_up = False
+        self.lr_scale = 1.0
+        self._bad_streak = 0
+        self._zclip: dict[Optimizer, ZClip] = {}
+        self._divergence = _Divergence(config.divergence_window, config.divergence_factor)
+        self._snapshots: deque[Snapshot] = deque(maxlen=config.keep_snapshots)
+        self._device = torch.device(config.snapshot_device) if config.snapshot_device else None
+        lr.install()
+        self._open = True
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            lr.uninstall()
+
+    def watch(self, optimizer: Optimizer) -> None:
+        lr.tracker(optimizer)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "skipped": self.skipped,
+            "clipped": self.clipped,
+            "rollbacks": self.rollbacks,
+            "gave_up": self.gave_up,
+            "lr_scale": self.lr_scale,
+            "snapshot_bytes": self._snapshots[-1].nbytes() if self._snapshots else 0,
+        }
+
+    # -- deciding -------------------------------------------------------------------------
+    def decide(self, optimizer: Optimizer, step: int, primary: bool, v: Vitals) -> Decision:
+        c = self.config
+        tracker = lr.tracker(optimizer)
+        tracker.skipped = False
+        if v.bad:
+            what = "loss" if v.loss_bad and not v.grads_bad else "gradients"
+            d = Decision(skip=c.skip_nonfinite, reason=f"non-finite {what}")
+            if primary:
+                self._bad_streak += 1
+                if c.rollback and self._bad_streak >= c.rollback_after:
+                    d.rollback, d.to = True, self._restore_point(None)
+                    d.reason = f"{self._bad_streak} non-finite steps in a row"
+            return d
+        if primary:
+            self._bad_streak = 0
+            if c.rollback and c.rollback_on_divergence and v.loss is not None:
+                diverged = self._divergence.update(step, v.loss)
+                if diverged:
+                    point = self._restore_point(self._divergence.best_step)
+                    return Decision(rollback=True, to=point, reason=diverged)
+        if v.norm is None or c.clip is None:
+            return Decision()
+        if c.clip == "zclip":
+            z = self._zclip.get(optimizer)
+            if z is None:
+                z = self._zclip[optimizer] = ZClip(c.zclip_alpha, c.zclip_z, c.zclip_warmup)
+            target = z.update(v.norm)
+        else:
+            target = float(c.clip) if v.norm > c.clip else None
+        return Decision(clip_to=target, reason="outlier gradient norm" if target else "")
+
+    def _restore_point(self, before: int | None) -> Snapshot | None:
+        """The newest snapshot at or before step ``before`` (else the oldest kept)."""
+        if not self._snapshots:
+            return None
+        if before is not None:
+            for snap in reversed(self._snapshots):
+                if snap.step <= before:
+                    return snap
+        return self._snapshots[0] if before is not None else self._snapshots[-1]
+
+    # -- acting ---------------------------------------------------------------------------
+    def clip(self, grads: list[Tensor], norm: float, target: float, step: int) -> None:
+        """Scale the gradients so their global norm is ``target``: one foreach multiply."""
+        torch._foreach_mul_(grads, target / (norm + 1e-6))
+        self.clipped += 1
+        self.event(
+            "clipped",
+            f"gradient norm {norm:.4g} clipped to {target:.4g}",
+            step=step,
+            norm=norm,
+            to=target,
+        )
+
+    def skipped_step(self, optimizer: Optimizer, step: int, reason: str) -> None:
+        lr.tracker(optimizer).skipped = True
+        self.skipped += 1
+        self.event("skipped_update", f"step {step} not applied: {reason}", step=step, reason=reason)
+
+    def stepped(self, optimizer: Optimizer) -> None:
+        """After every optimizer step (applied or not): the schedulers' clock."""
+        lr.tracker(optimizer).steps += 1
+
+    def maybe_snapshot(
+        self, step: int, models: list[nn.Module], optimizers: list[Optimizer]
+    ) -> None:
+        if self.config.rollback and step % self.config.snapshot_every == 0:
+            self._snapshots.append(
+                Snapshot.take(step, models, optimizers, self.lr_scale, self._device)
+            )
+
+    def rollback(
+        self,
+        snapshot: Snapshot | None,
+        step: int,
+        reason: str,
+        models: list[nn.Module],
+        optimizers: list[Optimizer],
+    ) -> None:
+        if snapshot is None or self.rollbacks >= self.config.max_rollbacks:
+            self.gave_up = True
+            why = (
+                "no snapshot to roll back to"
+                if snapshot is None
+                else f"already rolled back {self.rollbacks} times (max_rollbacks)"
+            )
+            message = f"gradoc guard gave up at step {step}: {reason}; {why}"
+            self.event("guard_gave_up", message, step=step, reason=reason)
+            raise GuardGaveUp(message + "; see the run's report for the diagnosis")
+        snapshot.restore(models, optimizers)
+        self.rollbacks += 1
+        self.lr_scale *= self.config.lr_backoff
+        for opt in optimizers:
+            lr.scale_lr(opt, self.config.lr_backoff)
+        self._bad_streak = 0
+        self._divergence.reset()
+        self.event(
+            "rollback",
+            f"{reason}: restored the snapshot of step {snapshot.step}, learning rate x"
+            f"{self.config.lr_backoff:g} (now x{self.lr_scale:g} of the original)",
+            step=step,
+            to_step=snapshot.step,
+            reason=reason,
+            lr_scale=self.lr_scale,
+        )
