@@ -1,9 +1,10 @@
-"""The ``gradoc`` command line: ``run``, ``report``, ``demo``."""
+"""The ``gradoc`` command line: ``run``, ``report``, ``fix``, ``demo``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -43,8 +44,40 @@ def _parser() -> argparse.ArgumentParser:
         help="when the script stopped at a NaN gradoc could not locate, re-run it up to that "
         "step with tracing armed, for at most this long (0: never; default 120)",
     )
+    run.add_argument(
+        "--guard",
+        action="store_true",
+        help="keep the run alive: skip non-finite steps, clip outlier gradient norms (ZClip), "
+        "roll back to a snapshot with a lower learning rate when trouble repeats",
+    )
+    run.add_argument(
+        "--lr-scale",
+        type=_positive,
+        default=1.0,
+        metavar="FACTOR",
+        help="multiply every learning rate (schedules included) by FACTOR, without an edit",
+    )
+    run.add_argument(
+        "--fix",
+        action="store_true",
+        help="then apply the diagnosis's top fix that needs no code change (learning-rate "
+        "scale, clipping, skipping non-finite steps), re-run the script into DIR-fixed and "
+        "compare before and after",
+    )
     run.add_argument("script", metavar="SCRIPT")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+
+    fix = sub.add_parser(
+        "fix",
+        help="re-run a script with the top fix of a run's diagnosis and compare",
+        description="Read RUN_DIR's diagnosis, apply its top fix that needs no code change, "
+        "re-run SCRIPT into RUN_DIR-fixed, and show before and after side by side.",
+    )
+    fix.add_argument("run_dir", metavar="RUN_DIR")
+    fix.add_argument("--out", metavar="DIR", help="run directory of the re-run")
+    fix.add_argument("--json", metavar="PATH", help="also write the comparison JSON here")
+    fix.add_argument("script", metavar="SCRIPT")
+    fix.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
     report = sub.add_parser("report", help="summarise a run directory (finished or running)")
     report.add_argument("run_dir", metavar="RUN_DIR")
@@ -62,6 +95,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -70,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "fix":
+            return _fix_command(args)
         if args.command == "demo":
             from .demo import main as demo_main
 
@@ -93,32 +138,125 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ._replay import seed_everything
-    from ._runner import check_script, exec_script
+    from ._runner import check_script
     from .collect import prepare_run_dir
+    from .config import GuardConfig
+
+    script = check_script(args.script)
+    _check_json_path(args.json)
+    out = prepare_run_dir(args.out, script.stem)
+    guard = GuardConfig() if args.guard else None
+    code, report = _execute(script, list(args.args), out, args.json, guard, args.lr_scale, args)
+    if report is not None:
+        print_run_summary(out, report)
+    if args.fix and report is not None:
+        return _fix(out, report, script, list(args.args), None, None)
+    return code
+
+
+def _check_json_path(path: str | None) -> None:
+    if path and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"--json {path}: directory {Path(path).parent} does not exist")
+
+
+def _execute(
+    script: Path,
+    script_args: list[str],
+    out: Path,
+    json_path: str | None,
+    guard: Any,
+    lr_scale: float,
+    args: argparse.Namespace | None,
+) -> tuple[int, dict[str, Any] | None]:
+    """Run the script watched into ``out``; return its exit code and the report."""
+    from ._replay import seed_everything
+    from ._runner import exec_script
     from .collect.auto import AutoAttach
     from .collect.run import Run
     from .config import WatchConfig
 
-    script = check_script(args.script)
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise UsageError(f"--json {args.json}: directory {Path(args.json).parent} does not exist")
-    out = prepare_run_dir(args.out, script.stem)
-    run = Run(out, WatchConfig(), script=str(script))
+    run = Run(out, WatchConfig(guard=guard), script=str(script), lr_scale=lr_scale)
     auto = AutoAttach(run)
     code = 1
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
     try:
-        code = exec_script(script, list(args.args))
+        code = exec_script(script, script_args)
     finally:
         auto.remove()
         status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
-        report = run.close(status=status, exit_code=code, json_path=args.json)
-    if report is not None and args.replay_budget > 0:
-        report = _replay_if_needed(out, script, list(args.args), code, args) or report
-    if report is not None:
-        print_run_summary(out, report)
+        report = run.close(status=status, exit_code=code, json_path=json_path)
+    if report is not None and args is not None and args.replay_budget > 0:
+        report = _replay_if_needed(out, script, script_args, code, args) or report
+    return code, report
+
+
+def _fix_command(args: argparse.Namespace) -> int:
+    from ._runner import check_script
+    from .report import build_report
+    from .store import open_run
+
+    script = check_script(args.script)
+    _check_json_path(args.json)
+    before = Path(args.run_dir)
+    with open_run(before) as log:  # a clear error when RUN_DIR is not a run
+        report = build_report(log)
+    return _fix(before, report, script, list(args.args), args.out, args.json)
+
+
+def _fix(
+    before: Path,
+    report: dict[str, Any],
+    script: Path,
+    script_args: list[str],
+    out: str | None,
+    json_path: str | None,
+) -> int:
+    """Apply the top no-code fix of ``report``, re-run the script, print before/after."""
+    from rich.console import Console
+
+    from .collect import prepare_run_dir
+    from .fix import choose, code_fixes, compare
+    from .fix.remedy import user_sources
+    from .report import print_comparison, to_json_text
+
+    console = Console(stderr=True)
+    sources = user_sources(script)
+    remedy = choose(report)
+    fixes = code_fixes(report, sources)
+    if report["status"] == "healthy":
+        console.print("gradoc fix: the run is healthy; nothing to fix")
+        return 0
+    if remedy is None:
+        console.print("gradoc fix: every fix of this diagnosis needs a code change:")
+        print_comparison(None, None, fixes, console)
+        return 0
+    after = prepare_run_dir(out or _sibling(before), script.stem)
+    console.print(f"gradoc fix: re-running {script.name} with {remedy.describe()} -> {after}")
+    code, after_report = _execute(
+        script, script_args, after, None, remedy.guard, remedy.lr_scale, None
+    )
+    if after_report is None:
+        return code
+    result = compare(before, report, after, after_report)
+    left = {(f["kind"], f["layer"]) for f in result["remaining"] + result["new"]}
+    fixes = [f for f in fixes if (f.finding, f.layer) in left]  # what the re-run did not cure
+    result["remedy"] = remedy.to_json()
+    result["code_fixes"] = [f.to_json() for f in fixes]
+    text = to_json_text(result)
+    (after / "fix.json").write_text(text)
+    if json_path:
+        Path(json_path).write_text(text)
+    print_comparison(result, remedy, fixes, console)
     return code
+
+
+def _sibling(before: Path) -> Path:
+    """``RUN_DIR-fixed`` (``-fixed-2``, ... when taken)."""
+    base = before.with_name(before.name + "-fixed")
+    path, i = base, 2
+    while (path / "run.db").exists():
+        path, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return path
 
 
 def _replay_if_needed(

@@ -38,7 +38,8 @@ from torch.utils.hooks import RemovableHandle
 
 from .._version import __version__
 from ..config import GuardConfig, WatchConfig
-from ..guard import Guard, GuardGaveUp, Vitals, agree
+from ..guard import Guard, GuardGaveUp, Vitals, agree, scale_lr
+from ..guard import lr as guard_lr
 from ..locate import Origin
 from ..stats import (
     activation_stats,
@@ -167,7 +168,16 @@ class Run:
     :meth:`close` so the log is complete and ``report.json`` is written.
     """
 
-    def __init__(self, directory: Path, config: WatchConfig, *, script: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: WatchConfig,
+        *,
+        script: str | None = None,
+        lr_scale: float = 1.0,
+    ) -> None:
+        """``lr_scale``: multiply every optimizer's learning rates (schedules included) when
+        it is attached: ``gradoc run --lr-scale`` and ``--fix`` try a rate without an edit."""
         self.dir = directory
         self.config = config
         self.step = 0
@@ -192,6 +202,7 @@ class Run:
             started_at=time.time(),
             status="running",
             config=config.describe(),
+            lr_scale=lr_scale,
         )
         self._targets: dict[Optimizer, _Target] = {}
         self._primary: Optimizer | None = None
@@ -214,6 +225,9 @@ class Run:
         self._skipped = 0
         self._update_ratios: dict[str, tuple[int, float]] = {}
         self._guard: Guard | None = None
+        self._lr_scale = lr_scale
+        if lr_scale != 1.0:
+            guard_lr.install()  # before the script makes its schedulers: scale_lr finds them
         if isinstance(config.guard, GuardConfig):
             self._guard = Guard(config.guard, self.event)
         taps.add_loss_sink(self)
@@ -249,6 +263,9 @@ class Run:
         self._targets[optimizer] = _Target(optimizer, params)
         if self._guard is not None:
             self._guard.watch(optimizer)
+        if self._lr_scale != 1.0:
+            scale_lr(optimizer, self._lr_scale)
+            self.event("lr_scaled", f"learning rates x{self._lr_scale:g} (applied by gradoc)")
         if self._primary is None:
             self._primary = optimizer
             self._arm_activations(self.config.activations(self.step))
@@ -420,6 +437,7 @@ class Run:
             if w.param.grad is not None:
                 target.held[w.id] = w.param.grad  # counted at the transfer
             w.param.grad = None
+        target.before = None  # no update to measure: an update not made is not a tiny one
         self._skipped += 1
 
     def _guard_step(self, guard: Guard, target: _Target, primary: bool, v: Vitals) -> None:
@@ -588,6 +606,8 @@ class Run:
         taps.remove_loss_sink(self)
         if self._guard is not None:
             self._guard.close()
+        if self._lr_scale != 1.0:
+            guard_lr.uninstall()
         if self._unsent() and not self._broken:
             try:
                 self._transfer()

@@ -76,6 +76,23 @@ def _init_advice(facts: Facts) -> str:
     return "a variance-preserving initialisation (Kaiming for ReLU-like, Xavier for tanh/sigmoid)"
 
 
+def _clip_fix(facts: Facts, horizon: str = "immediate") -> dict[str, object]:
+    """The clipping fix, applicable without a code change (``gradoc run --fix``)."""
+    at = float(fmt(facts.grad_p99)) if facts.grad_p99 else "zclip"
+    return {"horizon": horizon, "action": _clip_advice(facts), "apply": {"clip": at}}
+
+
+def _code_at(origin: dict[str, object]) -> dict[str, object]:
+    """Where a code fix goes, when the origin names a line of the user's code."""
+    if not origin.get("file"):
+        return {}
+    return {"code": {k: origin.get(k) for k in ("file", "line", "code")}}
+
+
+def _lr_fix(factor: float, action: str, horizon: str = "immediate") -> dict[str, object]:
+    return {"horizon": horizon, "action": action, "apply": {"lr_scale": factor}}
+
+
 def _clip_advice(facts: Facts) -> str:
     if not facts.grad_p99:  # no healthy step to learn a scale from
         return (
@@ -157,17 +174,22 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     if f.step == 0:
         data.support.append("non-finite from the very first step: nothing was learnt yet")
         grow.against.append("there was no training before step 0 to grow anything")
+    if origin and origin.get("phase") == "optimizer":
+        f.fixes.append(_lr_fix(0.1, "lower the learning rate by 10x"))
     f.fixes += [
         {
             "horizon": "immediate",
             "action": f"restart from a checkpoint saved before {_at(f)} and skip "
-            "steps whose loss is not finite (if not torch.isfinite(loss): continue)",
+            "steps whose loss is not finite (gradoc.watch(..., guard=True) or "
+            "gradoc run --guard does it, and rolls back when they repeat)",
+            "apply": {"skip_nonfinite": True},
         },
         {
             "horizon": "short-term",
             "action": "guard the operation that produced it: add an epsilon to "
             "divisors, log and sqrt arguments (x.clamp_min(1e-12)), use log_softmax "
             "instead of log(softmax)",
+            **_code_at(origin),
         },
         {
             "horizon": "long-term",
@@ -226,9 +248,12 @@ def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         arch.against.append("the model has normalisation layers")
     elif facts.depth >= 6:
         arch.support.append(f"{facts.depth} weight layers and no normalisation layer")
-    f.fixes.append({"horizon": "immediate", "action": _clip_advice(facts)})
+    immediate = [_clip_fix(facts)]
     if f.step != 0:  # at step 0 the learning rate has not acted yet
-        f.fixes.append({"horizon": "immediate", "action": "lower the learning rate by 10x"})
+        lower = _lr_fix(0.1, "lower the learning rate by 10x")
+        # the fix of the likelier cause comes first (``gradoc run --fix`` tries it)
+        immediate.insert(0 if lr.score > max(init.score, rec.score) else 1, lower)
+    f.fixes += immediate
     f.fixes += [
         {"horizon": "short-term", "action": _init_advice(facts)},
         {
@@ -414,7 +439,7 @@ def _spike(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         }
     )
     f.fixes += [
-        {"horizon": "immediate", "action": _clip_advice(facts)},
+        _clip_fix(facts),
         {
             "horizon": "short-term",
             "action": "validate batches (finite, in range) and skip steps whose "
@@ -445,10 +470,7 @@ def _divergence(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         }
     )
     f.fixes += [
-        {
-            "horizon": "immediate",
-            "action": "lower the learning rate by 10x and resume from before the onset",
-        },
+        _lr_fix(0.1, "lower the learning rate by 10x and resume from before the onset"),
         {"horizon": "short-term", "action": "add a warm-up and " + _clip_advice(facts)},
         {"horizon": "long-term", "action": "choose the learning rate with a range test; decay it"},
     ]
@@ -475,7 +497,7 @@ def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     )
     try:
         value = float(str(late))
-        k = round(math.exp(value))
+        k = round(math.exp(value)) if value < 10 else 0  # ln(1000) < 7
         if 2 <= k <= 1000 and abs(value - math.log(k)) < 0.02 * math.log(k):
             data.support.append(
                 f"the loss sits at {fmt(value)} ≈ ln({k}): chance level for {k} classes"
@@ -545,7 +567,7 @@ def _large(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     if facts.lr is not None:
         lr.support.append(f"learning rate {fmt(facts.lr)}")
     f.fixes += [
-        {"horizon": "immediate", "action": "lower the learning rate by 10x"},
+        _lr_fix(0.1, "lower the learning rate by 10x"),
         {"horizon": "short-term", "action": "add a warm-up and gradient clipping"},
     ]
     f.monitoring += ["update/weight ratio per layer (healthy ~1e-3, alert above 0.1)"]
@@ -569,7 +591,7 @@ def _tiny(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     if _related(f, "vanishing_gradients") or _related(f, "dead_units"):
         grad.support.append("gradients vanish or units are dead in this run")
     f.fixes += [
-        {"horizon": "immediate", "action": "check the learning rate and the scheduler; raise it"},
+        _lr_fix(10.0, "check the learning rate and the scheduler; raise it (10x to start)"),
         {
             "horizon": "short-term",
             "action": "make sure the layers meant to train are not frozen or detached",

@@ -2,7 +2,8 @@
 
 PyTorch has no hook on LR schedulers, so while a guard is open the ``step`` methods of
 ``torch.optim.lr_scheduler``'s classes are wrapped (and restored when the last guard
-closes). The wrapper learns which schedulers drive which optimizer, and holds back a
+closes). The wrapper learns which schedulers drive which optimizer (so that
+:func:`scale_lr` reaches their base rates), and holds back a
 scheduler's step after an optimizer step the guard skipped — but only for schedulers
 stepped once per optimizer step (their previous call came right after the previous
 optimizer step), so a per-epoch scheduler is never held back. A user subclass that
@@ -52,9 +53,9 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         optimizer = getattr(self, "optimizer", None)
-        t = _trackers.get(optimizer) if isinstance(optimizer, Optimizer) else None
-        if t is None:
+        if not isinstance(optimizer, Optimizer):
             return original(self, *args, **kwargs)
+        t = tracker(optimizer)
         t.schedulers.add(self)
         previous = t.last_call.get(self)
         t.last_call[self] = t.steps

@@ -33,6 +33,7 @@ def build_report(run: RunLog) -> dict[str, Any]:
             "gradoc": meta.get("gradoc"),
             "status": meta.get("status"),
             "exit_code": meta.get("exit_code"),
+            "guard": meta.get("guard"),
         },
         "findings": [f.to_json() for f in findings],
     }

@@ -78,6 +78,8 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     if info.get("status") not in (None, "finished"):
         head.append(f"  ·  script {info['status']}", style="yellow")
     console.print(head)
+    if info.get("guard"):
+        console.print(_guard_line(info["guard"]))
     for name in ("loss", "grad_norm"):
         line = _series_line(name, run.scalar(name))
         if line is not None:
@@ -105,6 +107,20 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
         console.print(_headline(f))
         console.print(_finding(f))
     console.print(f"run log  {run.path}", style="dim", highlight=False)
+
+
+def _guard_line(g: dict[str, Any]) -> Text:
+    """What the guard did: a run it kept alive says so before anything else."""
+    text = Text("guard    ", style="bold")
+    text.append(
+        f"skipped {g['skipped']} non-finite steps · clipped {g['clipped']} · "
+        f"rolled back {g['rollbacks']}"
+    )
+    if g.get("lr_scale", 1.0) != 1.0:
+        text.append(f" · learning rate x{g['lr_scale']:g}")
+    if g.get("gave_up"):
+        text.append("  ·  gave up", style="bold red")
+    return text
 
 
 def _headline(f: dict[str, Any]) -> Text:
@@ -160,3 +176,71 @@ def _rank(x: float | None) -> float:
     if x is None:
         return -1.0
     return math.inf if not math.isfinite(x) else x
+
+
+def _guard_text(g: dict[str, Any] | None) -> str:
+    if not g:
+        return "-"
+    text = f"skipped {g['skipped']} · clipped {g['clipped']} · rolled back {g['rollbacks']}"
+    return text + (" · gave up" if g.get("gave_up") else "")
+
+
+def print_comparison(
+    result: dict[str, Any] | None,
+    remedy: Any,
+    code_fixes: list[Any],
+    console: Console | None = None,
+) -> None:
+    """Before and after a fix side by side (``gradoc fix``, ``gradoc run --fix``); then the
+    fixes that need a code change, with the file and line."""
+    console = console or Console()
+    if result is not None:
+        b, a = result["before"], result["after"]
+        table = Table(
+            title=f"before / after  ·  fix: {remedy.describe()}",
+            title_justify="left",
+            title_style="bold",
+            box=None,
+        )
+        table.add_column("")
+        table.add_column("before", justify="left")
+        table.add_column("after", justify="left")
+        style = {"healthy": "green", "problems": "red"}
+        table.add_row(
+            "status",
+            Text(b["status"], style=style[b["status"]]),
+            Text(a["status"], style=style[a["status"]]),
+        )
+        table.add_row("loss", sparkline(b["loss"], 24), sparkline(a["loss"], 24))
+        table.add_row("final loss", _num(b["final_loss"]), _num(a["final_loss"]))
+        nan = {
+            k: f"step {v}" if v is not None else "-"
+            for k, v in (("b", b["first_nonfinite_loss"]), ("a", a["first_nonfinite_loss"]))
+        }
+        table.add_row("first NaN/Inf loss", nan["b"], nan["a"])
+        table.add_row("steps", _num(b["steps"]), _num(a["steps"]))
+        per_step = [f"{x * 1e3:.3g} ms" if x else "-" for x in (b["s_per_step"], a["s_per_step"])]
+        if result["time_per_step_ratio"]:
+            per_step[1] += f" ({result['time_per_step_ratio']:.2f}x)"
+        table.add_row("time per step", *per_step)
+        table.add_row("guard", _guard_text(b["guard"]), _guard_text(a["guard"]))
+        console.print(table)
+        for label, key, mark, color in (
+            ("gone", "disappeared", "✓", "green"),
+            ("still there", "remaining", "✗", "red"),
+            ("new", "new", "!", "yellow"),
+        ):
+            for f in result[key]:
+                line = Text(f"{mark} {label:<12}", style=color)
+                line.append(f"{f['kind']}", style="bold")
+                line.append(f"  {f['summary']}")
+                console.print(line)
+    for fix in code_fixes:
+        line = Text("needs a code change  ", style="bold yellow")
+        line.append(f"{fix.finding}: {fix.action}")
+        console.print(line)
+        if fix.file:
+            where = Text(f"    {fix.file}:{fix.line}", style="cyan")
+            if fix.code:
+                where.append(f"  {fix.code}", style="dim")
+            console.print(where, highlight=False)

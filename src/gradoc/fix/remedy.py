@@ -1,0 +1,132 @@
+"""Which fix to try: the first applicable fix of the most serious finding."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import GuardConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Remedy:
+    """A fix gradoc applies itself on a re-run: ``lr_scale``, ``clip`` or ``skip_nonfinite``."""
+
+    kind: str
+    value: Any
+    finding: str
+    """The kind of the finding it answers."""
+    action: str
+    """The fix as the diagnosis states it."""
+
+    @property
+    def lr_scale(self) -> float:
+        return float(self.value) if self.kind == "lr_scale" else 1.0
+
+    @property
+    def guard(self) -> GuardConfig | None:
+        """Only what the fix asks for, so the re-run differs from the first run by it alone."""
+        if self.kind == "clip":
+            return GuardConfig(clip=self.value, rollback=False)
+        if self.kind == "skip_nonfinite":
+            return GuardConfig(clip=None)  # skip, and roll back when skips repeat
+        return None
+
+    def describe(self) -> str:
+        if self.kind == "lr_scale":
+            what = f"learning rate x{self.value:g}"
+        elif self.kind == "clip":
+            what = (
+                "adaptive gradient clipping (ZClip)"
+                if self.value == "zclip"
+                else (f"gradient clipping at global norm {self.value:g}")
+            )
+        else:
+            what = "skip non-finite steps (roll back when they repeat)"
+        return f"{what}, for {self.finding}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "describe": self.describe()}
+
+
+@dataclass(frozen=True, slots=True)
+class CodeFix:
+    """A fix that needs the user's code changed, and where."""
+
+    finding: str
+    action: str
+    layer: str | None
+    file: str | None
+    line: int | None
+    code: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _serious(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+
+
+def choose(report: dict[str, Any]) -> Remedy | None:
+    """The first fix with an ``apply`` of the first (most serious) finding that has one."""
+    for f in _serious(report):
+        for fix in f.get("fixes", []):
+            apply = fix.get("apply")
+            if apply:
+                (kind, value), *_ = apply.items()
+                return Remedy(kind, value, f["kind"], fix["action"])
+    return None
+
+
+def code_fixes(report: dict[str, Any], sources: list[Path]) -> list[CodeFix]:
+    """For each serious finding, its first fix that needs a code change, located: the line
+    the diagnosis names (a NaN's origin), else where the layer is defined in ``sources``."""
+    out = []
+    for f in _serious(report):
+        fix = next((x for x in f.get("fixes", []) if not x.get("apply")), None)
+        if fix is None:
+            continue
+        where = fix.get("code") or {}
+        layer = f.get("layer")
+        if not where.get("file") and layer:
+            where = find_definition(layer, sources) or {}
+        out.append(
+            CodeFix(
+                f["kind"],
+                fix["action"],
+                layer,
+                where.get("file"),
+                where.get("line"),
+                where.get("code"),
+            )
+        )
+    return out
+
+
+def find_definition(layer: str, sources: list[Path]) -> dict[str, Any] | None:
+    """The line that creates ``layer`` (``self.fc1 = ...``, ``fc1 = ...``; for ``net.0`` the
+    line that creates ``net``), searched in the user's source files."""
+    parts = [p for p in layer.split(".") if not p.isdigit()]
+    if not parts:
+        return None
+    pattern = re.compile(rf"(^|[\s.]){re.escape(parts[-1])}\s*(:[^=]*)?=[^=]")
+    for path in sources:
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for i, text in enumerate(lines, 1):
+            if pattern.search(text):
+                return {"file": str(path), "line": i, "code": text.strip()}
+    return None
+
+
+def user_sources(script: Path, limit: int = 50) -> list[Path]:
+    """The script, then the other Python files next to it (a model usually lives there)."""
+    script = script.resolve()
+    base = script if script.is_dir() else script.parent
+    others = sorted(p for p in base.glob("*.py") if p != script)[:limit]
+    return ([script] if script.is_file() else []) + others

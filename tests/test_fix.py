@@ -1,0 +1,162 @@
+"""`gradoc run --guard/--lr-scale/--fix` and `gradoc fix`: the fix applied, re-run, compared."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gradoc
+from gradoc.fix import choose, code_fixes
+from gradoc.fix.remedy import find_definition
+from tests.test_cli import _one_line_error, gradoc_cli
+
+LR_TOO_HIGH = textwrap.dedent(
+    """
+    import sys
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    torch.manual_seed(0)
+    w = torch.randn(16, 1)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=float(sys.argv[1]), momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)  # resets lr to base each step
+    for step in range(150):
+        x = torch.randn(64, 16)
+        loss = F.mse_loss(model(x), x @ w)
+        opt.zero_grad(); loss.backward(); opt.step(); sched.step()
+    print("lr", opt.param_groups[0]["lr"])
+    """
+)
+
+NAN_IN_CODE = textwrap.dedent(
+    """
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    class Norm(nn.Module):
+        def forward(self, x):
+            return (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)  # no epsilon
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), Norm(), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(120):
+        x = torch.randn(32, 8)
+        if step % 40 == 39:
+            x[0] = 0.0
+            model[0].bias.data.zero_()  # a zero row gives a constant row: std 0, 0/0
+        loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
+        opt.zero_grad(); loss.backward(); opt.step()
+    """
+)
+
+
+def test_run_fix_lowers_the_learning_rate_and_shows_the_finding_gone(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(LR_TOO_HIGH)
+    out = tmp_path / "runs" / "a"
+    done = gradoc_cli("run", "--out", str(out), "--fix", str(script), "0.3")
+    assert done.returncode == 0, done.stderr
+    fixed = tmp_path / "runs" / "a-fixed"
+    result = json.loads((fixed / "fix.json").read_text())
+    assert result["remedy"]["kind"] == "lr_scale" and result["remedy"]["value"] == 0.1
+    assert "exploding_gradients" in {f["kind"] for f in result["disappeared"]}
+    assert result["after"]["status"] == "healthy" and result["before"]["status"] == "problems"
+    assert result["after"]["final_loss"] < 1.0 < result["before"]["final_loss"]
+    # the scale reached the scheduler's base rate: LambdaLR did not undo it
+    assert "lr 0.03" in done.stdout
+    with gradoc.open_run(fixed) as log:
+        assert log.lr().values[-1] == pytest.approx(0.03)
+        assert "lr_scaled" in [e.kind for e in log.events]
+    assert "before / after" in done.stderr and "gone" in done.stderr
+
+
+def test_fix_command_states_the_code_change_with_file_and_line(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(NAN_IN_CODE)
+    before = tmp_path / "before"
+    assert gradoc_cli("run", "--out", str(before), str(script)).returncode == 0
+    done = gradoc_cli("fix", "--json", str(tmp_path / "fix.json"), str(before), str(script))
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "fix.json").read_text())
+    assert result["remedy"]["kind"] == "skip_nonfinite"
+    assert result["after"]["guard"]["skipped"] == 3  # steps 39, 79, 119
+    # the NaN is still born: the real fix is a code change, named with its line
+    assert [f["kind"] for f in result["remaining"]] == ["nonfinite"]
+    (fix,) = result["code_fixes"]
+    assert fix["file"] == str(script) and fix["line"] == 6 and "x.std(1" in fix["code"]
+    assert "needs a code change" in done.stderr and f"{script}:6" in done.stderr.replace("\n", "")
+
+
+def test_fix_of_a_healthy_run_has_nothing_to_do(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(LR_TOO_HIGH)
+    before = tmp_path / "ok"
+    assert gradoc_cli("run", "--out", str(before), str(script), "0.01").returncode == 0
+    done = gradoc_cli("fix", str(before), str(script), "0.01")
+    assert done.returncode == 0 and "nothing to fix" in done.stderr
+    assert not (tmp_path / "ok-fixed").exists()
+
+
+def test_run_guard_and_lr_scale_flags(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(NAN_IN_CODE)
+    done = gradoc_cli("run", "--guard", "--out", str(tmp_path / "g"), str(script))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "g" / "report.json").read_text())
+    assert report["run"]["guard"]["skipped"] == 3 and "guard    skipped 3" in done.stderr
+    script.write_text(LR_TOO_HIGH)
+    done = gradoc_cli("run", "--lr-scale", "0.5", "--out", str(tmp_path / "s"), str(script), "0.2")
+    assert done.returncode == 0 and "lr 0.1" in done.stdout
+
+
+def test_fix_and_flags_refuse_bad_input(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(LR_TOO_HIGH)
+    _one_line_error(gradoc_cli("fix", str(tmp_path / "nope"), str(script)), "no run log")
+    done = gradoc_cli("run", "--lr-scale", "-1", str(script))
+    assert done.returncode == 2 and "must be a positive number" in done.stderr
+
+
+def test_choose_takes_the_first_applicable_fix_of_the_most_serious_finding() -> None:
+    report = {
+        "findings": [
+            {"kind": "dead_units", "severity": "warning", "fixes": [{"action": "reinit"}]},
+            {
+                "kind": "loss_divergence",
+                "severity": "error",
+                "fixes": [
+                    {"action": "lower", "apply": {"lr_scale": 0.1}},
+                    {"action": "clip", "apply": {"clip": 2.0}},
+                ],
+            },
+            {"kind": "loss_spike", "severity": "info", "fixes": [{"action": "x", "apply": {}}]},
+        ]
+    }
+    remedy = choose(report)
+    assert remedy is not None and (remedy.kind, remedy.value) == ("lr_scale", 0.1)
+    assert remedy.lr_scale == 0.1 and remedy.guard is None
+    assert choose({"findings": report["findings"][:1]}) is None
+    assert [f.finding for f in code_fixes(report, [])] == ["dead_units"]
+
+
+def test_find_definition_names_the_line_that_creates_a_layer(tmp_path: Path) -> None:
+    src = tmp_path / "model.py"
+    src.write_text(
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        self.encoder: nn.Module = nn.Linear(2, 2)\n"
+        "        self.head = nn.Sequential(nn.Linear(2, 2))\n"
+        "        if self.head == 1: pass\n"
+    )
+    assert find_definition("encoder", [src]) == {
+        "file": str(src),
+        "line": 4,
+        "code": "self.encoder: nn.Module = nn.Linear(2, 2)",
+    }
+    found = find_definition("head.0", [src])
+    assert found is not None and found["line"] == 5
+    assert find_definition("missing", [src]) is None
