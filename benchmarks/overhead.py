@@ -6,6 +6,8 @@ d_model 256, 4 heads, batch 16 x 64 tokens, AdamW, on the CPU. Variants:
 - plain                     the loop alone (the baseline)
 - gradoc default            gradoc.watch() with its defaults
 - gradoc activations/step   gradoc.watch(activations=every(1))
+- gradoc guard              gradoc.watch(guard=True): monitoring plus the guard (ZClip on
+                            every step, snapshots every 100 steps)
 - naive per-param loop      mean/std/max/min/norm of every gradient with .item() each
 - detect_anomaly            torch.autograd.detect_anomaly() around forward and backward
 
@@ -73,11 +75,13 @@ def naive_stats(model: nn.Module) -> None:
 GRADOC: dict[str, dict[str, object]] = {
     "gradoc default": {},
     "gradoc activations/step": {"activations": 1},
+    "gradoc guard": {"guard": True},
 }
 VARIANTS = [
     "plain",
     "gradoc default",
     "gradoc activations/step",
+    "gradoc guard",
     "naive per-param loop",
     "detect_anomaly",
 ]

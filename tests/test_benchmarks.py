@@ -36,6 +36,7 @@ def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
         "plain",
         "gradoc default",
         "gradoc activations/step",
+        "gradoc guard",
         "naive per-param loop",
         "detect_anomaly",
     }

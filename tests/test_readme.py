@@ -26,7 +26,7 @@ def commands() -> list[str]:
     for body in blocks("bash"):
         for line in body.splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if line.startswith(("gradoc run", "gradoc report", "sqlite3 ")):
+            if line.startswith(("gradoc run", "gradoc report", "gradoc fix", "sqlite3 ")):
                 found.append(line)
     return found
 
@@ -43,6 +43,7 @@ def test_readme_python_examples_and_commands_run(
             continue
         exec(compile(body, str(README), "exec"), namespace)
     assert (tmp_path / "runs/quickstart/report.json").exists()
+    assert (tmp_path / "runs/guarded/report.json").exists()
     assert (tmp_path / "train.py").exists()
 
     lines = commands()

@@ -52,7 +52,9 @@ def watch(
 
     The loss is captured at ``backward()``, steps are counted at ``optimizer.step()``.
     ``out`` is the run directory (default ``gradoc-runs/<script>-<time>``); ``options``
-    are :class:`WatchConfig` fields (``grads=``, ``params=``, ``activations=``, ...).
+    are :class:`WatchConfig` fields (``grads=``, ``params=``, ``activations=``, ...);
+    ``guard=True`` (or a :class:`GuardConfig`) keeps the run alive: skips non-finite
+    steps, clips outlier gradient norms, rolls back (see :mod:`gradoc.guard`).
 
     >>> import torch, gradoc
     >>> model = torch.nn.Linear(4, 2)
