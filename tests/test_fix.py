@@ -112,6 +112,35 @@ def test_run_guard_and_lr_scale_flags(tmp_path: Path) -> None:
     assert done.returncode == 0 and "lr 0.1" in done.stdout
 
 
+def test_run_guard_that_gives_up_exits_4_with_one_line_and_a_full_report(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch, torch.nn as nn, torch.nn.functional as F
+            model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+            opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+            for step in range(1000):
+                x = torch.randn(32, 8)
+                if step >= 150:
+                    x = x * float("nan")  # the data source went bad for good
+                loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
+                opt.zero_grad(); loss.backward(); opt.step()
+            """
+        )
+    )
+    done = gradoc_cli("run", "--guard", "--out", str(tmp_path / "r"), str(script))
+    assert done.returncode == 4 and "Traceback" not in done.stderr
+    assert "gradoc guard gave up at step" in done.stderr.splitlines()[0]
+    assert "the guard stopped training" in done.stderr and "re-running" not in done.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["run"]["status"] == "gave_up" and report["run"]["guard"]["rollbacks"] == 3
+    assert report["findings"][0]["origin"]["phase"] == "input"
+    with gradoc.open_run(tmp_path / "r") as log:
+        first = next(e for e in log.events if e.kind == "skipped_update")
+    assert first.step == 150 and first.data["origin"]["phase"] == "input"
+
+
 def test_fix_and_flags_refuse_bad_input(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(LR_TOO_HIGH)

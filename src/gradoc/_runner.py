@@ -9,6 +9,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .errors import UsageError
+from .guard import GuardGaveUp
 
 _SKIP = (str(Path(__file__).parent), runpy.__file__)
 
@@ -63,6 +64,9 @@ def exec_script(path: Path, args: list[str]) -> int:
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
         return 130
+    except GuardGaveUp as exc:  # gradoc's own decision: its message, not a traceback
+        print(exc, file=sys.stderr)
+        return exc.exit_code
     except BaseException as exc:
         traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
         return 1

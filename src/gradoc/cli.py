@@ -184,6 +184,8 @@ def _execute(
     finally:
         auto.remove()
         status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
+        if run._guard is not None and run._guard.gave_up:
+            status = "gave_up"
         report = run.close(status=status, exit_code=code, json_path=json_path)
     if report is not None and args is not None and args.replay_budget > 0:
         report = _replay_if_needed(out, script, script_args, code, args) or report
@@ -272,9 +274,9 @@ def _replay_if_needed(
 
     with open_run(out) as log:
         events, meta = log.events, log.meta
-    origins = [e for e in events if e.kind == "nonfinite_origin"]
-    if any(e.data["origin"].get("file") for e in origins):
-        return None
+    origins = [e.data["origin"] for e in events if e.kind == "nonfinite_origin"]
+    if any(o.get("file") or o.get("phase") in ("input", "optimizer") for o in origins):
+        return None  # located already (bad inputs and bad weights have no line to find)
     bad = [e.step for e in events if e.kind in ("nonfinite_loss", "nonfinite_grad")]
     if bad:
         step = min(s for s in bad if s is not None)

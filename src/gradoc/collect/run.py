@@ -224,6 +224,7 @@ class Run:
         self._locator = Locator(self._names)
         self._skipped = 0
         self._update_ratios: dict[str, tuple[int, float]] = {}
+        self._origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
         self._guard: Guard | None = None
         self._lr_scale = lr_scale
         if lr_scale != 1.0:
@@ -380,6 +381,7 @@ class Run:
             self._record_origin(origin)
 
     def _record_origin(self, origin: Origin) -> None:
+        self._origins[origin.step] = origin.to_json()
         where = f" in {origin.module or '(model)'}" if origin.module is not None else ""
         at = f" ({origin.file}:{origin.line})" if origin.file else ""
         self.event(
@@ -448,7 +450,8 @@ class Run:
         if d.skip or d.rollback:
             self._drop_grads(target)
             if v.bad:
-                guard.skipped_step(target.optimizer, step, d.reason if d.skip else "non-finite")
+                reason = d.reason if d.skip else "non-finite"
+                guard.skipped_step(target.optimizer, step, reason, self._origins.get(step))
         if d.rollback:
             models, optimizers = list(self._prefixes), list(self._targets)
             guard.rollback(d.to, step, d.reason, models, optimizers)

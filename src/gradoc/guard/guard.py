@@ -37,7 +37,10 @@ from .zclip import ZClip
 
 
 class GuardGaveUp(GradocError, RuntimeError):
-    """Raised from ``optimizer.step()`` when the guard has rolled back too often."""
+    """Raised from ``optimizer.step()`` when the guard has rolled back too often
+    (``gradoc run`` then exits with status 4)."""
+
+    exit_code = 4
 
 
 @dataclass(slots=True)
@@ -227,10 +230,15 @@ class Guard:
             to=target,
         )
 
-    def skipped_step(self, optimizer: Optimizer, step: int, reason: str) -> None:
+    def skipped_step(
+        self, optimizer: Optimizer, step: int, reason: str, origin: dict[str, Any] | None
+    ) -> None:
+        """Log a skipped step, with where its NaN was born when it was located."""
         lr.tracker(optimizer).skipped = True
         self.skipped += 1
-        self.event("skipped_update", f"step {step} not applied: {reason}", step=step, reason=reason)
+        where = f" ({origin['phase']}: {origin.get('op')})" if origin else ""
+        data = {"reason": reason, **({"origin": origin} if origin else {})}
+        self.event("skipped_update", f"step {step} not applied: {reason}{where}", step=step, **data)
 
     def stepped(self, optimizer: Optimizer) -> None:
         """After every optimizer step (applied or not): the schedulers' clock."""

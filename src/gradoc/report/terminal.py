@@ -75,7 +75,9 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     head.append(f"  ·  {info['steps']} steps")
     if info.get("duration_s") is not None:
         head.append(f" in {info['duration_s']:.1f}s")
-    if info.get("status") not in (None, "finished"):
+    if info.get("status") == "gave_up":
+        head.append("  ·  the guard stopped training", style="bold red")
+    elif info.get("status") not in (None, "finished"):
         head.append(f"  ·  script {info['status']}", style="yellow")
     console.print(head)
     if info.get("guard"):
