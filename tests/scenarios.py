@@ -6,8 +6,6 @@ run directory. ``EXPECTED`` says what a correct diagnosis finds in each.
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,176 +14,66 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradoc
+from gradoc.demo.gallery import (
+    classify,
+    classify_data,
+    dead_relu,
+    exploding_init,
+    loss_spike,
+    mlp,
+    train,
+    vanishing_sigmoid,
+)
+from gradoc.demo.gallery import lr_too_high as divergence_lr
 
 Scenario = Callable[[Path], Path]
-
-
-def _mlp(
-    widths: list[int], act: type[nn.Module], std: float | None = None, bias: float | None = None
-) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(itertools.pairwise(widths)):
-        lin = nn.Linear(a, b)
-        if std is not None:
-            nn.init.normal_(lin.weight, 0.0, std)
-        if bias is not None:
-            nn.init.constant_(lin.bias, bias)
-        layers.append(lin)
-        if i < len(widths) - 2:
-            layers.append(act())
-    return nn.Sequential(*layers)
-
-
-def _regression_data(
-    step: int, dim: int = 16, batch: int = 64
-) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(step)
-    x = torch.randn(batch, dim, generator=g)
-    return x, (x[:, :4].sum(1, keepdim=True)).sin()
-
-
-def _classify_data(
-    step: int, dim: int = 16, batch: int = 64, classes: int = 4
-) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(step)
-    x = torch.randn(batch, dim, generator=g)
-    return x, (x[:, :classes].argmax(1))
-
-
-def _train(
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    out: Path,
-    steps: int,
-    loss_fn: Callable[[int], torch.Tensor],
-    **watch: object,
-) -> Path:
-    with gradoc.watch(model, opt, out=out, **watch) as run:  # type: ignore[arg-type]
-        for step in range(steps):
-            opt.zero_grad()
-            loss = loss_fn(step)
-            loss.backward()
-            opt.step()
-            if not math.isfinite(loss.item()) and step > 3:
-                break
-    return run.dir
-
-
-def _classify(model: nn.Module, opt: torch.optim.Optimizer, out: Path, steps: int) -> Path:
-    """Train on the 4-class task of _classify_data with cross-entropy."""
-
-    def loss(s: int) -> torch.Tensor:
-        x, y = _classify_data(s)
-        return F.cross_entropy(model(x), y)
-
-    return _train(model, opt, out, steps, loss)
-
-
-# -- pathologies ---------------------------------------------------------------------------
-def exploding_init(out: Path) -> Path:
-    """A 10-layer ReLU MLP initialised from N(0, 1): gradients are huge from step 0."""
-    torch.manual_seed(0)
-    model = _mlp([16] + [64] * 9 + [1], nn.ReLU, std=1.0)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    return _train(
-        model,
-        opt,
-        out,
-        60,
-        lambda s: F.mse_loss(model(_regression_data(s)[0]), _regression_data(s)[1]),
-    )
-
-
-def vanishing_sigmoid(out: Path) -> Path:
-    """A 12-layer sigmoid MLP with default init: the first layers get almost no gradient."""
-    torch.manual_seed(0)
-    model = _mlp([16] + [32] * 11 + [4], nn.Sigmoid)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    return _classify(model, opt, out, 150)
-
-
-def dead_relu(out: Path) -> Path:
-    """A ReLU MLP whose hidden biases start at -4: most units never fire."""
-    torch.manual_seed(0)
-    model = _mlp([16, 128, 128, 4], nn.ReLU, bias=-4.0)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    return _classify(model, opt, out, 120)
 
 
 def saturated_tanh(out: Path) -> Path:
     """A tanh MLP initialised with std 1 on wide layers: most pre-activations are far past 3."""
     torch.manual_seed(0)
-    model = _mlp([16, 256, 256, 256, 4], nn.Tanh, std=1.0)
+    model = mlp([16, 256, 256, 256, 4], nn.Tanh, std=1.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    return _classify(model, opt, out, 120)
-
-
-def loss_spike(out: Path) -> Path:
-    """A healthy MLP that meets one corrupted batch (inputs scaled by 1000) at step 150."""
-    torch.manual_seed(0)
-    model = _mlp([16, 64, 64, 4], nn.ReLU)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def loss(s: int) -> torch.Tensor:
-        x, y = _classify_data(s)
-        if s == 150:
-            x = x * 1000.0
-        return F.cross_entropy(model(x), y)
-
-    return _train(model, opt, out, 260, loss)
-
-
-def divergence_lr(out: Path) -> Path:
-    """SGD with a learning rate 100x too high on a regression MLP: the loss climbs."""
-    torch.manual_seed(0)
-    model = _mlp([16, 64, 64, 1], nn.Tanh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.35)
-    return _train(
-        model,
-        opt,
-        out,
-        150,
-        lambda s: F.mse_loss(model(_regression_data(s)[0]) * 3, _regression_data(s)[1] * 3),
-    )
+    return classify(model, opt, out, 120)
 
 
 def plateau_random_labels(out: Path) -> Path:
     """Labels independent of the inputs: the loss stays at ln(4) however long it trains."""
     torch.manual_seed(0)
-    model = _mlp([16, 64, 4], nn.ReLU)
+    model = mlp([16, 64, 4], nn.ReLU)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def loss(s: int) -> torch.Tensor:
-        x, _ = _classify_data(s)
+        x, _ = classify_data(s)
         y = torch.randint(0, 4, (x.shape[0],), generator=torch.Generator().manual_seed(10_000 + s))
         return F.cross_entropy(model(x), y)
 
-    return _train(model, opt, out, 400, loss)
+    return train(model, opt, out, 400, loss)
 
 
 def poor_init_small(out: Path) -> Path:
     """An 8-layer tanh MLP initialised with std 0.01 and zero biases: activations shrink
     ~12x a layer (gain 0.01 * sqrt(64))."""
     torch.manual_seed(0)
-    model = _mlp([16] + [64] * 7 + [4], nn.Tanh, std=0.01, bias=0.0)
+    model = mlp([16] + [64] * 7 + [4], nn.Tanh, std=0.01, bias=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    return _classify(model, opt, out, 40)
+    return classify(model, opt, out, 40)
 
 
 def large_updates(out: Path) -> Path:
     """SGD at learning rate 50: each update is many times the weights it changes."""
     torch.manual_seed(0)
-    model = _mlp([16, 32, 4], nn.ReLU)
+    model = mlp([16, 32, 4], nn.ReLU)
     opt = torch.optim.SGD(model.parameters(), lr=50.0)
-    return _classify(model, opt, out, 40)
+    return classify(model, opt, out, 40)
 
 
 def tiny_updates(out: Path) -> Path:
     """A learning rate of 1e-11: the weights never move."""
     torch.manual_seed(0)
-    model = _mlp([16, 64, 4], nn.ReLU)
+    model = mlp([16, 64, 4], nn.ReLU)
     opt = torch.optim.SGD(model.parameters(), lr=1e-11)
-    return _classify(model, opt, out, 60)
+    return classify(model, opt, out, 60)
 
 
 class _LogOfZero(nn.Module):
@@ -204,7 +92,7 @@ def nonfinite_log(out: Path) -> Path:
     torch.manual_seed(0)
     model = _LogOfZero()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    return _classify(model, opt, out, 10)
+    return classify(model, opt, out, 10)
 
 
 # -- healthy controls ------------------------------------------------------------------------
@@ -230,7 +118,7 @@ def healthy_transformer(out: Path) -> Path:
         t = torch.randint(0, 50, (16, 12), generator=torch.Generator().manual_seed(s))
         return F.cross_entropy(model(t), (t[:, 0] < 25).long())
 
-    return _train(model, opt, out, 150, loss)
+    return train(model, opt, out, 150, loss)
 
 
 def healthy_cnn_batchnorm(out: Path) -> Path:
@@ -255,7 +143,7 @@ def healthy_cnn_batchnorm(out: Path) -> Path:
         y = (x[:, :, :6].mean((1, 2, 3)) > x[:, :, 6:].mean((1, 2, 3))).long()
         return F.cross_entropy(model(x), y)
 
-    return _train(model, opt, out, 150, loss)
+    return train(model, opt, out, 150, loss)
 
 
 def healthy_lstm_accumulation(out: Path) -> Path:
@@ -306,7 +194,7 @@ def healthy_gru(out: Path) -> Path:
         t = torch.randint(0, 20, (16, 15), generator=torch.Generator().manual_seed(s))
         return F.cross_entropy(model(t), t[:, -2] % 3)  # recall a recent token
 
-    return _train(model, opt, out, 150, loss)
+    return train(model, opt, out, 150, loss)
 
 
 def healthy_small_noisy_batches(out: Path) -> Path:
@@ -328,7 +216,7 @@ def healthy_small_noisy_batches(out: Path) -> Path:
         y = (x[:, :5] + 0.5 * torch.randn(8, 5, generator=g)).argmax(1)
         return F.cross_entropy(model(x), y)
 
-    return _train(model, opt, out, 1500, loss)
+    return train(model, opt, out, 1500, loss)
 
 
 def healthy_frozen_unused(out: Path) -> Path:
@@ -348,7 +236,7 @@ def healthy_frozen_unused(out: Path) -> Path:
 
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    return _classify(model, opt, out, 200)
+    return classify(model, opt, out, 200)
 
 
 PATHOLOGIES: dict[str, tuple[Scenario, str, str | None]] = {

@@ -192,14 +192,37 @@ def test_unclosed_watch_is_closed_at_exit(tmp_path: Path) -> None:
 
 
 def test_demo_diagnoses_the_nan(tmp_path: Path) -> None:
+    from gradoc.demo import nan_posenc
+
     done = gradoc_cli("demo", "--out", str(tmp_path / "demo"))
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "demo" / "report.json").read_text())
     (finding,) = report["findings"]
-    assert finding["kind"] == "nonfinite" and finding["step"] == 37
-    assert "report.json" in done.stdout
-    listing = gradoc_cli("demo", "--list")
-    assert "nan-posenc" in listing.stdout
+    assert finding["kind"] == "nonfinite" and report["run"]["guard"]["skipped"] > 0
+    origin = finding["origin"]
+    source = Path(nan_posenc.__file__).read_text().splitlines()
+    bug_line = next(i for i, text in enumerate(source, 1) if "rel = pos / span" in text)
+    assert (origin["module"], origin["op"], origin["phase"]) == (
+        "pos_encoding",
+        "aten.div.Tensor",
+        "forward",
+    )
+    assert origin["file"] == nan_posenc.__file__ and origin["line"] == bug_line
+    evidence = {e["signal"]: e["value"] for e in origin["evidence"]}
+    assert evidence["`lengths` of the samples where the value was born"] == [1]
+    assert evidence["zeros in the denominator"] >= 1
+    ruled = {r["cause"] for r in finding["ruled_out"]}
+    assert {"learning rate too high", "overfitting or data drift"} <= ruled
+    assert [f["horizon"] for f in finding["fixes"]] == ["immediate", "short-term", "long-term"]
+    assert "pos_encoding" in finding["fixes"][-1]["action"]
+    assert any("`lengths`" in m for m in finding["monitoring"])
+    assert "validation accuracy 0.8" in done.stdout
+    assert "report.html" in done.stdout and (tmp_path / "demo" / "report.html").exists()
+
+    fixed = gradoc_cli("demo", "--fixed", "--out", str(tmp_path / "fixed"))
+    assert fixed.returncode == 0, fixed.stderr
+    healthy = json.loads((tmp_path / "fixed" / "report.json").read_text())
+    assert healthy["status"] == "healthy" and healthy["run"]["guard"]["skipped"] == 0
 
 
 GAN = textwrap.dedent(

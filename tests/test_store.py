@@ -96,7 +96,7 @@ def test_schema_is_versioned(tmp_path: Path) -> None:
     assert conn.execute("pragma user_version").fetchone()[0] == gradoc.store.SCHEMA_VERSION
     # a finished run is one self-contained file (WAL is for the run while it is written)
     assert conn.execute("pragma journal_mode").fetchone()[0] == "delete"
-    assert sorted(p.name for p in db.parent.iterdir()) == ["report.json", "run.db"]
+    assert sorted(p.name for p in db.parent.iterdir()) == ["report.html", "report.json", "run.db"]
     conn.execute("pragma user_version=99")
     conn.commit()
     conn.close()

@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", metavar="RUN_DIR")
     report.add_argument("--json", action="store_true", help="print report.json instead")
     report.add_argument(
+        "--html",
+        metavar="PATH",
+        help="(re)write the HTML report to PATH (RUN_DIR/report.html: "
+        "written at the end of every run)",
+    )
+    report.add_argument(
         "--fail-on",
         choices=("warning", "error"),
         help="exit with status 3 when a finding of this severity (or worse) exists: for CI",
@@ -92,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("scenario", nargs="?", metavar="SCENARIO")
     demo.add_argument("--list", action="store_true", help="list the scenarios")
     demo.add_argument("--out", metavar="DIR", help="run directory")
+    demo.add_argument(
+        "--fixed", action="store_true", help="run the corrected version of the scenario"
+    )
     return parser
 
 
@@ -118,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from .demo import main as demo_main
 
-            return demo_main(args.scenario, list_only=args.list, out=args.out)
+            return demo_main(args.scenario, list_only=args.list, out=args.out, fixed=args.fixed)
         parser.print_help()
         return 2
     except GradocError as exc:
@@ -354,6 +363,11 @@ def _report(args: argparse.Namespace) -> int:
 
     with open_run(args.run_dir) as log:
         report = build_report(log)
+        if args.html:
+            from .report.html import write_html
+
+            _check_json_path(args.html)
+            write_html(log, report, args.html)
         if args.json:
             print(to_json_text(report), end="")
         else:

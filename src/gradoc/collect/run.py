@@ -570,6 +570,10 @@ class Run:
                 self._transfer()
             self._writer.flush()
 
+    def guard_summary(self) -> dict[str, Any] | None:
+        """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
+        return self._guard.summary() if self._guard is not None else None
+
     def event(self, kind: str, message: str, step: int | None = None, **data: Any) -> None:
         """Record an event in the run log (shown in reports)."""
         t = time.monotonic() - self._t0

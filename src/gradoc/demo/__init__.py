@@ -1,4 +1,8 @@
-"""Built-in scenarios: ``gradoc demo [SCENARIO]``."""
+"""Built-in scenarios: ``gradoc demo [SCENARIO] [--fixed]``, ``gradoc demo --list``.
+
+The flagship (no argument) is :mod:`.nan_posenc`; the gallery (:mod:`.gallery`) pairs
+each classic pathology with its fix.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,33 @@ from pathlib import Path
 
 from ..errors import UsageError
 from . import nan_posenc
+from .gallery import GALLERY
 
-SCENARIOS = {nan_posenc.NAME: nan_posenc}
 DEFAULT = nan_posenc.NAME
 
 
-def main(name: str | None = None, *, list_only: bool = False, out: str | None = None) -> int:
+def titles() -> dict[str, str]:
+    return {nan_posenc.NAME: nan_posenc.TITLE} | {k: s.title for k, s in GALLERY.items()}
+
+
+def main(
+    name: str | None = None,
+    *,
+    list_only: bool = False,
+    out: str | None = None,
+    fixed: bool = False,
+) -> int:
     if list_only:
-        for key, mod in SCENARIOS.items():
-            print(f"{key:<16} {mod.TITLE}")
+        for key, title in titles().items():
+            flag = "  (the default)" if key == DEFAULT else ""
+            print(f"{key:<18} {title}{flag}")
         return 0
     key = name or DEFAULT
-    if key not in SCENARIOS:
+    path = Path(out) if out else None
+    if key == DEFAULT:
+        return nan_posenc.run(path, fixed=fixed)
+    if key not in GALLERY:
         raise UsageError(f"unknown scenario {key!r}; `gradoc demo --list` shows them")
-    return int(SCENARIOS[key].run(Path(out) if out else None))
+    from .gallery import run
+
+    return run(key, path, fixed=fixed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -106,6 +107,35 @@ def _clip_advice(facts: Facts) -> str:
     )
 
 
+def _loss_before(f: Finding, h: History) -> None:
+    """How the loss moved before a failure: a signal, and what it rules out."""
+    before = [
+        v
+        for s, v in zip(h.loss.steps, h.loss.values)
+        if f.step is not None and s < f.step and math.isfinite(v)
+    ]
+    if len(before) < 10:
+        return
+    k = max(5, len(before) // 5)
+    early, late = statistics.median(before[:k]), statistics.median(before[-k:])
+    trend = "falling" if late < 0.97 * early else "rising" if late > 1.03 * early else "flat"
+    f.evidence.append(
+        {
+            "signal": f"loss before {_at(f)} (median of the first / last {k} steps)",
+            "value": f"{fmt(early)} -> {fmt(late)}, {trend}",
+        }
+    )
+    if trend != "rising":
+        f.ruled_out.append(
+            {
+                "cause": "overfitting or data drift",
+                "why": f"the training loss was {trend} before {_at(f)} ({fmt(early)} -> "
+                f"{fmt(late)}) and turned non-finite in one step; overfitting and drift move "
+                "the loss gradually, and neither makes it NaN",
+            }
+        )
+
+
 # -- one explanation per kind -------------------------------------------------------------------
 def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"the loss or the gradients became NaN/Inf at {_at(f)}"
@@ -147,6 +177,7 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         )
     if (r := _lr_ruled_out(facts, f)) is not None:
         f.ruled_out.append(r)
+    _loss_before(f, h)
     origin = f.origin or {}
     facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
     where = f" in {origin.get('module') or 'code outside the model'}"
@@ -193,11 +224,19 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         },
         {
             "horizon": "long-term",
-            "action": "add a numerics test for the module on edge-case inputs "
-            "(empty, one-element, all-zero, very large)",
+            "action": f"add a numerics test for {origin.get('module') or 'the module'} on "
+            "edge-case inputs (sequence lengths 1 and 2, empty, all-zero, very large) "
+            "that asserts finite outputs and gradients",
         },
     ]
     f.monitoring += ["non-finite loss and gradients on every step (gradoc records them by default)"]
+    for e in origin.get("evidence", []):
+        if str(e["signal"]).startswith("`") and "failing batch" in str(e["signal"]):
+            name = str(e["signal"]).split("`")[1]
+            f.monitoring.append(
+                f"the range of `{name}` in every batch (min / max), with an alert on values "
+                "the model was never tested on"
+            )
     return [op, data, grow]
 
 
@@ -222,6 +261,11 @@ def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         0.15,
         "add LayerNorm/BatchNorm between layers and compare the step-0 gradient norms",
     )
+    if f.step is not None and f.step >= 50:
+        init.against.append(
+            f"the first {f.step} steps trained with ordinary gradients: an initialisation "
+            "that is too large shows from step 0"
+        )
     if f.step == 0:
         init.support.append("the gradients are too large at step 0, before any update")
         lr.against.append("the problem is there at step 0, before the learning rate acted")
@@ -241,9 +285,13 @@ def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         init.support.append(str(poor["summary"]))
     if _related(f, "loss_divergence"):
         lr.support.append("the loss diverged")
-    (rec.support if facts.recurrent else rec.against).append(
-        "the model has recurrent layers" if facts.recurrent else "the model has no recurrent layers"
-    )
+    ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
+    if ungated:
+        rec.support.append(f"the model has ungated recurrent layers ({', '.join(ungated)})")
+    elif facts.recurrent:
+        rec.support.append("the model has recurrent layers (gated)")
+    else:
+        rec.against.append("the model has no recurrent layers")
     if facts.normalised:
         arch.against.append("the model has normalisation layers")
     elif facts.depth >= 6:
@@ -513,9 +561,30 @@ def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         for r in f.related
         if r["kind"] in ("dead_units", "vanishing_gradients", "saturated_units", "tiny_updates")
     ]
+    ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
+    through_time = Hypothesis(
+        "an ungated recurrence: gradients vanish through time, so what a long sequence starts "
+        "with never reaches the loss",
+        0.3,
+        "train a gated cell (LSTM/GRU) or shorter sequences on the same data: a drop in the "
+        "loss confirms it",
+    )
+    if ungated:
+        # the commonest reason a vanilla RNN does not learn: it outranks the data on a tie
+        through_time.prior = 0.45
+        through_time.support.append(
+            f"the model has ungated recurrent layers ({', '.join(ungated)})"
+        )
+        f.fixes.append(
+            {
+                "horizon": "short-term",
+                "action": "replace the vanilla RNN with an LSTM or GRU (forget-gate bias ~1-3), "
+                "and clip the gradient norm",
+            }
+        )
     if causes:
         blocked.support += [str(r["summary"]) for r in causes]
-    else:
+    elif not ungated:  # the layer ratio does not see vanishing through time
         blocked.against.append("no dead, saturated or vanishing layer was found")
         f.ruled_out.append(
             {
@@ -540,7 +609,7 @@ def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         },
     ]
     f.monitoring += ["loss against the trivial baseline", "update/weight ratio per layer"]
-    return [data, lr, blocked]
+    return [data, lr, blocked] + ([through_time] if ungated else [])
 
 
 def _poor_init(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:

@@ -12,6 +12,7 @@ only).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import warnings
 from collections.abc import Iterator, Sequence
@@ -104,6 +105,47 @@ def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[dict[str
     return ev
 
 
+def _bad_rows(t: Tensor, limit: int = 16) -> tuple[int, list[int]]:
+    """(size of dim 0, the first indices along it holding a non-finite value)."""
+    if t.dim() == 0:
+        return 0, []
+    rows = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1).nonzero().flatten()
+    return t.shape[0], rows[:limit].tolist()
+
+
+def batch_evidence(
+    root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], rows: tuple[int, list[int]]
+) -> list[dict[str, Any]]:
+    """What the failing batch's per-sample integer inputs (lengths, counts, ids) looked like,
+    and their values for the samples where the value was born: "the short posts"."""
+    try:
+        bound = inspect.signature(root.forward).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {f"input {i}": a for i, a in enumerate(args)} | kwargs
+    size, bad = rows
+    ev: list[dict[str, Any]] = []
+    for name, value in bound.items():
+        if not (isinstance(value, Tensor) and value.dim() == 1 and value.numel() > 1):
+            continue
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            continue
+        v = value.detach().cpu()
+        ev.append(
+            {
+                "signal": f"`{name}` in the failing batch (min / median / max)",
+                "value": f"{int(v.min())} / {int(v.median())} / {int(v.max())}",
+            }
+        )
+        if bad and size == v.numel():
+            ev.append(
+                {
+                    "signal": f"`{name}` of the samples where the value was born",
+                    "value": [int(v[i]) for i in bad],
+                }
+            )
+    return ev
+
+
 class Tracer(TorchDispatchMode):
     """Records the first op whose finite inputs gave a non-finite output."""
 
@@ -134,6 +176,7 @@ class Tracer(TorchDispatchMode):
                         "node": self.node,
                         "frame": user_frame(),
                         "evidence": describe(func, args, outs),
+                        "rows": _bad_rows(next(t for t in outs if _bad(t))),
                     }
         return out
 
@@ -310,7 +353,9 @@ def locate_step(
             with tracer:
                 out = root(*args, **kwargs)
             if tracer.found is not None:
-                return origin_from(step, tracer.found, "forward")
+                origin = origin_from(step, tracer.found, "forward")
+                origin.evidence += batch_evidence(root, args, kwargs, tracer.found["rows"])
+                return origin
             first = _floats(out)
             params = [p for r in roots for p in r.parameters() if p.requires_grad]
             if out_grad is not None and first and first[0].requires_grad and params:

@@ -1,7 +1,5 @@
-"""report: render a run log as report.json and as a terminal summary.
-
-This package is the only one that imports rich.
-"""
+"""report: render a run log as report.json, a terminal summary (rich) and report.html
+(matplotlib charts, imported only when a page is written)."""
 
 from .json import REPORT_SCHEMA, build_report, to_json_text, write_report
 from .terminal import print_comparison, print_summary

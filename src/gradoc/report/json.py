@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,15 @@ def to_json_text(report: dict[str, Any]) -> str:
     return json.dumps(_clean(report), indent=2, allow_nan=False) + "\n"
 
 
-def write_report(run_dir: str | Path, json_path: str | Path | None = None) -> dict[str, Any]:
-    """Build the report of ``run_dir`` and write ``run_dir/report.json`` (and ``json_path``)."""
+def write_report(
+    run_dir: str | Path, json_path: str | Path | None = None, *, html: bool = True
+) -> dict[str, Any]:
+    """Build the report of ``run_dir`` and write ``run_dir/report.json`` (and ``json_path``)
+    and ``run_dir/report.html``."""
     with open_run(run_dir) as run:
         report = build_report(run)
+        if html:
+            _write_html(run, report, Path(run_dir) / "report.html")
     text = to_json_text(report)
     targets = [Path(run_dir) / "report.json"]
     if json_path is not None:
@@ -68,3 +74,15 @@ def write_report(run_dir: str | Path, json_path: str | Path | None = None) -> di
         tmp.write_text(text)
         os.replace(tmp, target)  # readers never see a half-written report
     return report
+
+
+def _write_html(run: RunLog, report: dict[str, Any], path: Path) -> None:
+    """report.html; a chart that cannot be drawn costs the page, never the JSON report."""
+    from .html import write_html
+
+    try:
+        tmp = path.with_name(path.name + ".tmp")
+        write_html(run, report, tmp)
+        os.replace(tmp, path)
+    except Exception as exc:  # e.g. matplotlib missing or failing on odd data
+        print(f"gradoc: could not write {path}: {type(exc).__name__}: {exc}", file=sys.stderr)

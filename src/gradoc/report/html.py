@@ -1,0 +1,427 @@
+"""report.html: one self-contained page (no script, no CDN) generated from the run log.
+
+The diagnosis as in the terminal, with the origin's source lines in context, and the
+charts: loss with event markers, global gradient norm, gradient flow per layer, a layer x
+step heatmap of gradient norms, dead and saturated fractions per layer over time, and
+update/weight ratios. Every string that comes from the user's code or run (module names,
+messages, source lines) goes through ``html.escape`` or the SVG writer's XML escaping.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from ..detect.dead_units import RELU_FAMILY
+from ..store import RunLog
+from . import charts
+
+MAX_ROWS = 48
+"""Layers shown in a heatmap (evenly chosen in network order when there are more)."""
+MAX_COLS = 240
+"""Steps shown in a heatmap (evenly chosen)."""
+MAX_LINES = 12
+"""Layers drawn in the update/weight chart."""
+
+
+def _e(x: object) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _num(x: object) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return _e(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return repr(x).lower() if not math.isfinite(x) else f"{x:.4g}"
+
+
+def _even(items: list[Any], n: int) -> list[Any]:
+    if len(items) <= n:
+        return items
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
+# -- the diagnosis -----------------------------------------------------------------------------
+def _source(origin: dict[str, Any], context: int = 3) -> str:
+    """The origin's line with ``context`` lines around it, read now from the file."""
+    file, line = origin.get("file"), origin.get("line")
+    if not file or not isinstance(line, int):
+        return ""
+    try:
+        lines = Path(file).read_text(errors="replace").splitlines()
+    except OSError:
+        code = origin.get("code")
+        return (
+            f'<pre class="src"><span class="hit">{line:>5}  {_e(code)}</span></pre>' if code else ""
+        )
+    lo, hi = max(1, line - context), min(len(lines), line + context)
+    rows = []
+    for n in range(lo, hi + 1):
+        text = f"{n:>5}  {_e(lines[n - 1])}"
+        rows.append(f'<span class="hit">{text}</span>' if n == line else text)
+    return (
+        f'<div class="file">{_e(file)}:{line}</div><pre class="src">' + "\n".join(rows) + "</pre>"
+    )
+
+
+def _origin(origin: dict[str, Any]) -> str:
+    where = origin.get("module")
+    parts = [
+        f"<b>{_e(origin.get('phase'))}</b>",
+        f"<code>{_e(origin.get('op'))}</code>" if origin.get("op") else "",
+        f"in <code>{_e(where)}</code>" if where else "outside the model",
+    ]
+    ev = "".join(
+        f"<li>{_e(e['signal'])}: <b>{_num(e['value'])}</b></li>" for e in origin.get("evidence", [])
+    )
+    note = f"<p class='note'>{_e(origin['note'])}</p>" if origin.get("note") else ""
+    return (
+        f"<div class='origin'><h4>Where it was born</h4><p>{' '.join(p for p in parts if p)}</p>"
+        f"{_source(origin)}<ul>{ev}</ul>{note}</div>"
+    )
+
+
+def _section(title: str, items: list[str], cls: str = "", tag: str = "ul") -> str:
+    """A titled list of HTML fragments (already escaped); nothing when there are none."""
+    if not items:
+        return ""
+    body = "".join(f"<li>{i}</li>" for i in items)
+    return f"<h4>{title}</h4><{tag} class='{cls}'>{body}</{tag}>"
+
+
+def _finding(f: dict[str, Any]) -> str:
+    at = f" at step {f['step']}" if f.get("step") is not None else ""
+    layer = f" in <code>{_e(f['layer'] or '(model)')}</code>" if f.get("layer") is not None else ""
+    out = [
+        f"<article class='finding {_e(f['severity'])}'>",
+        f"<h3><span class='sev'>{_e(f['severity'])}</span> {_e(f['kind'])}{at}{layer}</h3>",
+        f"<p class='summary'>{_e(f['summary'])}</p>",
+    ]
+    if f.get("symptom"):
+        out.append(f"<h4>Symptom</h4><p>{_e(f['symptom'])}</p>")
+    if f.get("origin"):
+        out.append(_origin(f["origin"]))
+    out.append(
+        _section(
+            "Signals",
+            [
+                f"{_e(e['signal'])}: <b>{_num(e['value'])}</b>"
+                + (
+                    f" <span class='dim'>(step {e['step']})</span>"
+                    if e.get("step") is not None
+                    else ""
+                )
+                for e in f.get("evidence", [])
+            ],
+        )
+    )
+    out.append(_section("Related", [_e(r["summary"]) for r in f.get("related", [])], "related"))
+    hyps = []
+    for h in f.get("hypotheses", []):
+        sup = "".join(f"<li class='for'>{_e(s)}</li>" for s in h.get("support", []))
+        ag = "".join(f"<li class='against'>{_e(s)}</li>" for s in h.get("against", []))
+        check = f"<div class='check'>check: {_e(h['check'])}</div>" if h.get("check") else ""
+        hyps.append(
+            f"<span class='lk {_e(h['likelihood'])}'>{_e(h['likelihood'])}</span> "
+            f"{_e(h['cause'])}<ul>{sup}{ag}</ul>{check}"
+        )
+    out.append(_section("Hypotheses", hyps, "hyp", tag="ol"))
+    if f.get("root_cause"):
+        out.append(f"<h4>Root cause</h4><p class='root'>{_e(f['root_cause'])}</p>")
+    if f.get("fixes"):
+        rows = "".join(
+            f"<tr><td class='hz'>{_e(x['horizon'])}</td><td>{_e(x['action'])}"
+            + (
+                f" <code>{_e(x['code']['file'])}:{_e(x['code']['line'])}</code>"
+                if x.get("code")
+                else ""
+            )
+            + "</td></tr>"
+            for x in f["fixes"]
+        )
+        out.append(f"<h4>Fixes</h4><table class='fixes'>{rows}</table>")
+    out.append(_section("Monitoring to add", [_e(m) for m in f.get("monitoring", [])]))
+    ruled = [f"<b>not {_e(r['cause'])}</b>: {_e(r['why'])}" for r in f.get("ruled_out", [])]
+    out.append(_section("Ruled out", ruled, "ruled"))
+    out.append("</article>")
+    return "".join(out)
+
+
+# -- the charts ------------------------------------------------------------------------------
+def _figure(fid: str, title: str, svg: str | None, caption: str) -> str:
+    body = svg if svg else "<p class='empty'>not recorded in this run</p>"
+    return (
+        f"<figure class='chart' id='{fid}'><figcaption><b>{_e(title)}</b> {_e(caption)}"
+        f"</figcaption>{body}</figure>"
+    )
+
+
+def _marks(log: RunLog, report: dict[str, Any]) -> dict[str, list[int]]:
+    loss, norm = log.scalar("loss"), log.scalar("grad_norm")
+    bad = {s for s, v in zip(loss.steps, loss.values) if not math.isfinite(v)}
+    bad |= {s for s, v in zip(norm.steps, norm.values) if not math.isfinite(v)}
+    events = log.events
+    found = report["findings"] + [r for f in report["findings"] for r in f.get("related", [])]
+    spikes = {f.get("step") for f in found if f["kind"] == "loss_spike"} - {None}
+    return {
+        "nonfinite": sorted(bad),
+        "spike": sorted(spikes),
+        **{
+            k: sorted({e.step for e in events if e.kind == k and e.step is not None})
+            for k in ("skipped_update", "clipped", "rollback")
+        },
+    }
+
+
+def _charts(log: RunLog, report: dict[str, Any]) -> list[str]:
+    loss, norm = log.scalar("loss"), log.scalar("grad_norm")
+    out = [
+        _figure(
+            "chart-loss",
+            "Loss",
+            charts.loss_chart(loss.steps, loss.values, _marks(log, report)) if loss.steps else None,
+            "with the run's events: NaN/Inf, loss spikes, skipped and clipped steps, rollbacks.",
+        ),
+        _figure(
+            "chart-grad-norm",
+            "Global gradient norm",
+            charts.grad_norm_chart(norm.steps, norm.values) if norm.steps else None,
+            "L2 norm over every watched gradient, log scale.",
+        ),
+    ]
+    params = log.params
+    table = log.param_table()
+    weights = [p for p in params if p.shape and len(p.shape) >= 2] or params
+    full = log.steps_with("grad_maxabs")
+    flow = None
+    if full and weights:
+        first_bad = norm.first_nonfinite()
+        finite_at = {s for s, v in zip(norm.steps, norm.values) if math.isfinite(v)}
+        healthy = [s for s in full if s in finite_at]
+        picks = sorted({healthy[0], healthy[len(healthy) // 2], healthy[-1]}) if healthy else []
+        if first_bad is not None and first_bad in full:
+            picks.append(first_bad)
+        at = {}
+        for s in picks[-4:]:
+            rms, mx = [], []
+            for p in weights:
+                g, m = table[p.name]["grad_norm"].at(s), table[p.name]["grad_maxabs"].at(s)
+                rms.append(g / math.sqrt(p.numel) if g is not None and p.numel else math.nan)
+                mx.append(m if m is not None else math.nan)
+            at[s] = (rms, mx)
+        flow = charts.gradient_flow_chart([p.name for p in weights], at)
+    out.append(
+        _figure(
+            "chart-grad-flow",
+            "Gradient flow",
+            flow,
+            "RMS |grad| (norm/√n, dark) and max |grad| (light) per weight, input side first, at "
+            "the first, middle and last healthy collected steps (and the first bad one).",
+        )
+    )
+    rows = _even(params, MAX_ROWS)
+    steps = _even(sorted({s for p in rows for s in table[p.name]["grad_norm"].steps}), MAX_COLS)
+    grid = [[table[p.name]["grad_norm"].at(s) for s in steps] for p in rows]
+    out.append(
+        _figure(
+            "chart-grad-heatmap",
+            "Gradient norm per layer and step",
+            charts.heatmap(
+                [p.name for p in rows],
+                steps,
+                grid,
+                "Gradient norm: layer x step",
+                "grad norm (log)",
+                log=True,
+                cmap="magma",
+            )
+            if steps
+            else None,
+            "Rows in network order; red: NaN/Inf.",
+        )
+    )
+    out += _activation_charts(log)
+    ratios: dict[str, tuple[list[int], list[float]]] = {}
+    for p in _even(weights, MAX_LINES):
+        w, u = table[p.name]["weight_norm"], table[p.name]["update_norm"]
+        wv = dict(zip(w.steps, w.values))
+        pts = [(s, v / wv[s]) for s, v in zip(u.steps, u.values) if wv.get(s)]
+        if pts:
+            ratios[p.name] = ([s for s, _ in pts], [r for _, r in pts])
+    out.append(
+        _figure(
+            "chart-update-ratio",
+            "Update/weight ratio",
+            charts.ratio_chart(ratios) if ratios else None,
+            "|weights after − before| / |weights before| per optimizer step; ~1e-3 is healthy.",
+        )
+    )
+    return out
+
+
+def _activation_charts(log: RunLog) -> list[str]:
+    """Dead and saturated shares per module over time: one figure, a panel for each."""
+    acts = log.activation_table()
+    units = log.unit_table()
+    modules = [
+        m for m in log.modules if acts.get(m.name, {}).get("numel") and acts[m.name]["numel"].steps
+    ]
+    steps = _even(sorted({s for m in modules for s in acts[m.name]["numel"].steps}), MAX_COLS)
+    # "dead" means something for ReLU-family outputs only (a linear layer's unit < 0 is fine)
+    dead_rows = _even([m for m in modules if units.get(m.name) and m.type in RELU_FAMILY], MAX_ROWS)
+    dead = [
+        [
+            (sum(1 for a in units[m.name][s] if a < 0.01) / len(units[m.name][s]))
+            if s in units[m.name] and units[m.name][s]
+            else None
+            for s in steps
+        ]
+        for m in dead_rows
+    ]
+    sat_rows = _even([m for m in modules if acts[m.name]["sat_frac"].steps], MAX_ROWS)
+    sat = [[acts[m.name]["sat_frac"].at(s) for s in steps] for m in sat_rows]
+    panels = []
+    if dead_rows and steps:
+        panels.append(
+            charts.heatmap(
+                _names(dead_rows),
+                steps,
+                dead,
+                "Dead units: share of units active on < 1% of positions",
+                "dead share",
+                vmin=0.0,
+                vmax=1.0,
+                cmap="Reds",
+            )
+        )
+    if sat_rows and steps:
+        panels.append(
+            charts.heatmap(
+                _names(sat_rows),
+                steps,
+                sat,
+                "Saturated share: derivative < 1% of its peak",
+                "saturated share",
+                vmin=0.0,
+                vmax=1.0,
+                cmap="Oranges",
+            )
+        )
+    caption = "Per module output (units: features or channels), over the activation steps."
+    if not dead_rows:
+        caption += " No ReLU module in this model, so no dead-unit panel."
+    if not sat_rows:
+        caption += " No sigmoid/tanh-family module in this model, so no saturation panel."
+    return [_figure("chart-activations", "Activation health", "".join(panels) or None, caption)]
+
+
+def _names(layers: list[Any]) -> list[str]:
+    return [m.name or "(model)" for m in layers]
+
+
+# -- the page --------------------------------------------------------------------------------
+CSS = """
+:root { --fg:#111827; --dim:#6b7280; --line:#e5e7eb; --bg:#f9fafb; --red:#dc2626;
+        --amber:#d97706; --green:#16a34a; --blue:#2563eb; }
+* { box-sizing: border-box; }
+body { font: 14px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg);
+       background: var(--bg); margin: 0; }
+main { max-width: 1100px; margin: 0 auto; padding: 24px; }
+header { display: flex; align-items: baseline; gap: 16px; flex-wrap: wrap; }
+h1 { font-size: 22px; margin: 0; } h2 { font-size: 18px; margin: 32px 0 12px; }
+h3 { font-size: 16px; margin: 0 0 6px; } h4 { font-size: 13px; margin: 14px 0 4px;
+     text-transform: uppercase; letter-spacing: .04em; color: var(--dim); }
+.status { font-weight: 700; padding: 2px 10px; border-radius: 12px; color: white; }
+.status.healthy { background: var(--green); } .status.problems { background: var(--red); }
+.meta { color: var(--dim); } code { font: 12px ui-monospace, monospace; background: #eef2ff;
+        padding: 1px 4px; border-radius: 4px; }
+nav a { margin-right: 12px; color: var(--blue); text-decoration: none; }
+.finding { background: white; border: 1px solid var(--line); border-left: 5px solid var(--dim);
+           border-radius: 8px; padding: 16px 20px; margin: 12px 0; }
+.finding.error { border-left-color: var(--red); }
+.finding.warning { border-left-color: var(--amber); }
+.sev { text-transform: uppercase; font-size: 11px; padding: 2px 6px; border-radius: 4px;
+       background: var(--dim); color: white; vertical-align: middle; }
+.error .sev { background: var(--red); } .warning .sev { background: var(--amber); }
+.summary { font-weight: 600; } .root { font-weight: 600; }
+.origin { background: #fef2f2; border-radius: 6px; padding: 8px 12px; margin-top: 10px; }
+.file { font: 12px ui-monospace, monospace; color: var(--dim); }
+pre.src { background: #111827; color: #e5e7eb; padding: 8px; border-radius: 6px;
+          overflow-x: auto; font-size: 12px; }
+pre.src .hit { background: #7f1d1d; color: white; display: inline-block; width: 100%; }
+ol.hyp > li { margin-bottom: 6px; } .lk { font-size: 11px; padding: 1px 6px; border-radius: 4px;
+      background: #e5e7eb; } .lk.high { background: #fecaca; } .lk.medium { background: #fde68a; }
+li.for::marker { content: "+ "; color: var(--green); }
+li.against::marker { content: "− "; color: var(--red); }
+.check { color: var(--dim); font-size: 12px; }
+table.fixes td { padding: 2px 8px 2px 0; vertical-align: top; } td.hz { color: var(--blue);
+      white-space: nowrap; font-weight: 600; }
+ul.ruled li::marker { content: "✗ "; color: #a21caf; }
+figure.chart { background: white; border: 1px solid var(--line); border-radius: 8px;
+               padding: 12px; margin: 12px 0; }
+figure.chart svg { width: 100%; height: auto; display: block; }
+figcaption { margin-bottom: 6px; } .empty { color: var(--dim); font-style: italic; }
+.guard { background: #eff6ff; border-radius: 6px; padding: 6px 12px; display: inline-block; }
+.dim, .note { color: var(--dim); }
+footer { color: var(--dim); margin: 32px 0 8px; font-size: 12px; }
+"""
+
+
+def render(log: RunLog, report: dict[str, Any]) -> str:
+    """The whole page as a string."""
+    run = report["run"]
+    status = report["status"]
+    title = f"gradoc · {log.dir.name}"
+    guard = run.get("guard")
+    guard_html = (
+        f"<p class='guard'>guard: skipped {guard['skipped']} non-finite steps · clipped "
+        f"{guard['clipped']} · rolled back {guard['rollbacks']}"
+        + (" · <b>gave up</b>" if guard.get("gave_up") else "")
+        + "</p>"
+        if guard
+        else ""
+    )
+    serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+    findings = "".join(_finding(f) for f in report["findings"]) or (
+        "<p>No problem found: the run is healthy.</p>"
+    )
+    duration = run.get("duration_s")
+    meta = " · ".join(
+        x
+        for x in (
+            f"{run['steps']} steps",
+            f"{duration:.1f} s" if isinstance(duration, (int, float)) else "",
+            f"script status: {_e(run.get('status'))}" if run.get("status") else "",
+            f"torch {_e(run.get('torch'))}",
+            f"gradoc {_e(run.get('gradoc'))}",
+        )
+        if x
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title><style>{CSS}</style></head>
+<body><main>
+<header><h1>{_e(title)}</h1><span class="status {status}" id="status">{_e(status)}</span>
+<span class="meta">{meta}</span></header>
+<p class="meta">script <code>{_e(run.get("script"))}</code> ·
+run log <code>{_e(log.path)}</code></p>
+{guard_html}
+<nav><a href="#diagnosis">Diagnosis ({len(serious)})</a><a href="#chart-loss">Loss</a>
+<a href="#chart-grad-norm">Gradient norm</a><a href="#chart-grad-flow">Gradient flow</a>
+<a href="#chart-grad-heatmap">Heatmap</a><a href="#chart-activations">Activations</a>
+<a href="#chart-update-ratio">Updates</a></nav>
+<section id="diagnosis"><h2>Diagnosis</h2>{findings}</section>
+<section id="charts"><h2>Charts</h2>{"".join(_charts(log, report))}</section>
+<footer>Generated by gradoc from {_e(log.path)}. Self-contained: no script, no network.</footer>
+</main></body></html>
+"""
+
+
+def write_html(log: RunLog, report: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(render(log, report), encoding="utf-8")
+    return path
