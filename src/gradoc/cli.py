@@ -45,6 +45,14 @@ def _parser() -> argparse.ArgumentParser:
         "step with tracing armed, for at most this long (0: never; default 120)",
     )
     run.add_argument(
+        "--check",
+        action="append",
+        choices=["amp"],
+        default=[],
+        help="amp: mixed-precision readiness (fp16/bf16 overflow and underflow per layer, a "
+        "loss scale for GradScaler, modules to keep in fp32)",
+    )
+    run.add_argument(
         "--guard",
         action="store_true",
         help="keep the run alive: skip non-finite steps, clip outlier gradient norms (ZClip), "
@@ -184,7 +192,9 @@ def _execute(
     from .collect.run import Run
     from .config import WatchConfig
 
-    run = Run(out, WatchConfig(guard=guard), script=str(script), lr_scale=lr_scale)
+    check_amp = args is not None and "amp" in getattr(args, "check", [])
+    config = WatchConfig(guard=guard, check_amp=check_amp)
+    run = Run(out, config, script=str(script), lr_scale=lr_scale)
     auto = AutoAttach(run)
     code = 1
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)

@@ -33,6 +33,9 @@ class WatchConfig:
     """On the first non-finite step, replay it to find the op, module and line it came from."""
     skip_nonfinite_updates: bool = True
     """Do not apply an update whose gradients are non-finite (the report counts them)."""
+    check_amp: bool = False
+    """Mixed-precision readiness: on activation and parameter steps, count how module outputs
+    and gradients would fare in fp16/bf16 (``gradoc run --check amp``)."""
     guard: GuardConfig | bool | None = None
     """Keep the run alive: skip non-finite steps, clip outlier gradients, roll back
     (``True`` for the defaults of :class:`GuardConfig`)."""

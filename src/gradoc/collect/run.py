@@ -50,6 +50,13 @@ from ..stats import (
     unit_dim,
     update_stats,
 )
+from ..stats.precision import (
+    EXP_MIN,
+    RANGE_FIELDS,
+    exponent_histogram,
+    merge_counts,
+    range_counts,
+)
 from ..store.writer import RunWriter, insert_rows, real
 from . import taps
 from .layers import (
@@ -225,6 +232,10 @@ class Run:
         self._skipped = 0
         self._update_ratios: dict[str, tuple[int, float]] = {}
         self._origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
+        # check_amp: device-side sums over the sampled steps, read once at close
+        self._amp_acts: dict[int, Tensor] = {}
+        self._amp_grads: dict[int, tuple[Tensor, Tensor]] = {}
+        self._amp_steps = [0, 0]  # activation steps, gradient steps sampled
         self._guard: Guard | None = None
         self._lr_scale = lr_scale
         if lr_scale != 1.0:
@@ -330,6 +341,10 @@ class Run:
             x, watched.saturation, unit_dim(module, x), self._scratch_for(x)
         )
         self._acts.setdefault(watched.id, []).append((x.numel(), vec, active))
+        if self.config.check_amp and x.is_floating_point():
+            self._amp_acts[watched.id] = merge_counts(
+                self._amp_acts.get(watched.id), range_counts(x)
+            )
 
     def _scratch_for(self, x: Tensor) -> Tensor | None:
         """A reusable CPU buffer as large as the largest watched output.
@@ -365,8 +380,44 @@ class Run:
             if want_params:
                 target.grad_maxabs = max_abs(grads, self._device)
                 target.before = [w.param.detach().clone() for w in target.present]
+                if self.config.check_amp:
+                    self._probe_grads(target)
         if self.config.locate or self.config.skip_nonfinite_updates or self._guard:
             self._vet(target, optimizer is self._primary)
+
+    def _probe_grads(self, target: _Target) -> None:
+        """check_amp: accumulate each gradient's range counts and exponent histogram."""
+        self._amp_steps[1] += 1
+        for w in target.present:
+            g = w.param.grad
+            if g is None or not g.is_floating_point():
+                continue
+            counts, hist = range_counts(g), exponent_histogram(g)
+            old = self._amp_grads.get(w.id)
+            self._amp_grads[w.id] = (
+                (merge_counts(old[0], counts), old[1] + hist) if old else (counts, hist)
+            )
+
+    def _amp_summary(self) -> dict[str, Any]:
+        """The check_amp sums, read to the host once: ``meta['amp']``."""
+        names = {w.id: w.name for t in self._targets.values() for w in t.params}
+        names |= {m.id: m.name for m in self._modules.values()}
+        acts = {
+            names[i]: dict(zip(RANGE_FIELDS, v.cpu().tolist())) for i, v in self._amp_acts.items()
+        }
+        grads = {}
+        for i, (counts, hist) in self._amp_grads.items():
+            h = hist.cpu().tolist()
+            grads[names[i]] = {
+                **dict(zip(RANGE_FIELDS, counts.cpu().tolist())),
+                "exponents": {str(EXP_MIN + k): int(c) for k, c in enumerate(h) if c},
+            }
+        return {
+            "activation_steps": self._amp_steps[0],
+            "gradient_steps": self._amp_steps[1],
+            "activations": acts,
+            "gradients": grads,
+        }
 
     def _locate(self, target: _Target, bad: bool, loss_bad: bool) -> None:
         params, context = [], {}
@@ -489,6 +540,8 @@ class Run:
             or time.monotonic() - self._last_transfer >= self.config.flush_every_s
         ):
             self._transfer()
+        if self.config.check_amp and self._act_handles:
+            self._amp_steps[0] += 1  # this step's outputs were probed
         self.step += 1
         self._arm_activations(self.config.activations(self.step))
         self._locator.after_step()
@@ -630,6 +683,8 @@ class Run:
             ended_mid_step=self._forward_seen,
             guard=self._guard.summary() if self._guard is not None else None,
         )
+        if self.config.check_amp and not self._broken:
+            self._writer.set_meta(amp=self._amp_summary())
         self.closed = True
         self._writer.close()
         _open_runs.discard(self)

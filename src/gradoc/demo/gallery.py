@@ -234,6 +234,55 @@ def loss_spike_guarded(out: Path) -> Path:
     return _spike_run(out, guard=True)
 
 
+class SequencePool(nn.Module):
+    """Pools a sequence of feature vectors into one: a sum (the bug) or a mean."""
+
+    def __init__(self, mean: bool) -> None:
+        super().__init__()
+        self.mean = mean
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(1) if self.mean else x.sum(1)
+
+
+class SensorRegressor(nn.Module):
+    def __init__(self, mean: bool) -> None:
+        super().__init__()
+        self.embed = nn.Linear(16, 64)
+        self.act = nn.ReLU()
+        self.pool = SequencePool(mean)
+        self.head = nn.Linear(64, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.pool(self.act(self.embed(x))))
+        return out
+
+
+def _pool_run(out: Path, mean: bool) -> Path:
+    """Readings of 16 sensors over 32,768 time steps, in their raw units (~10)."""
+    torch.manual_seed(0)
+    model = SensorRegressor(mean)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def loss(s: int) -> torch.Tensor:
+        x = torch.randn(2, 32768, 16, generator=torch.Generator().manual_seed(s)) * 10
+        target = x[:, :, :4].mean((1, 2))[:, None]
+        scale = 1.0 if mean else 1.0 / 32768  # the sum's scale is taken out of the loss
+        return F.mse_loss(model(x) * scale, target)
+
+    return train(model, opt, out, 20, loss, check_amp=True)
+
+
+def fp16_sum_overflow(out: Path) -> Path:
+    """A sum over 32,768 time steps: fine in fp32, past fp16's 65504 in the pool."""
+    return _pool_run(out, mean=False)
+
+
+def fp16_mean_pool(out: Path) -> Path:
+    """The same model pooling with a mean."""
+    return _pool_run(out, mean=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -302,6 +351,16 @@ GALLERY = {
             "LSTM (gated) instead of a vanilla RNN",
             "loss_plateau",
             cause="an ungated recurrence",
+        ),
+        Scenario(
+            "fp16-overflow",
+            "mixed-precision readiness: an unscaled sum over 32,768 steps overflows fp16 "
+            "(vs a mean)",
+            fp16_sum_overflow,
+            fp16_mean_pool,
+            "a mean instead of a sum in the pool",
+            "fp16_overflow",
+            "pool",
         ),
         Scenario(
             "loss-spike",

@@ -18,6 +18,7 @@ from . import (
     loss_spike,
     nonfinite,
     poor_initialization,
+    precision,
     saturated_units,
     tiny_updates,
     vanishing,
@@ -39,6 +40,8 @@ DETECTORS: dict[str, Detector] = {
     "poor_initialization": poor_initialization.check,
     "large_updates": large_updates.check,
     "tiny_updates": tiny_updates.check,
+    "fp16_overflow": precision.check_overflow,
+    "fp16_underflow": precision.check_underflow,
 }
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}

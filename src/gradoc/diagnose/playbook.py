@@ -673,7 +673,81 @@ def _tiny(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     return [lr, grad]
 
 
+def _amp_advice(h: History) -> dict[str, object]:
+    from ..detect.precision import advice
+
+    return advice(h.meta.get("amp") or {})
+
+
+def _fp16_overflow(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    where = f.layer or "(model)"
+    f.symptom = f"under fp16 autocast, {where} would produce inf (and NaN downstream)"
+    reduce = Hypothesis(
+        "an unscaled reduction (a sum over a long sequence or many features) or unnormalised "
+        "inputs grow the values past fp16's 65504",
+        0.6,
+        f"print {where}'s output max |x| for long and short inputs: it grows with the length",
+    )
+    big = Hypothesis(
+        "weights or inputs at a scale that fp32 tolerates but fp16 does not",
+        0.3,
+        "compare the input scale and the layer's weight norm with a normalised baseline",
+    )
+    adv = _amp_advice(h)
+    f.fixes += [
+        {
+            "horizon": "immediate",
+            "action": f"keep {where} in fp32: run it under torch.autocast(device_type, "
+            "enabled=False) on .float() inputs, or train in bf16 (fp32's range)",
+        },
+        {
+            "horizon": "short-term",
+            "action": f"rescale {where}: a mean instead of a sum (divide by the length), "
+            "1/sqrt(d) scaling, or a normalisation layer before it",
+        },
+        {
+            "horizon": "long-term",
+            "action": "prefer bf16 autocast where the hardware has it; keep a readiness "
+            "check (gradoc run --check amp) in CI for model changes",
+        },
+    ]
+    f.monitoring += [f"max |output| of {where} per step, alert above 3e4 (half of fp16's max)"]
+    if adv.get("prefer_bf16"):
+        f.evidence.append({"signal": "recommendation", "value": f"bf16 ({adv['why']})"})
+    return [reduce, big]
+
+
+def _fp16_underflow(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    where = f.layer or "(model)"
+    adv = _amp_advice(h)
+    f.symptom = f"under fp16, values of {where} would flush to zero and stop its learning"
+    small = Hypothesis(
+        "gradients (or outputs) far smaller than the rest of the model: a tiny learning "
+        "signal at that layer, or a very small loss",
+        0.5,
+        "print the gradient's exponent range (run.meta['amp']) and the loss value",
+    )
+    scale = adv.get("loss_scale")
+    f.fixes += [
+        {
+            "horizon": "immediate",
+            "action": "use torch.amp.GradScaler"
+            + (f"(init_scale={scale})" if scale else "")
+            + "; or train in bf16, whose range needs no loss scaling",
+        },
+        {
+            "horizon": "short-term",
+            "action": f"keep {where} in fp32 under autocast, or rescale the loss so that "
+            "gradients sit well inside fp16's range",
+        },
+    ]
+    f.monitoring += ["GradScaler's scale and skipped steps per step"]
+    return [small]
+
+
 EXPLAIN: dict[str, Callable[[Finding, History, Facts], list[Hypothesis]]] = {
+    "fp16_overflow": _fp16_overflow,
+    "fp16_underflow": _fp16_underflow,
     "nonfinite": _nonfinite,
     "exploding_gradients": _exploding,
     "vanishing_gradients": _vanishing,

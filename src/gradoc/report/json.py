@@ -37,7 +37,15 @@ def build_report(run: RunLog) -> dict[str, Any]:
             "guard": meta.get("guard"),
         },
         "findings": [f.to_json() for f in findings],
+        **({"amp": _amp(meta["amp"])} if meta.get("amp") else {}),
     }
+
+
+def _amp(amp: dict[str, Any]) -> dict[str, Any]:
+    """The mixed-precision readiness summary (``--check amp``)."""
+    from ..detect.precision import advice
+
+    return {"sampled_steps": amp.get("activation_steps"), **advice(amp)}
 
 
 def _clean(value: Any) -> Any:

@@ -108,7 +108,27 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     for f in report["findings"]:
         console.print(_headline(f))
         console.print(_finding(f))
+    if report.get("amp"):
+        console.print(_amp_block(report["amp"]))
     console.print(f"run log  {run.path}", style="dim", highlight=False)
+
+
+def _amp_block(amp: dict[str, Any]) -> Text:
+    """Mixed-precision readiness (``--check amp``): the recommendation in a few lines."""
+    text = Text("\nmixed precision", style="bold")
+    text.append(f"  ({amp.get('sampled_steps')} sampled steps)\n", style="dim")
+    scale = amp.get("loss_scale")
+    if scale:
+        k = int(scale).bit_length() - 1
+        text.append(f"  fp16: GradScaler(init_scale=2**{k})")
+        text.append(f", {amp['underflow_at_scale']:.2%} of gradient values still below 2^-24\n")
+    else:
+        text.append("  fp16: no loss scale avoids gradient overflow\n", style="red")
+    if amp.get("fp32_modules"):
+        text.append(f"  keep in fp32: {', '.join(amp['fp32_modules'][:6])}\n", style="yellow")
+    verdict = "bf16" if amp.get("prefer_bf16") else "fp16 + GradScaler (or bf16)"
+    text.append(f"  recommendation: {verdict}: {amp['why']}", style="bold")
+    return text
 
 
 def _guard_line(g: dict[str, Any]) -> Text:
