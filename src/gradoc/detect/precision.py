@@ -89,6 +89,17 @@ def advice(amp: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _overflow(layer: str, what: str, evidence: list[dict[str, Any]]) -> Finding:
+    return Finding(
+        kind="fp16_overflow",
+        severity="warning",
+        step=None,
+        layer=layer,
+        summary=f"fp16 overflow: {what}",
+        evidence=evidence,
+    )
+
+
 def check_overflow(h: History) -> list[Finding]:
     amp = h.meta.get("amp")
     if not amp:
@@ -107,31 +118,21 @@ def check_overflow(h: History) -> list[Finding]:
     findings = []
     if over:
         name, a = over[0]
+        later = [n for n, _ in over[1:6]]
         findings.append(
-            Finding(
-                kind="fp16_overflow",
-                severity="warning",
-                step=None,
-                layer=name,
-                summary=f"fp16 overflow: outputs of {name or '(model)'} reach {fmt(a['max_abs'])}, "
-                f"above fp16's 65504 ({int(a['fp16_overflow'])} values on "
-                f"{amp['activation_steps']} sampled steps)",
-                evidence=[
+            _overflow(
+                name,
+                f"outputs of {name or '(model)'} reach {fmt(a['max_abs'])}, above fp16's 65504 "
+                f"({int(a['fp16_overflow'])} values on {amp['activation_steps']} sampled steps)",
+                [
                     {"signal": "largest |output|", "value": a["max_abs"]},
                     {"signal": "values above 65504", "value": int(a["fp16_overflow"])},
                     {"signal": "share of the outputs", "value": a["fp16_overflow"] / a["numel"]},
                     {"signal": "bf16 overflow", "value": int(a["bf16_overflow"])},
-                    *(
-                        [
-                            {
-                                "signal": "later modules that overflow too",
-                                "value": [n for n, _ in over[1:6]],
-                            }
-                        ]
-                        if len(over) > 1
-                        else []
-                    ),
-                ],
+                ]
+                + (
+                    [{"signal": "later modules that overflow too", "value": later}] if later else []
+                ),
             )
         )
     grads = sorted(
@@ -141,14 +142,10 @@ def check_overflow(h: History) -> list[Finding]:
     if grads:
         name, g = grads[0]
         findings.append(
-            Finding(
-                kind="fp16_overflow",
-                severity="warning",
-                step=None,
-                layer=name,
-                summary=f"fp16 overflow: the gradient of {name} reaches {fmt(g['max_abs'])} "
-                "before any loss scaling",
-                evidence=[{"signal": "largest |gradient|", "value": g["max_abs"]}],
+            _overflow(
+                name,
+                f"the gradient of {name} reaches {fmt(g['max_abs'])} before any loss scaling",
+                [{"signal": "largest |gradient|", "value": g["max_abs"]}],
             )
         )
     return findings
