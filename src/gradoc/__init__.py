@@ -11,6 +11,7 @@ from .errors import GradocError
 from .guard import GuardGaveUp
 from .schedule import every, log_spaced, never
 from .store import RunLog, Series, open_run
+from .tools import apply_checkpointing, plan_checkpointing
 
 __all__ = [
     "GradocError",
@@ -21,9 +22,11 @@ __all__ = [
     "Series",
     "WatchConfig",
     "__version__",
+    "apply_checkpointing",
     "every",
     "log_spaced",
     "never",
     "open_run",
+    "plan_checkpointing",
     "watch",
 ]

@@ -82,3 +82,28 @@ def _exit_code(code: object) -> int:
         return code
     print(code, file=sys.stderr)
     return 1
+
+
+class Stop(BaseException):
+    """Raised from a hook to end a script early with what was captured (``run_until``)."""
+
+    def __init__(self, payload: object) -> None:
+        super().__init__("stopped by gradoc")
+        self.payload = payload
+
+
+def run_until(path: Path, args: list[str]) -> object | None:
+    """Run the script as ``exec_script`` does until a hook raises :class:`Stop`; return its
+    payload (None when the script ended first). Errors of the script propagate."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(path if path.is_dir() else path.parent))
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+        return None
+    except Stop as stop:
+        return stop.payload
+    except SystemExit:
+        return None
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path

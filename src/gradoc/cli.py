@@ -102,6 +102,20 @@ def _parser() -> argparse.ArgumentParser:
         help="exit with status 3 when a finding of this severity (or worse) exists: for CI",
     )
 
+    plan = sub.add_parser(
+        "checkpoint-plan",
+        help="measure gradient checkpointing settings for a script's model",
+        description="Run SCRIPT up to its first optimizer step, take its model and inputs, "
+        "and measure each block's saved activations and time and each checkpointing setting "
+        "(every k blocks); print the table, write checkpoint-plan.html/.png/.json.",
+    )
+    plan.add_argument("--budget", type=_positive, metavar="MIB", help="activation memory budget")
+    plan.add_argument("--blocks", metavar="NAME", help="the blocks' container (default: found)")
+    plan.add_argument("--out", metavar="DIR", default="gradoc-checkpoint-plan")
+    plan.add_argument("--repeats", type=int, default=3, metavar="N")
+    plan.add_argument("script", metavar="SCRIPT")
+    plan.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+
     demo = sub.add_parser("demo", help="run a built-in scenario and diagnose it")
     demo.add_argument("scenario", nargs="?", metavar="SCENARIO")
     demo.add_argument("--list", action="store_true", help="list the scenarios")
@@ -132,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
         if args.command == "fix":
             return _fix_command(args)
+        if args.command == "checkpoint-plan":
+            return _checkpoint_plan(args)
         if args.command == "demo":
             from .demo import main as demo_main
 
@@ -209,6 +225,28 @@ def _execute(
     if report is not None and args is not None and args.replay_budget > 0:
         report = _replay_if_needed(out, script, script_args, code, args) or report
     return code, report
+
+
+def _checkpoint_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ._runner import check_script
+    from .report import print_checkpoint_plan
+    from .tools.checkpointing import capture_first_step, plan_checkpointing
+
+    script = check_script(args.script)
+    console = Console(stderr=True)
+    with console.status(f"running {script.name} to its first optimizer step"):
+        model, inputs, kwargs = capture_first_step(script, list(args.args))
+    with console.status("measuring blocks and checkpointing settings"):
+        plan = plan_checkpointing(
+            model, inputs, blocks=args.blocks, kwargs=kwargs, repeats=args.repeats
+        )
+    budget = args.budget * 2**20 if args.budget else None
+    page = plan.write(args.out, budget)
+    print_checkpoint_plan(plan.to_json() | {"recommended": plan.recommend(budget)}, budget)
+    print(f"plan     {page}  (and checkpoint-plan.png, .json)")
+    return 0
 
 
 def _fix_command(args: argparse.Namespace) -> int:

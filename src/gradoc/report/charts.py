@@ -221,3 +221,29 @@ def ratio_chart(series: dict[str, tuple[list[int], list[float]]]) -> str:
     ax.set_title("Update/weight ratio per layer")
     ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
     return _svg(fig)
+
+
+def memory_time_chart(rows: list[dict[str, Any]], title: str) -> Any:
+    """Checkpointing settings: peak activation memory against step time (a figure)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for r in rows:
+        x, y = r["step_s"] * 1e3, r["peak_bytes"] / 2**20
+        ax.scatter(x, y, s=40, color=_BLUE if r["every"] else _RED, zorder=3)
+        ax.annotate(
+            label(r["setting"]), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points"
+        )
+    ax.set_xlabel("step time (ms)")
+    ax.set_ylabel("peak activation memory (MiB)")
+    ax.set_title(label(title))
+    return fig
+
+
+def to_svg(fig: Any) -> str:
+    return _svg(fig)
+
+
+def to_png(fig: Any, path: Any) -> None:
+    plt = _plt()
+    fig.savefig(path, bbox_inches="tight", dpi=120)
+    plt.close(fig)

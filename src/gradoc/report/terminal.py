@@ -266,3 +266,40 @@ def print_comparison(
             if fix.code:
                 where.append(f"  {fix.code}", style="dim")
             console.print(where, highlight=False)
+
+
+def print_checkpoint_plan(
+    plan: dict[str, Any], budget: float | None, console: Console | None = None
+) -> None:
+    """The planner's settings table and its recommendation."""
+    console = console or Console()
+    mib = 2**20
+    table = Table(
+        title=f"checkpointing {plan['blocks_name']} ({len(plan['blocks'])} blocks)",
+        title_justify="left",
+        box=None,
+    )
+    for col in ("setting", "segments", "saved MiB", "predicted", "peak MiB", "step ms", "x time"):
+        table.add_column(col, justify="left" if col == "setting" else "right")
+    best = (plan.get("recommended") or {}).get("setting")
+    for r in plan["rows"]:
+        table.add_row(
+            r["setting"],
+            str(r["segments"]),
+            f"{r['saved_bytes'] / mib:.1f}",
+            f"{r['predicted_saved_bytes'] / mib:.1f}",
+            f"{r['peak_bytes'] / mib:.1f}",
+            f"{r['step_s'] * 1e3:.1f}",
+            f"{r['time_ratio']:.2f}",
+            style="bold green" if r["setting"] == best else None,
+        )
+    console.print(table)
+    if budget is not None:
+        verdict = (
+            f"for {budget / mib:.0f} MiB: {best}"
+            if best
+            else (f"no setting fits {budget / mib:.0f} MiB")
+        )
+    else:
+        verdict = f"least memory within 1.5x the step time: {best}"
+    console.print(f"recommended  {verdict}", style="bold", highlight=False)
