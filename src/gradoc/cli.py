@@ -116,6 +116,20 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("script", metavar="SCRIPT")
     plan.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
+    ampc = sub.add_parser(
+        "amp-compare",
+        help="run a script's first steps in fp32 and under autocast; compare",
+        description="Run SCRIPT's first N optimizer steps twice, in fp32 and under autocast "
+        "applied by gradoc (bf16 on the CPU, fp16 with loss scaling on CUDA), and report how "
+        "far losses and per-layer gradients drift, the loss scale history, speed and memory.",
+    )
+    ampc.add_argument("--steps", type=int, default=20, metavar="N")
+    ampc.add_argument("--dtype", choices=["bf16", "fp16"], help="default: fp16 on CUDA, else bf16")
+    ampc.add_argument("--tolerance", type=_positive, default=0.05, metavar="REL")
+    ampc.add_argument("--json", metavar="PATH", help="also write the comparison JSON here")
+    ampc.add_argument("script", metavar="SCRIPT")
+    ampc.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+
     demo = sub.add_parser("demo", help="run a built-in scenario and diagnose it")
     demo.add_argument("scenario", nargs="?", metavar="SCENARIO")
     demo.add_argument("--list", action="store_true", help="list the scenarios")
@@ -148,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fix_command(args)
         if args.command == "checkpoint-plan":
             return _checkpoint_plan(args)
+        if args.command == "amp-compare":
+            return _amp_compare(args)
         if args.command == "demo":
             from .demo import main as demo_main
 
@@ -225,6 +241,30 @@ def _execute(
     if report is not None and args is not None and args.replay_budget > 0:
         report = _replay_if_needed(out, script, script_args, code, args) or report
     return code, report
+
+
+def _amp_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ._runner import check_script
+    from .report import print_amp_compare, to_json_text
+    from .tools.amp_compare import compare
+
+    script = check_script(args.script)
+    _check_json_path(args.json)
+    if args.steps < 1:
+        raise UsageError("--steps must be >= 1")
+    dtype = args.dtype
+    if dtype is None:
+        import torch
+
+        dtype = "fp16" if torch.cuda.is_available() else "bf16"
+    with Console(stderr=True).status(f"running {script.name} twice: fp32 and {dtype} autocast"):
+        result = compare(script, list(args.args), args.steps, dtype, args.tolerance)
+    if args.json:
+        Path(args.json).write_text(to_json_text(result))
+    print_amp_compare(result)
+    return 0
 
 
 def _checkpoint_plan(args: argparse.Namespace) -> int:

@@ -2,11 +2,17 @@
 (matplotlib charts, imported only when a page is written)."""
 
 from .json import REPORT_SCHEMA, build_report, to_json_text, write_report
-from .terminal import print_checkpoint_plan, print_comparison, print_summary
+from .terminal import (
+    print_amp_compare,
+    print_checkpoint_plan,
+    print_comparison,
+    print_summary,
+)
 
 __all__ = [
     "REPORT_SCHEMA",
     "build_report",
+    "print_amp_compare",
     "print_checkpoint_plan",
     "print_comparison",
     "print_summary",

@@ -303,3 +303,56 @@ def print_checkpoint_plan(
     else:
         verdict = f"least memory within 1.5x the step time: {best}"
     console.print(f"recommended  {verdict}", style="bold", highlight=False)
+
+
+def print_amp_compare(result: dict[str, Any], console: Console | None = None) -> None:
+    """fp32 against autocast: loss drift, per-layer gradient error, scaler, speed, memory."""
+    console = console or Console()
+    dtype, tol = result["dtype"], result["tolerance"]
+    console.print(f"fp32 vs {dtype} autocast, {result['steps']} steps", style="bold")
+    loss = result["loss"]
+    table = Table(box=None)
+    for col in ("", "fp32", dtype):
+        table.add_column(col, justify="left" if not col else "right")
+    table.add_row("loss", sparkline(loss["fp32"], 20), sparkline(loss["amp"], 20))
+    table.add_row("final loss", _num(loss["fp32"][-1]), _num(loss["amp"][-1]))
+    table.add_row("largest loss difference", "", f"{result['max_loss_rel_diff']:.2%}")
+    speed = result["step_s"]
+    table.add_row(
+        "median step",
+        f"{speed['fp32'] * 1e3:.2f} ms" if speed["fp32"] else "-",
+        (f"{speed['amp'] * 1e3:.2f} ms" if speed["amp"] else "-")
+        + (f" ({result['speedup']:.2f}x faster)" if result["speedup"] else ""),
+    )
+    peak = result["peak_bytes"]
+    kind = "GPU peak" if result["peak_kind"] == "cuda" else "process peak RSS"
+    table.add_row(kind, f"{peak['fp32'] / 2**20:.0f} MiB", f"{peak['amp'] / 2**20:.0f} MiB")
+    scaler = result.get("grad_scaler")
+    if scaler:
+        table.add_row(
+            "loss scale (last)",
+            "",
+            _num(scaler["scale_history"][-1] if scaler["scale_history"] else None),
+        )
+        table.add_row("skipped steps", "", str(scaler["skipped_steps"] or "none"))
+    console.print(table)
+    grads = Table(
+        title="first step's gradient, relative error per layer", title_justify="left", box=None
+    )
+    grads.add_column("layer")
+    grads.add_column("|g_amp - g_fp32| / |g_fp32|", justify="right")
+    worst = sorted(result["layers"], key=lambda x: -x["rel_error"])[:8]
+    for x in worst:
+        bad = not (x["rel_error"] <= tol)
+        grads.add_row(x["layer"], f"{x['rel_error']:.2e}", style="red" if bad else None)
+    console.print(grads)
+    if len(result["layers"]) > len(worst):
+        console.print(
+            f"(the largest {len(worst)} of {len(result['layers'])}; all in the JSON)", style="dim"
+        )
+    first = result["first_layer_beyond_tolerance"]
+    console.print(
+        f"first layer beyond {tol:g}: {first}" if first else f"every layer within {tol:g}",
+        style="bold red" if first else "bold green",
+        highlight=False,
+    )

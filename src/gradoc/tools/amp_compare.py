@@ -1,0 +1,253 @@
+"""``gradoc amp-compare SCRIPT --steps N``: the script's first N steps in fp32 and under
+autocast applied by gradoc, side by side.
+
+Each run is a fresh subprocess (``python -m gradoc.tools.amp_compare --worker ...``) with
+every RNG seeded the same way (as ``gradoc run`` does), so the two differ only by
+precision. In the autocast run gradoc enters ``torch.autocast`` around each outermost
+module call (the model's forward; the loss and backward stay in fp32, as PyTorch
+recommends) — bf16 on the CPU, fp16 on CUDA — and, for fp16, does what
+``torch.amp.GradScaler`` does without a change to the script: the loss is multiplied by
+the scale at ``backward()``, gradients are unscaled at the optimizer step, a step with an
+inf/NaN gradient is skipped and the scale halved, and the scale doubles after
+``growth_interval`` clean steps (GradScaler's defaults: 2^16, 0.5, 2, 2000).
+
+Reported: the loss of every step in both runs and their relative difference; per layer,
+the relative error of the first step's gradient (same weights, same batch:
+``|g_amp - g_fp32| / |g_fp32|``) and the first layer, in network order, beyond the
+tolerance; GradScaler's skipped steps and scale history; the median step time and peak
+memory of both (CUDA: ``max_memory_allocated``; CPU: the process's peak RSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SCALE_INIT, BACKOFF, GROWTH, GROWTH_INTERVAL = 2.0**16, 0.5, 2.0, 2000
+
+
+def _worker(ns: argparse.Namespace) -> int:
+    import torch
+    import torch.nn as nn
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    from .._replay import seed_everything
+    from .._runner import Stop, check_script, run_until
+
+    script = check_script(ns.script)
+    amp = ns.mode == "amp"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[ns.dtype]
+    state: dict[str, Any] = {
+        "depth": 0,
+        "ctx": None,
+        "scale": SCALE_INIT,
+        "clean": 0,
+        "steps": 0,
+        "device": None,
+    }
+    rec: dict[str, Any] = {"loss": [], "scale": [], "skipped": [], "step_s": [], "grads0": None}
+    scaling = amp and ns.dtype == "fp16"
+
+    def pre(m: nn.Module, a: Any) -> None:
+        if state["depth"] == 0 and torch.is_grad_enabled():
+            state["root"] = m
+        if state["depth"] == 0 and amp and torch.is_grad_enabled():
+            p = next(m.parameters(), None)
+            device = p.device.type if p is not None else "cpu"
+            state["device"] = state["device"] or device
+            state["ctx"] = torch.autocast(device, dtype=dtype)
+            state["ctx"].__enter__()
+        state["depth"] += 1
+
+    def post(m: nn.Module, a: Any, out: Any) -> None:
+        state["depth"] -= 1
+        if state["depth"] == 0 and state["ctx"] is not None:
+            state["ctx"].__exit__(None, None, None)
+            state["ctx"] = None
+
+    original_backward = torch.autograd.backward
+
+    def backward(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            rec["loss"].append(float(tensors.detach().float()))
+            if scaling and grad_tensors is None:
+                tensors = tensors.float() * state["scale"]
+        return original_backward(tensors, grad_tensors, *args, **kwargs)
+
+    def step_pre(opt: torch.optim.Optimizer, a: Any, kw: Any) -> None:
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        grads = [p.grad for p in params]
+        if scaling and grads:
+            torch._foreach_mul_(grads, 1.0 / state["scale"])
+            finite = all(bool(torch.isfinite(g).all()) for g in grads)
+            rec["scale"].append(state["scale"])
+            if not finite:
+                rec["skipped"].append(state["steps"])
+                state["scale"] *= BACKOFF
+                state["clean"] = 0
+                for p in params:
+                    p.grad = None  # GradScaler does not call step(); no grad, no update
+            else:
+                state["clean"] += 1
+                if state["clean"] >= GROWTH_INTERVAL:
+                    state["scale"] *= GROWTH
+                    state["clean"] = 0
+        if state["steps"] == 0:
+            rec["grads0"] = {
+                str(i): p.grad.detach().float().cpu()
+                for i, p in enumerate(params)
+                if p.grad is not None
+            }
+            root = state.get("root")
+            named = {id(p): n for n, p in root.named_parameters()} if root is not None else {}
+            rec["names"] = [named.get(id(p), f"param {i}") for i, p in enumerate(params)]
+
+    def step_post(opt: torch.optim.Optimizer, a: Any, kw: Any) -> None:
+        now = time.perf_counter()
+        if "t" in state:
+            rec["step_s"].append(now - state["t"])
+        state["t"] = now
+        state["steps"] += 1
+        if state["steps"] >= ns.steps:
+            raise Stop(None)
+
+    handles = [
+        nn.modules.module.register_module_forward_pre_hook(pre),
+        nn.modules.module.register_module_forward_hook(post, always_call=True),
+        register_optimizer_step_pre_hook(step_pre),
+        register_optimizer_step_post_hook(step_post),
+    ]
+    torch.autograd.backward = backward  # type: ignore[assignment]
+    seed_everything()
+    try:
+        run_until(script, list(ns.args))
+    finally:
+        torch.autograd.backward = original_backward
+        for h in handles:
+            h.remove()
+    cuda = state["device"] == "cuda"
+    peak = (
+        torch.cuda.max_memory_allocated()
+        if cuda
+        else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    )
+    torch.save(rec.pop("grads0"), ns.grads)
+    rec.update(steps=state["steps"], peak_bytes=peak, peak_kind="cuda" if cuda else "rss")
+    Path(ns.result).write_text(json.dumps(rec))
+    return 0
+
+
+def compare(
+    script: Path,
+    args: list[str],
+    steps: int,
+    dtype: str,
+    tolerance: float = 0.05,
+    timeout: float = 600,
+) -> dict[str, Any]:
+    """Run both and compare (see the module docstring); raises GradocError when a run fails."""
+    import torch
+
+    from ..errors import GradocError
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("fp32", "amp"):
+            result, grads = Path(tmp) / f"{mode}.json", Path(tmp) / f"{mode}.pt"
+            cmd = [
+                sys.executable,
+                "-m",
+                "gradoc.tools.amp_compare",
+                "--worker",
+                "--mode",
+                mode,
+                "--dtype",
+                dtype,
+                "--steps",
+                str(steps),
+                "--result",
+                str(result),
+                "--grads",
+                str(grads),
+                str(script),
+                *args,
+            ]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            if done.returncode != 0 or not result.exists():
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise GradocError(f"the {mode} run of {script} failed: {tail[0]}")
+            out[mode] = json.loads(result.read_text())
+            out[mode]["grads0"] = torch.load(grads)
+    a, b = out["fp32"], out["amp"]
+    n = min(len(a["loss"]), len(b["loss"]))
+    loss_rel = [abs(b["loss"][i] - a["loss"][i]) / (abs(a["loss"][i]) or 1.0) for i in range(n)]
+    layers = []
+    names = a.get("names", [])
+    for key, g32 in a["grads0"].items():
+        gam = b["grads0"].get(key)
+        if gam is None:
+            continue
+        denom = float(g32.norm()) or 1.0
+        err = float((gam - g32).norm()) / denom
+        layers.append(
+            {"layer": names[int(key)] if int(key) < len(names) else key, "rel_error": err}
+        )
+    beyond = next((x["layer"] for x in layers if not err_ok(x["rel_error"], tolerance)), None)
+
+    def median(xs: list[float]) -> float | None:
+        return statistics.median(xs) if xs else None
+
+    speed = {m: median(out[m]["step_s"]) for m in ("fp32", "amp")}
+    return {
+        "schema": "gradoc.amp-compare/1",
+        "dtype": dtype,
+        "steps": n,
+        "tolerance": tolerance,
+        "loss": {"fp32": a["loss"][:n], "amp": b["loss"][:n], "rel_diff": loss_rel},
+        "max_loss_rel_diff": max(loss_rel) if loss_rel else None,
+        "layers": layers,
+        "first_layer_beyond_tolerance": beyond,
+        "grad_scaler": {"skipped_steps": b["skipped"], "scale_history": b["scale"]}
+        if dtype == "fp16"
+        else None,
+        "step_s": speed,
+        "speedup": speed["fp32"] / speed["amp"] if speed["fp32"] and speed["amp"] else None,
+        "peak_bytes": {"fp32": a["peak_bytes"], "amp": b["peak_bytes"]},
+        "peak_kind": a["peak_kind"],
+    }
+
+
+def err_ok(err: float, tolerance: float) -> bool:
+    return math.isfinite(err) and err <= tolerance
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gradoc.tools.amp_compare")
+    ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--mode", choices=["fp32", "amp"])
+    ap.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--result")
+    ap.add_argument("--grads")
+    ap.add_argument("script")
+    ap.add_argument("args", nargs=argparse.REMAINDER)
+    ns = ap.parse_args(argv)
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    return _worker(ns)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
