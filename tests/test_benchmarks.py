@@ -58,3 +58,18 @@ def test_locate_latency_benchmark_smoke() -> None:
 def test_locate_vs_anomaly_benchmark_smoke() -> None:
     done = smoke("locate_vs_anomaly")
     assert "located: gradoc 12/12" in done.stdout
+
+
+def test_scaling_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/scaling.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    settings = [r["setting"] for r in data["plan"]["rows"]]
+    assert settings[0] == "none" and "every 3" in settings  # sqrt(12) rounded
+    assert "fp32 vs bfloat16 autocast" in done.stdout and "x time" in done.stdout

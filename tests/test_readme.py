@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -58,6 +59,7 @@ def test_readme_python_examples_and_commands_run(
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, (line, done.stderr)
     assert (tmp_path / "report.json").exists()  # from --json
+    assert "amp" in json.loads((tmp_path / "runs/amp/report.json").read_text())
     assert (
         "done"
         in subprocess.run(

@@ -28,6 +28,7 @@ import copy
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,7 @@ def _wrap_segment(mods: list[nn.Module]) -> None:
         return x
 
     def first(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if torch.is_grad_enabled() and isinstance(x, Tensor) and x.requires_grad:
+        if torch.is_grad_enabled():
             out = checkpoint(run, x, *args, use_reentrant=False, **kwargs)
         else:
             out = run(x, *args, **kwargs)
@@ -316,13 +317,15 @@ def plan_checkpointing(
             m.register_full_backward_hook(bpost),
         ]
     try:
-        for _ in range(repeats):
-            saved.__init__(model)  # type: ignore[misc]  # fresh accounting each pass
-            with saved.hooks():
-                loss = step(model)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-        base_saved, by_block = saved.total, dict(saved.by)
+        with warnings.catch_warnings():  # hooks on blocks whose input needs no grad
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            for _ in range(repeats):
+                saved.__init__(model)  # type: ignore[misc]  # fresh accounting each pass
+                with saved.hooks():
+                    loss = step(model)
+                loss.backward()
+                model.zero_grad(set_to_none=True)
+            base_saved, by_block = saved.total, dict(saved.by)
     finally:
         for h in handles:
             h.remove()
@@ -369,6 +372,8 @@ def _measure(
                 lambda mod, a: [saved.add(t, owner=-2) for t in _tensors(a)[:1]] and None
             )
     times, peaks = [], []
+    step(m).backward()  # warm-up: the first checkpointed pass pays one-off costs
+    m.zero_grad(set_to_none=True)
     for _ in range(repeats):
         saved.__init__(m)  # type: ignore[misc]
         if every:
