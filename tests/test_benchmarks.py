@@ -24,13 +24,7 @@ def smoke(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
 
 def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/overhead.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = smoke("overhead", "--json", str(out))
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert set(results) == {
         "plain",
@@ -62,13 +56,7 @@ def test_locate_vs_anomaly_benchmark_smoke() -> None:
 
 def test_scaling_benchmark_smoke(tmp_path: Path) -> None:
     out = tmp_path / "scaling.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/scaling.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = smoke("scaling", "--json", str(out))
     data = json.loads(out.read_text())
     settings = [r["setting"] for r in data["plan"]["rows"]]
     assert settings[0] == "none" and "every 3" in settings  # sqrt(12) rounded
