@@ -47,10 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check",
         action="append",
-        choices=["amp"],
+        choices=["amp", "padding"],
         default=[],
         help="amp: mixed-precision readiness (fp16/bf16 overflow and underflow per layer, a "
-        "loss scale for GradScaler, modules to keep in fp32)",
+        "loss scale for GradScaler, modules to keep in fp32); padding: audit that padded "
+        "positions do not leak into real ones (repeatable)",
     )
     run.add_argument(
         "--guard",
@@ -224,8 +225,8 @@ def _execute(
     from .collect.run import Run
     from .config import WatchConfig
 
-    check_amp = args is not None and "amp" in getattr(args, "check", [])
-    config = WatchConfig(guard=guard, check_amp=check_amp)
+    checks = getattr(args, "check", []) if args is not None else []
+    config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
     run = Run(out, config, script=str(script), lr_scale=lr_scale)
     auto = AutoAttach(run)
     code = 1

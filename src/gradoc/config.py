@@ -36,6 +36,10 @@ class WatchConfig:
     check_amp: bool = False
     """Mixed-precision readiness: on activation and parameter steps, count how module outputs
     and gradients would fare in fp16/bf16 (``gradoc run --check amp``)."""
+    check_padding: bool = False
+    """Padding audit (``gradoc run --check padding``): on steps 0, 1, 2 and every 200th, when
+    the model is called with a padding mask or has an Embedding with a padding_idx, check
+    that padded positions do not change the outputs at real ones."""
     guard: GuardConfig | bool | None = None
     """Keep the run alive: skip non-finite steps, clip outlier gradients, roll back
     (``True`` for the defaults of :class:`GuardConfig`)."""

@@ -67,6 +67,8 @@ from .layers import (
     param_rows,
     qualified,
 )
+from .lengths import LengthMonitor, batch_lengths
+from .lengths import stats as length_stats
 from .locating import Locator, first_tensor
 
 
@@ -236,6 +238,10 @@ class Run:
         self._amp_acts: dict[int, Tensor] = {}
         self._amp_grads: dict[int, tuple[Tensor, Tensor]] = {}
         self._amp_steps = [0, 0]  # activation steps, gradient steps sampled
+        self._lengths: tuple[Tensor, int, int | None] | None = None  # this step's batch lengths
+        self._length_monitor = LengthMonitor()
+        self._last_forward: tuple[nn.Module, Any, Any] | None = None
+        self._audited: set[tuple[str, str | None]] = set()
         self._guard: Guard | None = None
         self._lr_scale = lr_scale
         if lr_scale != 1.0:
@@ -300,6 +306,14 @@ class Run:
     def _saw_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():
             self._forward_seen = True
+            self._last_forward = (module, args, kwargs)
+            lengths, source, padded = batch_lengths(module, args, kwargs)
+            self._length_monitor.source = self._length_monitor.source or source
+            if lengths is not None:
+                self._lengths = (lengths, lengths.numel(), padded)
+            elif padded is not None and args:
+                n = args[0].shape[0]
+                self._lengths = (torch.full((n,), padded, device=args[0].device), n, padded)
             if self.config.locate:
                 self._locator.on_forward(module, args, kwargs)
 
@@ -384,6 +398,10 @@ class Run:
                     self._probe_grads(target)
         if self.config.locate or self.config.skip_nonfinite_updates or self._guard:
             self._vet(target, optimizer is self._primary)
+        if self.config.check_padding and optimizer is self._primary:
+            step = target.steps
+            if step < 3 or step % 200 == 0:
+                self._audit_padding(step)
 
     def _probe_grads(self, target: _Target) -> None:
         """check_amp: accumulate each gradient's range counts and exponent histogram."""
@@ -397,6 +415,38 @@ class Run:
             self._amp_grads[w.id] = (
                 (merge_counts(old[0], counts), old[1] + hist) if old else (counts, hist)
             )
+
+    def _audit_padding(self, step: int) -> None:
+        """--check padding: audit the step's batch; each new finding becomes an event."""
+        from ..tools.padding import MASK_KWARGS, audit_padding
+
+        if self._last_forward is None:
+            return
+        root, args, kwargs = self._last_forward
+        pads = None
+        for key in MASK_KWARGS:
+            m = kwargs.get(key)
+            if isinstance(m, Tensor) and m.dim() == 2:
+                pads = (m == 0) if key == "attention_mask" else m.bool()
+                break
+        first = args[0] if args else None
+        if pads is None and isinstance(first, Tensor) and not first.is_floating_point():
+            idx = next((e.padding_idx for e in root.modules() if isinstance(e, nn.Embedding)), None)
+            if idx is not None:
+                pads = first == idx
+        if pads is None or not isinstance(first, Tensor) or not bool(pads.any()):
+            return
+        self._locator.replaying = True  # our hooks stay out of the audit's forwards
+        try:
+            with torch.enable_grad():
+                findings = audit_padding(root, tuple(args), pad_mask=pads, model_kwargs=kwargs)
+        finally:
+            self._locator.replaying = False
+        for f in findings:
+            seen = (f.kind, f.layer)
+            if seen not in self._audited and f.kind != "padding_waste":
+                self._audited.add(seen)
+                self.event("padding_audit", f.summary, step=step, finding=f.to_json())
 
     def _amp_summary(self) -> dict[str, Any]:
         """The check_amp sums, read to the host once: ``meta['amp']``."""
@@ -449,6 +499,11 @@ class Run:
         parts = []
         if losses:
             parts.append(torch.stack(losses).sum())
+        lengths = self._lengths if primary else None
+        if lengths is not None:
+            parts += list(
+                length_stats(lengths[0]).to(parts[0].device if parts else lengths[0].device)
+            )
         if norms_ is not None:
             # a sum is finite exactly when every term is (or overflows, which is as bad)
             parts.append(norms_.sum())
@@ -460,6 +515,16 @@ class Run:
         dtype = torch.float32 if parts[0].device.type == "mps" else torch.float64
         values = torch.stack([p.to(dtype) for p in parts]).tolist()  # one host read
         loss = values.pop(0) / len(losses) if losses else None
+        if lengths is not None:
+            lo, hi, total = values[:3]
+            del values[:3]
+            self._lengths = None
+            anomaly = self._length_monitor.observe(
+                target.steps, int(lo), int(hi), total, lengths[1], lengths[2]
+            )
+            if anomaly is not None:
+                message = anomaly.pop("message")
+                self.event("length_anomaly", message, step=target.steps, **anomaly)
         grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
         norm = values[1] if len(values) > 1 else None
         return Vitals(loss is not None and not math.isfinite(loss), grads_bad, loss, norm)
@@ -685,6 +750,8 @@ class Run:
         )
         if self.config.check_amp and not self._broken:
             self._writer.set_meta(amp=self._amp_summary())
+        if self._length_monitor.batches:
+            self._writer.set_meta(lengths=self._length_monitor.summary())
         self.closed = True
         self._writer.close()
         _open_runs.discard(self)

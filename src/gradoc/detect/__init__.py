@@ -17,6 +17,7 @@ from . import (
     loss_plateau,
     loss_spike,
     nonfinite,
+    padding,
     poor_initialization,
     precision,
     saturated_units,
@@ -42,6 +43,7 @@ DETECTORS: dict[str, Detector] = {
     "tiny_updates": tiny_updates.check,
     "fp16_overflow": precision.check_overflow,
     "fp16_underflow": precision.check_underflow,
+    "padding": padding.check,
 }
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}

@@ -24,6 +24,8 @@ STORIES: dict[str, tuple[str, ...]] = {
     "tiny_updates": ("vanishing_gradients", "dead_units"),
     "loss_plateau": ("dead_units", "vanishing_gradients", "saturated_units", "tiny_updates"),
     "vanishing_gradients": ("dead_units",),
+    # a batch of unusual lengths that coincides with a NaN is that NaN's trigger: one story
+    "length_anomaly": ("nonfinite",),
 }
 
 

@@ -178,6 +178,10 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     if (r := _lr_ruled_out(facts, f)) is not None:
         f.ruled_out.append(r)
     _loss_before(f, h)
+    lengths = _related(f, "length_anomaly")
+    if lengths is not None and lengths.get("step") == f.step:
+        op.support.append(f"the failing batch had unusual lengths: {lengths['summary']}")
+        f.evidence.append({"signal": "length anomaly at the same step", "value": True})
     origin = f.origin or {}
     facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
     where = f" in {origin.get('module') or 'code outside the model'}"
@@ -745,7 +749,108 @@ def _fp16_underflow(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     return [small]
 
 
+def _padding_leak(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    where = f.layer or "(model)"
+    f.symptom = "the output for real tokens depends on what the padded positions hold"
+    low = where.lower()
+    attn = Hypothesis(
+        "attention without a padding mask: real tokens attend to the pads",
+        0.7 if "attn" in low or "attention" in low else 0.2,
+        "pass the mask (src_key_padding_mask=tokens == pad_id, attention_mask=...) and re-audit",
+    )
+    pool = Hypothesis(
+        "a mean (or sum) over the sequence that includes the padded positions",
+        0.7 if "pool" in low or "mean" in low else 0.2,
+        "compare with a masked mean: (h * mask).sum(1) / mask.sum(1)",
+    )
+    rnn = Hypothesis(
+        "a recurrent layer run over the pads (its final state has read them)",
+        0.7 if any(k in low for k in ("rnn", "lstm", "gru")) else 0.1,
+        "pack the batch: nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)",
+    )
+    norm = Hypothesis(
+        "a BatchNorm over the sequence axis: pads enter the batch statistics",
+        0.6 if "norm" in low or "bn" in low else 0.1,
+        "normalise over real positions only, or use LayerNorm",
+    )
+    f.fixes += [
+        {
+            "horizon": "immediate",
+            "action": f"mask the padding at {where}: a key padding / attention mask, a masked "
+            "mean, or pack_padded_sequence for RNNs",
+        },
+        {
+            "horizon": "short-term",
+            "action": "add gradoc.audit_padding(model, batch, pad_mask=...) to the model's tests",
+        },
+        {
+            "horizon": "long-term",
+            "action": "bucket batches by length (gradoc.data.LengthBucketSampler) so less "
+            "padding is computed at all",
+        },
+    ]
+    f.monitoring += ["the padding ratio per batch", "gradoc run --check padding on new models"]
+    return [attn, pool, rnn, norm]
+
+
+def _loss_padding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    f.symptom = "the loss is computed at padded positions as well"
+    cause = Hypothesis(
+        "the loss has no ignore_index (or loss mask) for padded targets",
+        0.8,
+        "set padded targets to -100 (nn.CrossEntropyLoss's ignore_index) or multiply the "
+        "per-position loss by the mask before averaging",
+    )
+    f.fixes += [
+        {
+            "horizon": "immediate",
+            "action": "F.cross_entropy(logits, targets, ignore_index=PAD) with padded targets "
+            "set to PAD, or (loss * mask).sum() / mask.sum()",
+        }
+    ]
+    return [cause]
+
+
+def _length_anomaly(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    f.symptom = "a batch arrived with sequence lengths outside the range seen before"
+    edge = Hypothesis(
+        "edge-case lengths (1 or 2 tokens, or very long) the model's code was never run on",
+        0.6,
+        "run gradoc.testing.check_numerics(model, example) on lengths 1 and 2",
+    )
+    f.fixes += [
+        {
+            "horizon": "immediate",
+            "action": "test the model on the edge lengths (gradoc.testing.assert_finite)",
+        },
+        {
+            "horizon": "short-term",
+            "action": "validate lengths in the data pipeline (filter or pad very short samples)",
+        },
+    ]
+    f.monitoring += ["min and max sequence length per batch (gradoc records them)"]
+    return [edge]
+
+
+def _padding_waste(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    f.symptom = "much of the compute goes to padded positions"
+    f.fixes += [
+        {
+            "horizon": "short-term",
+            "action": "batch by length: gradoc.data.LengthBucketSampler or "
+            "TokenBudgetBatchSampler (see benchmarks/bucketing.py)",
+        }
+    ]
+    return [
+        Hypothesis("random batching of heavy-tailed lengths", 0.6, "plot the lengths per batch")
+    ]
+
+
 EXPLAIN: dict[str, Callable[[Finding, History, Facts], list[Hypothesis]]] = {
+    "padding_leak": _padding_leak,
+    "loss_includes_padding": _loss_padding,
+    "length_anomaly": _length_anomaly,
+    "padding_waste": _padding_waste,
     "fp16_overflow": _fp16_overflow,
     "fp16_underflow": _fp16_underflow,
     "nonfinite": _nonfinite,

@@ -1,0 +1,121 @@
+"""Sequence lengths of the batches: where they come from, and batches of unusual lengths.
+
+Per forward of the watched model the per-sample lengths are taken from (in this order) a
+padding-mask keyword argument (``attention_mask``: 1 = real; ``*key_padding_mask``,
+``padding_mask``, ``pad_mask``, ``mask``: True = pad), a 1-D integer argument whose name
+contains ``len`` (``lengths``, ``seq_len``), or, for a 2-D integer first input (token
+ids), its padded length. Their min, max and sum travel with the step's one host read.
+
+``length_anomaly``: after ``WARMUP`` (20) batches, a batch whose shortest sequence is
+shorter than any seen before and either at most half the previous shortest or at most 2
+tokens (length 1 and 2 are where length-dependent code divides by zero), or whose longest
+is at least twice the longest seen.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from ..tools.padding import MASK_KWARGS
+
+WARMUP = 20
+
+
+def batch_lengths(
+    root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Tensor | None, str | None, int | None]:
+    """(per-sample lengths on the device, where they came from, padded length)."""
+    for key in MASK_KWARGS:
+        m = kwargs.get(key)
+        if isinstance(m, Tensor) and m.dim() == 2:
+            real = m != 0 if key == "attention_mask" else ~m.bool()
+            return real.sum(1), key, m.shape[1]
+    try:
+        bound = inspect.signature(root.forward).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {}
+    first = args[0] if args else None
+    padded = first.shape[1] if isinstance(first, Tensor) and first.dim() >= 2 else None
+    for name, v in bound.items():
+        if (
+            "len" in name.lower()
+            and isinstance(v, Tensor)
+            and v.dim() == 1
+            and not v.dtype.is_floating_point
+        ):
+            return v, name, padded
+    if isinstance(first, Tensor) and first.dim() == 2 and not first.dtype.is_floating_point:
+        return None, "shape", first.shape[1]
+    return None, None, None
+
+
+@dataclass(slots=True)
+class LengthMonitor:
+    batches: int = 0
+    low: int | None = None
+    high: int | None = None
+    source: str | None = None
+    total: float = 0.0
+    samples: int = 0
+    padded_total: float = 0.0
+    histogram: dict[int, int] = field(default_factory=dict)
+    """Batches by the log2 bucket of their shortest sequence."""
+
+    def observe(
+        self, step: int, lo: int, hi: int, total: float, n: int, padded: int | None
+    ) -> dict[str, Any] | None:
+        """Account for one batch; an anomaly's description, if this batch is one."""
+        anomaly = None
+        if self.batches >= WARMUP and self.low is not None and self.high is not None:
+            if lo < self.low and (lo <= self.low / 2 or lo <= 2):
+                anomaly = {
+                    "what": "short",
+                    "min": lo,
+                    "previous_min": self.low,
+                    "message": f"batch of step {step}: shortest sequence {lo} "
+                    f"(before: >= {self.low})",
+                }
+            elif hi >= 2 * self.high:
+                anomaly = {
+                    "what": "long",
+                    "max": hi,
+                    "previous_max": self.high,
+                    "message": f"batch of step {step}: longest sequence {hi} "
+                    f"(before: <= {self.high})",
+                }
+        if anomaly is not None:
+            anomaly["source"] = self.source
+        self.batches += 1
+        self.low = lo if self.low is None else min(self.low, lo)
+        self.high = hi if self.high is None else max(self.high, hi)
+        self.total += total
+        self.samples += n
+        if padded:
+            self.padded_total += padded * n
+        bucket = max(0, int(lo).bit_length() - 1)
+        self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
+        return anomaly
+
+    def summary(self) -> dict[str, Any]:
+        mean = self.total / self.samples if self.samples else None
+        return {
+            "source": self.source,
+            "batches": self.batches,
+            "min": self.low,
+            "max": self.high,
+            "mean": mean,
+            "padding_ratio": 1 - self.total / self.padded_total if self.padded_total else None,
+            "min_length_log2_histogram": {str(2**k): c for k, c in sorted(self.histogram.items())},
+        }
+
+
+def stats(lengths: Tensor) -> Tensor:
+    """min, max, sum of a lengths tensor, as one float64 vector (for the step's host read)."""
+    v = lengths.detach()
+    return torch.stack([v.min(), v.max(), v.sum()]).double()

@@ -1,0 +1,82 @@
+"""length_anomaly, padding_leak, loss_includes_padding, padding_waste.
+
+Needs: the run's ``length_anomaly`` events and ``meta['lengths']`` (recorded whenever the
+model's batch lengths can be read, see ``collect/lengths.py``), and, with
+``gradoc run --check padding``, the ``padding_audit`` events (``tools/padding.py``).
+
+Rules: every audit finding is reported once, at the first step it was seen. A length
+anomaly is a warning (its rule is in ``collect/lengths.py``); when it falls on the step of
+a non-finite value the diagnosis folds it into that story. ``padding_waste`` is info when
+more than a third of the tokens the model processed were padding (above half it suggests
+bucketing): a cost, not a fault.
+"""
+
+from __future__ import annotations
+
+from ._util import fmt
+from .finding import Finding
+from .history import History
+
+WASTE_INFO = 1 / 3
+
+
+def check(h: History) -> list[Finding]:
+    findings: list[Finding] = []
+    anomalies = [e for e in h.events if e.kind == "length_anomaly"]
+    if anomalies:
+        first = anomalies[0]
+        findings.append(
+            Finding(
+                kind="length_anomaly",
+                severity="warning",
+                step=first.step,
+                layer=None,
+                summary=f"unusual sequence lengths: {first.message}"
+                + (f" ({len(anomalies)} such batches)" if len(anomalies) > 1 else ""),
+                evidence=[
+                    {"signal": k, "value": first.data[k]}
+                    for k in ("min", "previous_min", "max", "previous_max", "source")
+                    if k in first.data
+                ]
+                + [{"signal": "batches with unusual lengths", "value": len(anomalies)}],
+            )
+        )
+    seen: set[tuple[str, str | None]] = set()
+    for e in h.events:
+        if e.kind != "padding_audit":
+            continue
+        f = e.data["finding"]
+        key = (f["kind"], f.get("layer"))
+        if key in seen or f["kind"] == "padding_waste":
+            continue
+        seen.add(key)
+        findings.append(
+            Finding(
+                kind=f["kind"],
+                severity=f["severity"],
+                step=e.step,
+                layer=f.get("layer"),
+                summary=f["summary"],
+                evidence=f.get("evidence", []),
+            )
+        )
+    lengths = h.meta.get("lengths") or {}
+    ratio = lengths.get("padding_ratio")
+    if ratio is not None and ratio > WASTE_INFO:
+        findings.append(
+            Finding(
+                kind="padding_waste",
+                severity="info",
+                step=None,
+                layer=None,
+                summary=f"{ratio:.0%} of the tokens were padding over {lengths['batches']} "
+                f"batches (mean length {fmt(lengths['mean'])} of up to {lengths['max']})"
+                + ("; bucket batches by length" if ratio > 0.5 else ""),
+                evidence=[
+                    {"signal": "padding ratio", "value": ratio},
+                    {"signal": "mean length", "value": lengths["mean"]},
+                    {"signal": "lengths from", "value": lengths.get("source")},
+                ],
+            )
+        )
+    return findings
