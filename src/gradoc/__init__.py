@@ -12,6 +12,7 @@ from .guard import GuardGaveUp
 from .schedule import every, log_spaced, never
 from .store import RunLog, Series, open_run
 from .tools import apply_checkpointing, plan_checkpointing
+from .tools.padding import audit_padding
 
 __all__ = [
     "GradocError",
@@ -23,6 +24,7 @@ __all__ = [
     "WatchConfig",
     "__version__",
     "apply_checkpointing",
+    "audit_padding",
     "every",
     "log_spaced",
     "never",

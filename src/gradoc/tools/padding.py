@@ -78,6 +78,8 @@ def _real(t: Tensor, pads: Tensor) -> Tensor | None:
         return t[~pads]
     if t.dim() >= 2 and s[0] == n and s[1] == b:
         return t.transpose(0, 1)[~pads]
+    if t.dim() >= 3 and s[0] == b and s[-1] == n:  # channels first: (B, C, T)
+        return t.movedim(-1, 1)[~pads]
     if t.dim() >= 1 and s[0] == b:
         return t
     if t.dim() >= 2 and s[1] == b:
@@ -116,12 +118,15 @@ def _same_randomness(model: nn.Module) -> Iterator[None]:
 
 def _run(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], names: dict[nn.Module, str]
-) -> tuple[Any, list[tuple[str, list[Tensor]]]]:
+) -> tuple[Any, list[tuple[str, list[Tensor]]], dict[str, list[Tensor]]]:
+    """The model's output, every module's outputs in the order they finished, their inputs."""
     outputs: list[tuple[str, list[Tensor]]] = []
+    inputs: dict[str, list[Tensor]] = {}
 
     def hook(m: nn.Module, a: Any, out: Any) -> None:
         if m in names:
             outputs.append((names[m], [t.detach().clone() for t in _tensors(out)]))
+            inputs[names[m]] = [t.detach().clone() for t in _tensors(a)]
 
     handle = nn.modules.module.register_module_forward_hook(hook)
     try:
@@ -132,7 +137,7 @@ def _run(
             torch.set_rng_state(rng)
     finally:
         handle.remove()
-    return out, outputs
+    return out, outputs, inputs
 
 
 def _changed(a: list[Tensor], b: list[Tensor], pads: Tensor) -> float:
@@ -179,8 +184,8 @@ def audit_padding(
     if attention_mask is not None:
         kwargs.setdefault("attention_mask", attention_mask)
     names = {m: n for n, m in model.named_modules()}
-    base, outs = _run(model, args, kwargs, names)
-    perturbed, outs2 = _run(model, (_perturb(x, pads, pad_id), *args[1:]), kwargs, names)
+    base, outs, ins = _run(model, args, kwargs, names)
+    perturbed, outs2, ins2 = _run(model, (_perturb(x, pads, pad_id), *args[1:]), kwargs, names)
     findings = []
     final = _changed(_tensors(base), _tensors(perturbed), pads)
     if final > tolerance:
@@ -192,6 +197,9 @@ def audit_padding(
             ),
             ("", final),
         )
+        if first[0] and _changed(ins[first[0]], ins2[first[0]], pads) > tolerance:
+            # its inputs had changed already: the leak is in the parent's own code
+            first = (first[0].rpartition(".")[0], first[1])
         findings.append(
             Finding(
                 kind="padding_leak",
