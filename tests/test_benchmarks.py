@@ -61,3 +61,12 @@ def test_scaling_benchmark_smoke(tmp_path: Path) -> None:
     settings = [r["setting"] for r in data["plan"]["rows"]]
     assert settings[0] == "none" and "every 3" in settings  # sqrt(12) rounded
     assert "fp32 vs bfloat16 autocast" in done.stdout and "x time" in done.stdout
+
+
+def test_bucketing_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bucketing.json"
+    done = smoke("bucketing", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert set(data) == {"random", "length buckets", "token budget"}
+    assert data["length buckets"]["padding_ratio"] < data["random"]["padding_ratio"]
+    assert "real tok/s" in done.stdout

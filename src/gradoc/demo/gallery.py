@@ -283,6 +283,52 @@ def fp16_mean_pool(out: Path) -> Path:
     return _pool_run(out, mean=True)
 
 
+class ReviewClassifier(nn.Module):
+    """A transformer over padded token ids; ``masked`` decides whether it uses the mask."""
+
+    def __init__(self, masked: bool) -> None:
+        super().__init__()
+        self.masked = masked
+        self.embed = nn.Embedding(200, 32, padding_idx=0)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, 0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 2)
+
+    def forward(self, t: torch.Tensor, key_padding_mask: torch.Tensor) -> torch.Tensor:
+        mask = key_padding_mask if self.masked else None  # the bug: the mask never arrives
+        h = self.encoder(self.embed(t), src_key_padding_mask=mask)
+        keep = (~key_padding_mask)[..., None].float()
+        out: torch.Tensor = self.head((h * keep).sum(1) / keep.sum(1))
+        return out
+
+
+def _padding_run(out: Path, masked: bool) -> Path:
+    """Reviews of 2 to 48 tokens, padded per batch; the label is in the first token."""
+    torch.manual_seed(0)
+    model = ReviewClassifier(masked)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def loss(s: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(s)
+        lengths = torch.randint(2, 49, (16,), generator=g)
+        t = torch.randint(1, 200, (16, int(lengths.max())), generator=g)
+        pads = torch.arange(t.shape[1]) >= lengths[:, None]
+        t = t.masked_fill(pads, 0)
+        return F.cross_entropy(model(t, key_padding_mask=pads), (t[:, 0] % 2).long())
+
+    return train(model, opt, out, 60, loss, check_padding=True)
+
+
+def padding_unmasked(out: Path) -> Path:
+    """The attention never gets the padding mask: real tokens attend to the pads."""
+    return _padding_run(out, masked=False)
+
+
+def padding_masked(out: Path) -> Path:
+    """The same model with src_key_padding_mask passed through."""
+    return _padding_run(out, masked=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -361,6 +407,15 @@ GALLERY = {
             "a mean instead of a sum in the pool",
             "fp16_overflow",
             "pool",
+        ),
+        Scenario(
+            "padding-leak",
+            "transformer over padded batches without its key padding mask (vs with it)",
+            padding_unmasked,
+            padding_masked,
+            "src_key_padding_mask passed to the encoder",
+            "padding_leak",
+            "encoder.layers.0.self_attn",
         ),
         Scenario(
             "loss-spike",

@@ -5,10 +5,10 @@ model's batch lengths can be read, see ``collect/lengths.py``), and, with
 ``gradoc run --check padding``, the ``padding_audit`` events (``tools/padding.py``).
 
 Rules: every audit finding is reported once, at the first step it was seen. A length
-anomaly is a warning (its rule is in ``collect/lengths.py``); when it falls on the step of
-a non-finite value the diagnosis folds it into that story. ``padding_waste`` is info when
-more than a third of the tokens the model processed were padding (above half it suggests
-bucketing): a cost, not a fault.
+anomaly (its rule is in ``collect/lengths.py``) is info, and a warning when one falls on a
+step with a non-finite value; the diagnosis then folds it into that story.
+``padding_waste`` is info when more than a third of the tokens the model processed were
+padding (above half it suggests bucketing): a cost, not a fault.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ def check(h: History) -> list[Finding]:
     anomalies = [e for e in h.events if e.kind == "length_anomaly"]
     if anomalies:
         first = anomalies[0]
+        bad = {e.step for e in h.events if e.kind in ("nonfinite_loss", "nonfinite_grad")}
+        bad |= {e.step for e in h.events if e.kind == "nonfinite_origin"}
         findings.append(
             Finding(
                 kind="length_anomaly",
-                severity="warning",
+                # unusual lengths are news, a problem only where something broke with them
+                severity="warning" if any(e.step in bad for e in anomalies) else "info",
                 step=first.step,
                 layer=None,
                 summary=f"unusual sequence lengths: {first.message}"
