@@ -131,6 +131,15 @@ def _parser() -> argparse.ArgumentParser:
     ampc.add_argument("script", metavar="SCRIPT")
     ampc.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
+    dif = sub.add_parser(
+        "diff",
+        help="find where two runs part ways (first step and layer beyond run-to-run noise)",
+    )
+    dif.add_argument("run_a", metavar="RUN_A")
+    dif.add_argument("run_b", metavar="RUN_B")
+    dif.add_argument("--json", metavar="PATH", help="also write the comparison JSON here")
+    dif.add_argument("--html", metavar="PATH", help="write an HTML page with overlay charts")
+
     demo = sub.add_parser("demo", help="run a built-in scenario and diagnose it")
     demo.add_argument("scenario", nargs="?", metavar="SCENARIO")
     demo.add_argument("--list", action="store_true", help="list the scenarios")
@@ -165,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _checkpoint_plan(args)
         if args.command == "amp-compare":
             return _amp_compare(args)
+        if args.command == "diff":
+            return _diff(args)
         if args.command == "demo":
             from .demo import main as demo_main
 
@@ -242,6 +253,33 @@ def _execute(
     if report is not None and args is not None and args.replay_budget > 0:
         report = _replay_if_needed(out, script, script_args, code, args) or report
     return code, report
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from .compare import diff_runs
+    from .report import to_json_text
+
+    _check_json_path(args.json)
+    _check_json_path(args.html)
+    result = diff_runs(args.run_a, args.run_b)
+    if args.json:
+        Path(args.json).write_text(to_json_text(result))
+    if args.html:
+        from .report.html import write_diff
+
+        write_diff(result, Path(args.html))
+    parted = result["parted"]
+    print(f"gradoc diff: {result['explanation']}")
+    if parted:
+        for x in parted["others_at_step"]:
+            print(
+                f"  also at step {parted['step']}: {x['layer']} {x['statistic']} x{x['ratio']:.3g}"
+            )
+    print(
+        f"  {result['steps_compared']} steps compared; median loss difference "
+        f"{(result['loss_rel_diff_median'] or 0):.1%}"
+    )
+    return 0
 
 
 def _amp_compare(args: argparse.Namespace) -> int:

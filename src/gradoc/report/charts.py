@@ -247,3 +247,16 @@ def to_png(fig: Any, path: Any) -> None:
     plt = _plt()
     fig.savefig(path, bbox_inches="tight", dpi=120)
     plt.close(fig)
+
+
+def overlay_chart(steps: list[int], a: list[float], b: list[float], title: str) -> str:
+    """Two runs' losses on one axis (``gradoc diff``)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3))
+    ax.plot(steps, a, color=_BLUE, lw=1.1, label="A")
+    ax.plot(steps, b, color=_ORANGE, lw=1.1, label="B")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(label(title))
+    ax.legend(frameon=False)
+    return _svg(fig)
