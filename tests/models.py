@@ -88,3 +88,17 @@ def one_step(
         after_backward()
     opt.step()
     return loss.item()
+
+
+def tiny_bert_config(**extra: object) -> object:
+    """A 2-layer BERT config (transformers, no download) for the HF tests."""
+    import transformers
+
+    return transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        **extra,
+    )

@@ -17,6 +17,7 @@ import gradoc
 from gradoc.data import LengthBucketSampler, TokenBudgetBatchSampler
 from gradoc.demo.nan_posenc import LengthNormalisedEncoding
 from gradoc.testing import assert_finite, check_numerics
+from tests.models import tiny_bert_config
 from tests.test_cli import gradoc_cli
 
 B, T, V, D = 4, 12, 50, 32
@@ -151,14 +152,7 @@ def test_audit_finds_each_leak_in_its_module_and_passes_the_masked_versions(batc
 def test_audit_with_a_hugging_face_model_built_from_a_config(batch) -> None:  # type: ignore[no-untyped-def]
     transformers = pytest.importorskip("transformers")
     tokens, _, pads = batch
-    config = transformers.BertConfig(
-        vocab_size=V,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        pad_token_id=0,
-    )
+    config = tiny_bert_config(pad_token_id=0)
     model = transformers.BertModel(config)
     masked = gradoc.audit_padding(model, tokens, attention_mask=(~pads).long())
     assert leaks(masked) == []

@@ -33,6 +33,9 @@ class WatchConfig:
     """On the first non-finite step, replay it to find the op, module and line it came from."""
     skip_nonfinite_updates: bool = True
     """Do not apply an update whose gradients are non-finite (the report counts them)."""
+    sinks: dict[str, str] = field(default_factory=dict)
+    """Where else the run goes at close, ``{"tensorboard": "tb-logs/run1"}`` (see
+    :mod:`gradoc.sinks`)."""
     check_amp: bool = False
     """Mixed-precision readiness: on activation and parameter steps, count how module outputs
     and gradients would fare in fp16/bf16 (``gradoc run --check amp``)."""

@@ -688,6 +688,11 @@ class Run:
                 self._transfer()
             self._writer.flush()
 
+    def begin_step(self) -> None:
+        """Mark the start of a step whose forward pass does not go through the watched
+        model's ``forward()`` (Lightning's ``training_step``): its loss belongs to this run."""
+        self._forward_seen = True
+
     def guard_summary(self) -> dict[str, Any] | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
         return self._guard.summary() if self._guard is not None else None
@@ -757,7 +762,15 @@ class Run:
         _open_runs.discard(self)
         from ..report import write_report  # the report reads the finished log
 
-        return write_report(self.dir, json_path)
+        report = write_report(self.dir, json_path)
+        for kind, target in self.config.sinks.items():
+            try:
+                from ..sinks import export
+
+                export(kind, self.dir, target, report)
+            except Exception as exc:  # a sink must not cost the run its report
+                print(f"gradoc: could not write the {kind} sink: {exc}", file=sys.stderr)
+        return report
 
     def __enter__(self) -> Run:
         return self
