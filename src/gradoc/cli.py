@@ -205,9 +205,22 @@ def _run(args: argparse.Namespace) -> int:
 
     script = check_script(args.script)
     _check_json_path(args.json)
-    out = prepare_run_dir(args.out, script.stem)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # under torchrun: rank 0 in DIR, rank r in DIR/rank<r>; rank 0 merges
+        from .distributed import rank_dir
+
+        out = rank_dir(args.out, script.stem, rank)
+    else:
+        out = prepare_run_dir(args.out, script.stem)
     guard = GuardConfig() if args.guard else None
-    code, report = _execute(script, list(args.args), out, args.json, guard, args.lr_scale, args)
+    json_path = args.json if rank == 0 else None
+    code, report = _execute(script, list(args.args), out, json_path, guard, args.lr_scale, args)
+    if world > 1 and report is not None:
+        if rank != 0:
+            return code
+        from .distributed import merge_ranks
+
+        report = merge_ranks(out, world, json_path)
     if report is not None:
         print_run_summary(out, report)
     if args.fix and report is not None:

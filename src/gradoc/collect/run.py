@@ -265,6 +265,10 @@ class Run:
         if optimizer in self._targets:
             return
         roots = [models] if isinstance(models, nn.Module) else list(models)
+        # DDP/DataParallel: watch the module inside, so layer names have no "module." and a
+        # replay on one rank never waits on the others
+        wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+        roots = [r.module if isinstance(r, wrappers) else r for r in roots]
         new_roots = [r for r in dict.fromkeys(roots) if r not in self._prefixes]
         assign_prefixes(self._prefixes, new_roots)
         for root in new_roots:

@@ -1,0 +1,75 @@
+"""``torchrun ... -m gradoc run``: one run log per rank, one merged report on rank 0.
+
+Rank 0 writes its run log in the run directory, rank r in ``DIR/rank<r>``. With DDP every
+rank's gradients are the all-reduced ones, so each rank's global norm is the true global
+norm. After its own run, rank 0 waits (up to ``WAIT_S``) for the other ranks' reports and
+merges them into ``DIR/report.json``: a finding seen on other ranks only, or whose origin
+only another rank located (a NaN born on rank 1 reaches rank 0 through the all-reduce,
+already made), is reported from that rank with ``"rank": r``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .collect import prepare_run_dir
+from .errors import UsageError
+
+WAIT_S = 300.0
+
+
+def rank_dir(out: str | None, stem: str, rank: int) -> Path:
+    if out is None:
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "ddp")
+        out = str(Path("gradoc-runs") / f"{stem}-{run_id}")
+    base = Path(out)
+    if rank == 0:
+        return prepare_run_dir(base)
+    if base.exists() and not base.is_dir():
+        raise UsageError(f"--out {base} exists and is not a directory")
+    return prepare_run_dir(base / f"rank{rank}")
+
+
+def _located(f: dict[str, Any]) -> bool:
+    o = f.get("origin") or {}
+    return bool(o.get("file")) or o.get("phase") in ("input", "optimizer")
+
+
+def merge_ranks(base: Path, world: int, json_path: str | None) -> dict[str, Any]:
+    """Merge every rank's report.json into ``base/report.json`` (rank 0's run info)."""
+    from .report import to_json_text
+
+    merged: dict[str, Any] = json.loads((base / "report.json").read_text())
+    deadline = time.monotonic() + WAIT_S
+    others: dict[int, dict[str, Any]] = {}
+    while len(others) < world - 1 and time.monotonic() < deadline:
+        for r in range(1, world):
+            path = base / f"rank{r}" / "report.json"
+            if r not in others and path.exists():
+                with contextlib.suppress(json.JSONDecodeError):  # being written: next round
+                    others[r] = json.loads(path.read_text())
+        if len(others) < world - 1:
+            time.sleep(0.2)
+    findings = merged["findings"]
+    by_kind = {f["kind"]: i for i, f in enumerate(findings)}
+    for r, report in sorted(others.items()):
+        for f in report["findings"]:
+            i = by_kind.get(f["kind"])
+            if i is None:
+                findings.append({**f, "rank": r})
+                by_kind[f["kind"]] = len(findings) - 1
+            elif _located(f) and not _located(findings[i]):
+                findings[i] = {**f, "rank": r}
+    merged["run"]["ranks"] = {"world_size": world, "merged": [0, *sorted(others)]}
+    if any(f["severity"] in ("error", "warning") for f in findings):
+        merged["status"] = "problems"
+    text = to_json_text(merged)
+    (base / "report.json").write_text(text)
+    if json_path:
+        Path(json_path).write_text(text)
+    return merged

@@ -1,0 +1,65 @@
+"""`torchrun --nproc_per_node 2 -m gradoc run`: per-rank logs, one merged report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gradoc
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "ddp_train.py"
+
+
+def _torchrun(out: Path, *script_args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "gradoc",
+        "run",
+        "--out",
+        str(out),
+        str(SCRIPT),
+        *script_args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_ddp_global_norm_is_the_full_batch_norm(tmp_path: Path) -> None:
+    done = _torchrun(tmp_path / "ddp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from ddp_train import model_and_data
+    finally:
+        sys.path.pop(0)
+    model, xs, ys = model_and_data()  # one process, the whole batch of step 0
+    F.mse_loss(model(xs[0]), ys[0]).backward()
+    full = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
+    for log_dir in (tmp_path / "ddp", tmp_path / "ddp" / "rank1"):
+        recorded = gradoc.open_run(log_dir).scalar("grad_norm").values[0]
+        assert recorded == pytest.approx(full, rel=1e-6)
+    report = json.loads((tmp_path / "ddp" / "report.json").read_text())
+    assert report["run"]["ranks"] == {"world_size": 2, "merged": [0, 1]}
+
+
+def test_nan_on_rank_1_is_reported_with_its_rank_and_origin(tmp_path: Path) -> None:
+    done = _torchrun(tmp_path / "ddp", "--nan")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "ddp" / "report.json").read_text())
+    story = next(f for f in report["findings"] if f["kind"] == "nonfinite")
+    assert story["rank"] == 1 and story["step"] == 3
+    origin = story["origin"]
+    assert (origin["phase"], origin["op"], origin["module"]) == ("forward", "aten.div.Tensor", "0")
+    assert origin["file"] == str(SCRIPT) and "BUG: no epsilon" in origin["code"]
