@@ -70,3 +70,10 @@ def test_bucketing_benchmark_smoke(tmp_path: Path) -> None:
     assert set(data) == {"random", "length buckets", "token budget"}
     assert data["length buckets"]["padding_ratio"] < data["random"]["padding_ratio"]
     assert "real tok/s" in done.stdout
+
+
+def test_many_tensors_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "many.json"
+    done = smoke("many_tensors", "--json", str(out))
+    assert set(json.loads(out.read_text())["added_s"]) == {"many", "few"}
+    assert "per extra tensor" in done.stdout
