@@ -63,3 +63,30 @@ def test_nan_on_rank_1_is_reported_with_its_rank_and_origin(tmp_path: Path) -> N
     origin = story["origin"]
     assert (origin["phase"], origin["op"], origin["module"]) == ("forward", "aten.div.Tensor", "0")
     assert origin["file"] == str(SCRIPT) and "BUG: no epsilon" in origin["code"]
+
+
+def test_fsdp2_records_the_norms_of_the_full_gradients(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed.fsdp")
+    out = tmp_path / "fsdp"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "gradoc",
+        "run",
+        "--out",
+        str(out),
+        str(ROOT / "tests" / "fsdp_train.py"),
+        str(tmp_path),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = json.loads((tmp_path / "norms-0.json").read_text())
+    for log_dir in (out, out / "rank1"):
+        with gradoc.open_run(log_dir) as log:
+            got = {name: log.param(name, "grad_norm").values[0] for name in want}
+        assert got == pytest.approx(want, rel=1e-6)

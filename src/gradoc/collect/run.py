@@ -143,6 +143,17 @@ class _Pack:
         return torch.cat([p.to(device=device, dtype=dtype) for p in self.parts]).cpu()
 
 
+def _sharded(t: Tensor) -> bool:
+    """A DTensor (FSDP2's ``fully_shard`` parameters and gradients)."""
+    return type(t).__name__ == "DTensor" and hasattr(t, "full_tensor")
+
+
+def full_norms(grads: list[Tensor]) -> Tensor:
+    """Per-tensor L2 norms of sharded gradients, of the whole (unsharded) tensors: the
+    foreach norm of DTensors is a DTensor; ``full_tensor()`` completes it across ranks."""
+    return torch.stack([n.full_tensor() for n in torch._foreach_norm(grads)]).float()  # type: ignore[attr-defined]
+
+
 def _lr(group: dict[str, Any]) -> float | Tensor:
     lr = group.get("lr", math.nan)
     return lr.detach() if isinstance(lr, Tensor) else float(lr)
@@ -393,8 +404,12 @@ class Run:
             target.collected_at = target.steps
             target.present = [w for w in target.params if w.param.grad is not None]
             grads: list[Tensor] = [w.param.grad for w in target.present]  # type: ignore[misc]
+            sharded = bool(grads) and _sharded(grads[0])
+            if sharded:  # FSDP2: norms of the full gradients; per-shard statistics skipped
+                want_params = False
+                self._locator.done = True  # a replay on one rank would wait on the others
             if want_grads:
-                target.grad_norms = norms(grads, self._device)
+                target.grad_norms = full_norms(grads) if sharded else norms(grads, self._device)
             if want_params:
                 target.grad_maxabs = max_abs(grads, self._device)
                 target.before = [w.param.detach().clone() for w in target.present]
