@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -102,3 +105,14 @@ def tiny_bert_config(**extra: object) -> object:
         intermediate_size=64,
         **extra,
     )
+
+
+def torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc_per_node N ARGS`` from the repository root; must pass."""
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    done = subprocess.run(
+        [*cmd, str(nproc), *args], capture_output=True, text=True, timeout=300, cwd=root
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done

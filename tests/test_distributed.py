@@ -12,33 +12,18 @@ import torch
 import torch.nn.functional as F
 
 import gradoc
+from tests.models import torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "ddp_train.py"
 
 
 def _torchrun(out: Path, *script_args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "gradoc",
-        "run",
-        "--out",
-        str(out),
-        str(SCRIPT),
-        *script_args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return torchrun("-m", "gradoc", "run", "--out", str(out), str(SCRIPT), *script_args)
 
 
 def test_ddp_global_norm_is_the_full_batch_norm(tmp_path: Path) -> None:
-    done = _torchrun(tmp_path / "ddp")
-    assert done.returncode == 0, done.stderr[-3000:]
+    _torchrun(tmp_path / "ddp")
     sys.path.insert(0, str(ROOT / "tests"))
     try:
         from ddp_train import model_and_data
@@ -55,8 +40,7 @@ def test_ddp_global_norm_is_the_full_batch_norm(tmp_path: Path) -> None:
 
 
 def test_nan_on_rank_1_is_reported_with_its_rank_and_origin(tmp_path: Path) -> None:
-    done = _torchrun(tmp_path / "ddp", "--nan")
-    assert done.returncode == 0, done.stderr[-3000:]
+    _torchrun(tmp_path / "ddp", "--nan")
     report = json.loads((tmp_path / "ddp" / "report.json").read_text())
     story = next(f for f in report["findings"] if f["kind"] == "nonfinite")
     assert story["rank"] == 1 and story["step"] == 3
@@ -68,23 +52,8 @@ def test_nan_on_rank_1_is_reported_with_its_rank_and_origin(tmp_path: Path) -> N
 def test_fsdp2_records_the_norms_of_the_full_gradients(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed.fsdp")
     out = tmp_path / "fsdp"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "gradoc",
-        "run",
-        "--out",
-        str(out),
-        str(ROOT / "tests" / "fsdp_train.py"),
-        str(tmp_path),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    fsdp = str(ROOT / "tests" / "fsdp_train.py")
+    torchrun("-m", "gradoc", "run", "--out", str(out), fsdp, str(tmp_path))
     want = json.loads((tmp_path / "norms-0.json").read_text())
     for log_dir in (out, out / "rank1"):
         with gradoc.open_run(log_dir) as log:

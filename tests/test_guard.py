@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import random
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import torch.nn.functional as F
 
 import gradoc
 from gradoc.guard import ZClip, scale_lr
+from tests.models import torchrun
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -319,19 +318,7 @@ def test_fault_injection_the_guard_keeps_a_2000_step_run_alive(tmp_path: Path) -
 @pytest.mark.parametrize("collective", [True, False])
 def test_ddp_nan_on_one_rank_is_skipped_by_both(tmp_path: Path, collective: bool) -> None:
     out = tmp_path / "ddp"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(ROOT / "tests" / "ddp_guard.py"),
-        str(out),
-        "1" if collective else "0",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    torchrun(str(ROOT / "tests" / "ddp_guard.py"), str(out), "1" if collective else "0")
     p0, p1 = (torch.load(out / f"params-{r}.pt") for r in (0, 1))
     same = all(torch.equal(a, b) for a, b in zip(p0, p1))
     skipped = [
