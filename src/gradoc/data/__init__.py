@@ -42,7 +42,7 @@ class _Bucketed:
         self,
         lengths: Sequence[int] | torch.Tensor,
         *,
-        bucket_batches: int,
+        bucket_size: int,
         shuffle: bool,
         seed: int,
         drop_last: bool,
@@ -52,7 +52,8 @@ class _Bucketed:
         self.lengths = torch.as_tensor(lengths, dtype=torch.long)
         if self.lengths.dim() != 1 or len(self.lengths) == 0:
             raise ValueError("lengths must be a non-empty 1-D sequence of integers")
-        self.bucket_batches = bucket_batches
+        self.bucket_size = bucket_size
+        """Samples per bucket: shuffled together, sorted by length within."""
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.num_replicas, self.rank = _world(num_replicas, rank)
         self.epoch = 0
@@ -68,10 +69,10 @@ class _Bucketed:
         n = len(self.lengths)
         return torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)
 
-    def _sorted_buckets(self, bucket_size: int) -> Iterator[torch.Tensor]:
+    def _sorted_buckets(self) -> Iterator[torch.Tensor]:
         order = self._order()
-        for i in range(0, len(order), bucket_size):
-            chunk = order[i : i + bucket_size]
+        for i in range(0, len(order), self.bucket_size):
+            chunk = order[i : i + self.bucket_size]
             yield chunk[torch.argsort(self.lengths[chunk], stable=True)]
 
     def _shard(self, batches: list[list[int]]) -> list[list[int]]:
@@ -111,7 +112,7 @@ class LengthBucketSampler(_Bucketed):
             raise ValueError("batch_size and bucket_batches must be >= 1")
         super().__init__(
             lengths,
-            bucket_batches=bucket_batches,
+            bucket_size=batch_size * bucket_batches,
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,
@@ -122,7 +123,7 @@ class LengthBucketSampler(_Bucketed):
 
     def _batches(self) -> list[list[int]]:
         out = []
-        for bucket in self._sorted_buckets(self.batch_size * self.bucket_batches):
+        for bucket in self._sorted_buckets():
             idx = bucket.tolist()
             out += [idx[i : i + self.batch_size] for i in range(0, len(idx), self.batch_size)]
         return out
@@ -145,7 +146,7 @@ class TokenBudgetBatchSampler(_Bucketed):
     ) -> None:
         super().__init__(
             lengths,
-            bucket_batches=1,
+            bucket_size=bucket_size,
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,
@@ -155,11 +156,11 @@ class TokenBudgetBatchSampler(_Bucketed):
         longest = int(self.lengths.max())
         if max_tokens < longest:
             raise ValueError(f"max_tokens {max_tokens} is below the longest sequence ({longest})")
-        self.max_tokens, self.bucket_size = max_tokens, bucket_size
+        self.max_tokens = max_tokens
 
     def _batches(self) -> list[list[int]]:
         out: list[list[int]] = []
-        for bucket in self._sorted_buckets(self.bucket_size):
+        for bucket in self._sorted_buckets():
             batch: list[int] = []
             longest = 0
             for i, n in zip(bucket.tolist(), self.lengths[bucket].tolist()):

@@ -12,7 +12,6 @@ only).
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import warnings
 from collections.abc import Iterator, Sequence
@@ -22,13 +21,10 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from .._tree import arguments
+from .._tree import floats as _floats
 from .origin import Origin, frame_from_text, user_frame
-
-
-def _floats(tree: Any) -> list[Tensor]:
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, Tensor) and t.is_floating_point()]
 
 
 def _bad(t: Tensor) -> int:
@@ -118,10 +114,7 @@ def batch_evidence(
 ) -> list[dict[str, Any]]:
     """What the failing batch's per-sample integer inputs (lengths, counts, ids) looked like,
     and their values for the samples where the value was born: "the short posts"."""
-    try:
-        bound = inspect.signature(root.forward).bind_partial(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        bound = {f"input {i}": a for i, a in enumerate(args)} | kwargs
+    bound = arguments(root, args, kwargs)
     size, bad = rows
     ev: list[dict[str, Any]] = []
     for name, value in bound.items():

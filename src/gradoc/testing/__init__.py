@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._tree import floats as _floats
+
 __all__ = ["NumericsProblem", "assert_finite", "check_numerics"]
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -64,16 +66,6 @@ def _map(x: Any, f: Callable[[Tensor], Tensor]) -> Any:
     if isinstance(x, dict):
         return {k: _map(v, f) for k, v in x.items()}
     return x
-
-
-def _floats(x: Any) -> list[Tensor]:
-    if isinstance(x, Tensor):
-        return [x] if x.is_floating_point() else []
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in _floats(v)]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in _floats(v)]
-    return []
 
 
 def _variants(

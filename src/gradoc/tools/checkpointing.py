@@ -39,6 +39,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from .._tree import tensors as _tensors
 from ..errors import GradocError
 
 MB = 2**20
@@ -148,10 +149,14 @@ class _Saved:
 
     def __init__(self, model: nn.Module) -> None:
         self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.stack: list[int] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Fresh accounting for the next pass."""
         self.seen: set[int] = set()
         self.total = 0
         self.by: dict[int, int] = {}
-        self.stack: list[int] = []
 
     def add(self, t: Tensor, owner: int | None = None) -> int:
         s = t.untyped_storage()
@@ -171,16 +176,6 @@ class _Saved:
             return t
 
         return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-
-
-def _tensors(x: Any) -> list[Tensor]:
-    if isinstance(x, Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for item in x for t in _tensors(item)]
-    if isinstance(x, dict):
-        return [t for item in x.values() for t in _tensors(item)]
-    return []
 
 
 Step = Callable[[nn.Module], Tensor]
@@ -320,7 +315,7 @@ def plan_checkpointing(
         with warnings.catch_warnings():  # hooks on blocks whose input needs no grad
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             for _ in range(repeats):
-                saved.__init__(model)  # type: ignore[misc]  # fresh accounting each pass
+                saved.reset()
                 with saved.hooks():
                     loss = step(model)
                 loss.backward()
@@ -375,9 +370,7 @@ def _measure(
     step(m).backward()  # warm-up: the first checkpointed pass pays one-off costs
     m.zero_grad(set_to_none=True)
     for _ in range(repeats):
-        saved.__init__(m)  # type: ignore[misc]
-        if every:
-            saved.seen.clear()
+        saved.reset()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             start = torch.cuda.memory_allocated(device)
