@@ -14,7 +14,6 @@ is at least twice the longest seen.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..tools.padding import MASK_KWARGS
+from .._tree import arguments
+from ..tools.padding import mask_pads
 
 WARMUP = 20
 
@@ -30,19 +30,15 @@ WARMUP = 20
 def batch_lengths(
     root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Tensor | None, str | None, int | None]:
-    """(per-sample lengths on the device, where they came from, padded length)."""
-    for key in MASK_KWARGS:
-        m = kwargs.get(key)
-        if isinstance(m, Tensor) and m.dim() == 2:
-            real = m != 0 if key == "attention_mask" else ~m.bool()
-            return real.sum(1), key, m.shape[1]
-    try:
-        bound = inspect.signature(root.forward).bind_partial(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        bound = {}
+    """(per-sample lengths on the device, where they came from, padded length); for token
+    ids without a mask the lengths are the padded length, known on the host (None)."""
+    found = mask_pads(kwargs)
+    if found is not None:
+        pads, key = found
+        return (~pads).sum(1), key, pads.shape[1]
     first = args[0] if args else None
     padded = first.shape[1] if isinstance(first, Tensor) and first.dim() >= 2 else None
-    for name, v in bound.items():
+    for name, v in arguments(root, args, kwargs).items():
         if (
             "len" in name.lower()
             and isinstance(v, Tensor)

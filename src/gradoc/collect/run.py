@@ -249,7 +249,8 @@ class Run:
         self._amp_acts: dict[int, Tensor] = {}
         self._amp_grads: dict[int, tuple[Tensor, Tensor]] = {}
         self._amp_steps = [0, 0]  # activation steps, gradient steps sampled
-        self._lengths: tuple[Tensor, int, int | None] | None = None  # this step's batch lengths
+        # this step's batch lengths: (on the device, or None when the width says it), n, width
+        self._lengths: tuple[Tensor | None, int, int | None] | None = None
         self._length_monitor = LengthMonitor()
         self._last_forward: tuple[nn.Module, Any, Any] | None = None
         self._audited: set[tuple[str, str | None]] = set()
@@ -326,9 +327,8 @@ class Run:
             self._length_monitor.source = self._length_monitor.source or source
             if lengths is not None:
                 self._lengths = (lengths, lengths.numel(), padded)
-            elif padded is not None and args:
-                n = args[0].shape[0]
-                self._lengths = (torch.full((n,), padded, device=args[0].device), n, padded)
+            elif padded is not None and args:  # every sample as long as the batch is wide
+                self._lengths = (None, args[0].shape[0], padded)
             if self.config.locate:
                 self._locator.on_forward(module, args, kwargs)
 
@@ -437,17 +437,13 @@ class Run:
 
     def _audit_padding(self, step: int) -> None:
         """--check padding: audit the step's batch; each new finding becomes an event."""
-        from ..tools.padding import MASK_KWARGS, audit_padding
+        from ..tools.padding import audit_padding, mask_pads
 
         if self._last_forward is None:
             return
         root, args, kwargs = self._last_forward
-        pads = None
-        for key in MASK_KWARGS:
-            m = kwargs.get(key)
-            if isinstance(m, Tensor) and m.dim() == 2:
-                pads = (m == 0) if key == "attention_mask" else m.bool()
-                break
+        found = mask_pads(kwargs)
+        pads = found[0] if found is not None else None
         first = args[0] if args else None
         if pads is None and isinstance(first, Tensor) and not first.is_floating_point():
             idx = next((e.padding_idx for e in root.modules() if isinstance(e, nn.Embedding)), None)
@@ -519,9 +515,12 @@ class Run:
         if losses:
             parts.append(torch.stack(losses).sum())
         lengths = self._lengths if primary else None
-        if lengths is not None:
+        if primary:
+            self._lengths = None
+        device_lengths = lengths[0] if lengths is not None else None
+        if device_lengths is not None:
             parts += list(
-                length_stats(lengths[0]).to(parts[0].device if parts else lengths[0].device)
+                length_stats(device_lengths).to(parts[0].device if parts else device_lengths.device)
             )
         if norms_ is not None:
             # a sum is finite exactly when every term is (or overflows, which is as bad)
@@ -530,23 +529,38 @@ class Run:
                 wide = torch.float32 if norms_.device.type == "mps" else torch.float64
                 parts.append(torch.linalg.vector_norm(norms_.to(wide)))
         if not parts:
+            self._observe_lengths(target.steps, lengths, [])
             return Vitals(False, False, None, None)
         dtype = torch.float32 if parts[0].device.type == "mps" else torch.float64
         values = torch.stack([p.to(dtype) for p in parts]).tolist()  # one host read
         loss = values.pop(0) / len(losses) if losses else None
-        if lengths is not None:
-            lo, hi, total = values[:3]
+        if device_lengths is not None:
+            self._observe_lengths(target.steps, lengths, values[:3])
             del values[:3]
-            self._lengths = None
-            anomaly = self._length_monitor.observe(
-                target.steps, int(lo), int(hi), total, lengths[1], lengths[2]
-            )
-            if anomaly is not None:
-                message = anomaly.pop("message")
-                self.event("length_anomaly", message, step=target.steps, **anomaly)
+        else:
+            self._observe_lengths(target.steps, lengths, [])
         grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
         norm = values[1] if len(values) > 1 else None
         return Vitals(loss is not None and not math.isfinite(loss), grads_bad, loss, norm)
+
+    def _observe_lengths(
+        self, step: int, lengths: tuple[Tensor | None, int, int | None] | None, read: list[float]
+    ) -> None:
+        """Feed the batch's lengths to the monitor: min, max, sum from the step's host read,
+        or, for token ids without a mask, the batch's width (known on the host)."""
+        if lengths is None:
+            return
+        _, n, padded = lengths
+        if read:
+            lo, hi, total = int(read[0]), int(read[1]), read[2]
+        elif padded is not None:
+            lo, hi, total = padded, padded, float(n * padded)
+        else:
+            return
+        anomaly = self._length_monitor.observe(step, lo, hi, total, n, padded)
+        if anomaly is not None:
+            message = anomaly.pop("message")
+            self.event("length_anomaly", message, step=step, **anomaly)
 
     def _vet(self, target: _Target, primary: bool) -> None:
         """The first non-finite step is located; the guard (or the default skip) acts."""

@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._tree import tensors as _tensors
 from ..detect.finding import Finding
 
 MASK_KWARGS = (
@@ -41,17 +42,14 @@ MASK_KWARGS = (
 TOLERANCE = 1e-4
 
 
-def _tensors(x: Any) -> list[Tensor]:
-    if isinstance(x, Tensor):
-        return [x]
-    if isinstance(x, dict) or (hasattr(x, "values") and not isinstance(x, (str, bytes))):
-        try:
-            return [t for v in x.values() for t in _tensors(v)]
-        except TypeError:
-            return []
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in _tensors(v)]
-    return []
+def mask_pads(kwargs: dict[str, Any]) -> tuple[Tensor, str] | None:
+    """Where the pads are according to a padding-mask keyword argument, (B, T) bool (True =
+    pad), and which argument said so; ``attention_mask`` marks real tokens with 1."""
+    for key in MASK_KWARGS:
+        m = kwargs.get(key)
+        if isinstance(m, Tensor) and m.dim() == 2:
+            return (m == 0 if key == "attention_mask" else m.bool()), key
+    return None
 
 
 def pads_from(
