@@ -15,8 +15,10 @@ The variants are interleaved step by step: each round runs --steps steps of ever
 variant, each step of each variant in a shuffled order, each variant on its own copy of
 the same model and data (so slow drifts of the machine hit all variants alike). A gradoc
 variant's run stays open for the whole benchmark, as in a real run; its hooks sit on its
-own model and optimizer, so the other variants only meet gradoc's backward tap (one
-Python call per backward, ~1 us of a ~250 ms step). A variant's time in a round is the
+own model and optimizer, so the other variants meet gradoc's backward tap (one Python
+call per backward, ~1 us of a ~250 ms step) and, on steps that collect activations, the
+global forward hook that collects them (each module call of the process takes
+nn.Module's hooked path then: a few us, ~0.1% of a step here). A variant's time in a round is the
 mean of its steps, so work done on some steps only (activations every 10 steps) is
 counted. Reported per variant: the median over rounds of that mean step time, and the
 median over rounds of (variant / plain) in the same round, with its range.

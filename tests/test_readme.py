@@ -27,7 +27,9 @@ def commands() -> list[str]:
     for body in blocks("bash"):
         for line in body.splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if line.startswith(("gradoc run", "gradoc report", "gradoc fix", "sqlite3 ")):
+            if line.startswith(
+                ("gradoc run", "gradoc report", "gradoc fix", "gradoc replay", "sqlite3 ")
+            ):
                 found.append(line)
     return found
 

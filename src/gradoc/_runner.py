@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import re
 import runpy
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 from types import TracebackType
 
-from .errors import UsageError
+import torch
+
+from ._text import one_line
+from .errors import GradocError, UsageError
 from .guard import GuardGaveUp
 
-_SKIP = (str(Path(__file__).parent), runpy.__file__)
+# gradoc's and runpy's frames sit above the script's; runpy is frozen since Python 3.11, so
+# its frames are named "<frozen runpy>"
+_SKIP = (str(Path(__file__).parent), runpy.__file__, "<frozen runpy>")
 
 
 def check_script(script: str) -> Path:
@@ -47,19 +57,33 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def exec_script(path: Path, args: list[str]) -> int:
+def _enter(path: Path, args: list[str]) -> str:
+    """Set ``sys.argv`` and ``sys.path`` as ``python SCRIPT ARGS`` does; return the path to
+    run: absolute, so ``__file__`` is absolute as under ``python`` (3.9+) and stays right
+    after the script changes directory."""
+    sys.argv = [str(path), *args]
+    full = os.path.abspath(path)
+    # python puts the script's directory first, symbolic links resolved (a directory with
+    # __main__.py: the directory itself)
+    sys.path.insert(0, full if path.is_dir() else os.path.dirname(os.path.realpath(path)))
+    return full
+
+
+def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> int:
     """Run the script as ``__main__``; return the exit code ``python`` would have returned.
 
     Exceptions from the script are printed as Python prints them (without gradoc's own
-    frames) and turned into exit code 1; ``sys.exit`` keeps its code.
+    frames) and turned into exit code 1; ``sys.exit`` keeps its code. When the script ends
+    by an exception (``sys.exit`` included), what suggests a non-finite value made it stop
+    is appended to ``clues`` (see :func:`nonfinite_clues`).
     """
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [str(path), *args]
-    sys.path.insert(0, str(path if path.is_dir() else path.parent))
+    full = _enter(path, args)
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        runpy.run_path(full, run_name="__main__")
         return 0
     except SystemExit as exc:
+        _gather(clues, exc)
         return _exit_code(exc.code)
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
@@ -69,10 +93,64 @@ def exec_script(path: Path, args: list[str]) -> int:
         return exc.exit_code
     except BaseException as exc:
         traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
+        _gather(clues, exc)
         return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         sys.stdout.flush()
+
+
+_NONFINITE = re.compile(r"\b(nan|[+-]?inf|infinity|infinite|non-?finite|not finite)\b", re.I)
+_NOT_USER = (
+    str(Path(__file__).parent),
+    str(Path(torch.__file__).parent),
+    sysconfig.get_paths()["stdlib"],
+    "<",
+)
+
+
+def _gather(clues: list[str] | None, exc: BaseException) -> None:
+    if clues is not None:
+        with contextlib.suppress(Exception):  # a clue is a nicety; the exit code is not
+            clues += nonfinite_clues(exc)
+
+
+def nonfinite_clues(exc: BaseException) -> list[str]:
+    """What says that a script stopped because of a NaN/Inf: the exception's message
+    (``raise ValueError("loss is nan")``, ``sys.exit("inf loss")``) or a scalar the script's
+    own frames held when it stopped (``loss`` = nan). An ordinary error has none, and then
+    gradoc never re-runs the script looking for a NaN."""
+    found = []
+    text = str(exc.code if isinstance(exc, SystemExit) else exc)
+    if text and _NONFINITE.search(text):
+        found.append(f"the script stopped with {type(exc).__name__}: {one_line(text)[:120]}")
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if not frame.f_code.co_filename.startswith(_NOT_USER):
+            where = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
+            for name, value in list(frame.f_locals.items()):
+                if _nonfinite_scalar(value):
+                    found.append(f"`{one_line(name)}` was {_show(value)} at {one_line(where)}")
+        tb = tb.tb_next
+    return found[:5]
+
+
+def _nonfinite_scalar(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+        try:
+            return not bool(torch.isfinite(value.detach()).all())  # a host read, at exit only
+        except Exception:  # meta or fake tensors hold no value
+            return False
+    return False
+
+
+def _show(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor({value.detach().reshape(()).item()})"
+    return repr(value)
 
 
 def _exit_code(code: object) -> int:
@@ -92,18 +170,30 @@ class Stop(BaseException):
         self.payload = payload
 
 
+class ScriptFailed(GradocError):
+    """The user's script raised (its traceback is printed as Python prints it)."""
+
+
 def run_until(path: Path, args: list[str]) -> object | None:
     """Run the script as ``exec_script`` does until a hook raises :class:`Stop`; return its
-    payload (None when the script ended first). Errors of the script propagate."""
+    payload (None when the script ended first). When the script raises, its traceback is
+    printed as ``python`` prints it and :class:`ScriptFailed` says so in one line: the
+    user's error is not gradoc's."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [str(path), *args]
-    sys.path.insert(0, str(path if path.is_dir() else path.parent))
+    full = _enter(path, args)
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        runpy.run_path(full, run_name="__main__")
         return None
     except Stop as stop:
         return stop.payload
     except SystemExit:
         return None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
+        raise ScriptFailed(
+            f"{one_line(path)} raised {type(exc).__name__}: {one_line(exc)[:200]}"
+        ) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path

@@ -3,28 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import math
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from ._paths import output_file
+from ._text import one_line, safe
 from ._version import __version__
-from .errors import GradocError, UsageError
+from .errors import GradocError, RunLogError, UsageError
 
 FAIL_EXIT = 3
 """`gradoc report --fail-on` exit status when findings of that severity exist."""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """argparse's one-line usage error, with what the user typed made safe to print."""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {safe(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gradoc",
         description="A training-stability doctor for PyTorch.",
     )
     parser.add_argument("--version", action="version", version=f"gradoc {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser(
         "run",
@@ -38,11 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", metavar="PATH", help="also write the report JSON here")
     run.add_argument(
         "--replay-budget",
-        type=float,
+        type=_non_negative,
         default=120.0,
         metavar="SECONDS",
         help="when the script stopped at a NaN gradoc could not locate, re-run it up to that "
-        "step with tracing armed, for at most this long (0: never; default 120)",
+        "step with tracing armed, for at most this long (0: never; default 120); by itself "
+        "only when the script wrote no file outside the run directory, used no network and "
+        "started no process",
+    )
+    run.add_argument(
+        "--replay",
+        action="store_true",
+        help="re-run to locate a NaN even when the script wrote files, used the network or "
+        "started processes (a re-run does those again, up to the failing step)",
     )
     run.add_argument(
         "--check",
@@ -88,6 +106,20 @@ def _parser() -> argparse.ArgumentParser:
     fix.add_argument("script", metavar="SCRIPT")
     fix.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
+    rep = sub.add_parser(
+        "replay",
+        help="re-run a finished run's script to find where its NaN was born",
+        description="Re-run the script of RUN_DIR (made by gradoc run) in its directory, with "
+        "its arguments and every RNG seeded as before, up to the first non-finite step that "
+        "was not located, trace that step and add the origin to the run's report. The "
+        "script's side effects up to that step (files, network) happen again.",
+    )
+    rep.add_argument("run_dir", metavar="RUN_DIR")
+    rep.add_argument(
+        "--budget", type=_positive, default=600.0, metavar="SECONDS", help="default 600"
+    )
+    rep.add_argument("--json", metavar="PATH", help="also write the report JSON here")
+
     report = sub.add_parser("report", help="summarise a run directory (finished or running)")
     report.add_argument("run_dir", metavar="RUN_DIR")
     report.add_argument("--json", action="store_true", help="print report.json instead")
@@ -113,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--budget", type=_positive, metavar="MIB", help="activation memory budget")
     plan.add_argument("--blocks", metavar="NAME", help="the blocks' container (default: found)")
     plan.add_argument("--out", metavar="DIR", default="gradoc-checkpoint-plan")
-    plan.add_argument("--repeats", type=int, default=3, metavar="N")
+    plan.add_argument("--repeats", type=_count, default=3, metavar="N")
     plan.add_argument("script", metavar="SCRIPT")
     plan.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
@@ -124,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         "applied by gradoc (bf16 on the CPU, fp16 with loss scaling on CUDA), and report how "
         "far losses and per-layer gradients drift, the loss scale history, speed and memory.",
     )
-    ampc.add_argument("--steps", type=int, default=20, metavar="N")
+    ampc.add_argument("--steps", type=_count, default=20, metavar="N")
     ampc.add_argument("--dtype", choices=["bf16", "fp16"], help="default: fp16 on CUDA, else bf16")
     ampc.add_argument("--tolerance", type=_positive, default=0.05, metavar="REL")
     ampc.add_argument("--json", metavar="PATH", help="also write the comparison JSON here")
@@ -150,13 +182,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text}")
     return value
 
 
@@ -170,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
         if args.command == "fix":
             return _fix_command(args)
+        if args.command == "replay":
+            return _replay_command(args)
         if args.command == "checkpoint-plan":
             return _checkpoint_plan(args)
         if args.command == "amp-compare":
@@ -183,29 +241,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     except GradocError as exc:
-        print(f"gradoc: error: {exc}", file=sys.stderr)
+        print(f"gradoc: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        print("gradoc: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         if os.environ.get("GRADOC_DEBUG"):
             raise
         print(
-            f"gradoc: internal error: {type(exc).__name__}: {exc} "
+            f"gradoc: internal error: {type(exc).__name__}: {one_line(exc)} "
             "(set GRADOC_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 70
 
 
+def _output(path: str | None, flag: str, protect: dict[Path, str] | None = None) -> Path | None:
+    """``output_file`` for an optional flag."""
+    return output_file(path, flag, protect=protect) if path else None
+
+
+@contextlib.contextmanager
+def _reading(run_dir: str | Path) -> Iterator[None]:
+    """Reading a run log someone else may have made or damaged: whatever it holds, the
+    answer is a report or one line, never a traceback (GRADOC_DEBUG=1 shows one)."""
+    from .store.reader import DamagedLog
+
+    try:
+        yield
+    except DamagedLog as exc:
+        raise RunLogError(
+            f"{one_line(run_dir)}: the run log is damaged or was edited: {exc}"
+        ) from None
+    except (GradocError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if os.environ.get("GRADOC_DEBUG"):
+            raise
+        raise RunLogError(
+            f"{one_line(run_dir)}: the run log holds what gradoc never writes (damaged or "
+            f"edited?): {type(exc).__name__}: {one_line(exc)[:200]}"
+        ) from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from ._runner import check_script
-    from .collect import prepare_run_dir
+    from .collect import prepare_run_dir, torchrun_rank
     from .config import GuardConfig
 
     script = check_script(args.script)
-    _check_json_path(args.json)
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = torchrun_rank()
+    protect = {script: "the script"}
+    if args.out:
+        protect |= {Path(args.out): "the run directory", Path(args.out) / "run.db": "the run log"}
+    # every output is checked before the script starts: a mistake costs a line, not a run
+    json_path = _output(args.json, "--json", protect)
     if world > 1:  # under torchrun: rank 0 in DIR, rank r in DIR/rank<r>; rank 0 merges
         from .distributed import rank_dir
 
@@ -213,37 +304,47 @@ def _run(args: argparse.Namespace) -> int:
     else:
         out = prepare_run_dir(args.out, script.stem)
     guard = GuardConfig() if args.guard else None
-    json_path = args.json if rank == 0 else None
+    json_path = json_path if rank == 0 else None
     code, report = _execute(script, list(args.args), out, json_path, guard, args.lr_scale, args)
+    # from here on, whatever fails, the script's exit code is the answer
     if world > 1 and report is not None:
         if rank != 0:
             return code
         from .distributed import merge_ranks
 
-        report = merge_ranks(out, world, json_path)
+        report = _after_run(lambda: merge_ranks(out, world, json_path), "merge the ranks' reports")
     if report is not None:
-        print_run_summary(out, report)
+        _after_run(lambda: print_run_summary(out, report), "print the diagnosis")
     if args.fix and report is not None:
         return _fix(out, report, script, list(args.args), None, None)
     return code
 
 
-def _check_json_path(path: str | None) -> None:
-    if path and not Path(path).resolve().parent.is_dir():
-        raise UsageError(f"--json {path}: directory {Path(path).parent} does not exist")
+def _after_run(work: Callable[[], Any], what: str) -> Any:
+    """Work after the user's script ended: a failure is one line and keeps its exit code."""
+    try:
+        return work()
+    except KeyboardInterrupt:
+        print(f"gradoc: interrupted; did not {what}", file=sys.stderr)
+    except Exception as exc:
+        if os.environ.get("GRADOC_DEBUG"):
+            raise
+        print(f"gradoc: could not {what}: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
+    return None
 
 
 def _execute(
     script: Path,
     script_args: list[str],
     out: Path,
-    json_path: str | None,
+    json_path: Path | None,
     guard: Any,
     lr_scale: float,
     args: argparse.Namespace | None,
 ) -> tuple[int, dict[str, Any] | None]:
     """Run the script watched into ``out``; return its exit code and the report."""
-    from ._replay import seed_everything
+    from ._effects import SideEffects
+    from ._replay import script_digest, seed_everything
     from ._runner import exec_script
     from .collect.auto import AutoAttach
     from .collect.run import Run
@@ -252,41 +353,63 @@ def _execute(
     checks = getattr(args, "check", []) if args is not None else []
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
     run = Run(out, config, script=str(script), lr_scale=lr_scale)
+    cwd, started = os.getcwd(), time.time()
+    run.set_meta(
+        launch={
+            "script": os.path.abspath(script),
+            "args": script_args,
+            "cwd": cwd,
+            "sha256": script_digest(script),
+        }
+    )
     auto = AutoAttach(run)
-    code = 1
+    effects = SideEffects([out, *([json_path] if json_path else [])])  # gradoc's own files
+    clues: list[str] = []
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
+    with effects:
+        code = exec_script(script, script_args, clues)
+    auto.remove()
+    status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
+    if run._guard is not None and run._guard.gave_up:
+        status = "gave_up"
+    run.set_meta(exit_clues=clues, side_effects={"count": effects.count, "seen": effects.seen})
     try:
-        code = exec_script(script, script_args)
-    finally:
-        auto.remove()
-        status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
-        if run._guard is not None and run._guard.gave_up:
-            status = "gave_up"
         report = run.close(status=status, exit_code=code, json_path=json_path)
-    if report is not None and args is not None and args.replay_budget > 0:
-        report = _replay_if_needed(out, script, script_args, code, args) or report
+    except KeyboardInterrupt:  # a second Ctrl-C: the log is complete, close said so
+        return code or 130, None
+    if report is not None and args is not None:
+        replayed = _after_run(
+            lambda: _replay_if_needed(
+                out, script, script_args, cwd, started, code, clues, effects, json_path, args
+            ),
+            "re-run the script to locate the NaN",
+        )
+        report = replayed or report
     return code, report
 
 
 def _diff(args: argparse.Namespace) -> int:
     from .compare import diff_runs
     from .report import to_json_text
+    from .report.json import write_text_file
 
-    _check_json_path(args.json)
-    _check_json_path(args.html)
-    result = diff_runs(args.run_a, args.run_b)
-    if args.json:
-        Path(args.json).write_text(to_json_text(result))
-    if args.html:
-        from .report.html import write_diff
+    json_path = _output(args.json, "--json")
+    html_path = _output(args.html, "--html")
+    with _reading(f"{args.run_a} or {args.run_b}"):
+        result = diff_runs(args.run_a, args.run_b)
+        if html_path:
+            from .report.html import write_diff
 
-        write_diff(result, Path(args.html))
+            write_diff(result, html_path)
+    if json_path and not write_text_file(json_path, to_json_text(result)):
+        return 1
     parted = result["parted"]
-    print(f"gradoc diff: {result['explanation']}")
+    print(f"gradoc diff: {safe(result['explanation'])}")
     if parted:
         for x in parted["others_at_step"]:
             print(
-                f"  also at step {parted['step']}: {x['layer']} {x['statistic']} x{x['ratio']:.3g}"
+                f"  also at step {parted['step']}: {one_line(x['layer'])} "
+                f"{one_line(x['statistic'])} x{x['ratio']:.3g}"
             )
     print(
         f"  {result['steps_compared']} steps compared; median loss difference "
@@ -296,48 +419,46 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _amp_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ._runner import check_script
-    from .report import print_amp_compare, to_json_text
+    from .report import print_amp_compare, status, to_json_text
+    from .report.json import write_text_file
     from .tools.amp_compare import compare
 
     script = check_script(args.script)
-    _check_json_path(args.json)
-    if args.steps < 1:
-        raise UsageError("--steps must be >= 1")
+    json_path = _output(args.json, "--json", {script: "the script"})
     dtype = args.dtype
     if dtype is None:
         import torch
 
         dtype = "fp16" if torch.cuda.is_available() else "bf16"
-    with Console(stderr=True).status(f"running {script.name} twice: fp32 and {dtype} autocast"):
+    with status(f"running {script.name} twice: fp32 and {dtype} autocast"):
         result = compare(script, list(args.args), args.steps, dtype, args.tolerance)
-    if args.json:
-        Path(args.json).write_text(to_json_text(result))
     print_amp_compare(result)
+    if json_path and not write_text_file(json_path, to_json_text(result)):
+        return 1
     return 0
 
 
 def _checkpoint_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from ._paths import output_dir
     from ._runner import check_script
-    from .report import print_checkpoint_plan
+    from .report import print_checkpoint_plan, status
     from .tools.checkpointing import capture_first_step, plan_checkpointing
 
     script = check_script(args.script)
-    console = Console(stderr=True)
-    with console.status(f"running {script.name} to its first optimizer step"):
+    out = output_dir(args.out, "--out")
+    for name in ("checkpoint-plan.html", "checkpoint-plan.png", "checkpoint-plan.json"):
+        output_file(out / name, "--out", protect={script: "the script"})
+    with status(f"running {script.name} to its first optimizer step"):
         model, inputs, kwargs = capture_first_step(script, list(args.args))
-    with console.status("measuring blocks and checkpointing settings"):
+    with status("measuring blocks and checkpointing settings"):
         plan = plan_checkpointing(
             model, inputs, blocks=args.blocks, kwargs=kwargs, repeats=args.repeats
         )
     budget = args.budget * 2**20 if args.budget else None
-    page = plan.write(args.out, budget)
+    page = plan.write(out, budget)
     print_checkpoint_plan(plan.to_json() | {"recommended": plan.recommend(budget)}, budget)
-    print(f"plan     {page}  (and checkpoint-plan.png, .json)")
+    print(f"plan     {safe(page)}  (and checkpoint-plan.png, .json)")
     return 0
 
 
@@ -347,11 +468,12 @@ def _fix_command(args: argparse.Namespace) -> int:
     from .store import open_run
 
     script = check_script(args.script)
-    _check_json_path(args.json)
     before = Path(args.run_dir)
-    with open_run(before) as log:  # a clear error when RUN_DIR is not a run
+    with _reading(before), open_run(before) as log:  # a clear error when RUN_DIR is not a run
         report = build_report(log)
-    return _fix(before, report, script, list(args.args), args.out, args.json)
+        before = log.dir
+    json_path = _output(args.json, "--json", {script: "the script"})
+    return _fix(before, report, script, list(args.args), args.out, json_path)
 
 
 def _fix(
@@ -360,15 +482,17 @@ def _fix(
     script: Path,
     script_args: list[str],
     out: str | None,
-    json_path: str | None,
+    json_path: Path | None,
 ) -> int:
     """Apply the top no-code fix of ``report``, re-run the script, print before/after."""
     from rich.console import Console
+    from rich.text import Text
 
     from .collect import prepare_run_dir
     from .fix import choose, code_fixes, compare
     from .fix.remedy import user_sources
     from .report import print_comparison, to_json_text
+    from .report.json import write_text_file
 
     console = Console(stderr=True)
     sources = user_sources(script)
@@ -382,7 +506,10 @@ def _fix(
         print_comparison(None, None, fixes, console)
         return 0
     after = prepare_run_dir(out or _sibling(before), script.stem)
-    console.print(f"gradoc fix: re-running {script.name} with {remedy.describe()} -> {after}")
+    console.print(
+        Text(f"gradoc fix: re-running {one_line(script.name)} with {remedy.describe()} -> ")
+        + Text(one_line(after))
+    )
     code, after_report = _execute(
         script, script_args, after, None, remedy.guard, remedy.lr_scale, None
     )
@@ -394,9 +521,9 @@ def _fix(
     result["remedy"] = remedy.to_json()
     result["code_fixes"] = [f.to_json() for f in fixes]
     text = to_json_text(result)
-    (after / "fix.json").write_text(text)
+    write_text_file(after / "fix.json", text)
     if json_path:
-        Path(json_path).write_text(text)
+        write_text_file(json_path, text)
     print_comparison(result, remedy, fixes, console)
     return code
 
@@ -411,79 +538,112 @@ def _sibling(before: Path) -> Path:
 
 
 def _replay_if_needed(
-    out: Path, script: Path, script_args: list[str], code: int, args: argparse.Namespace
+    out: Path,
+    script: Path,
+    script_args: list[str],
+    cwd: str,
+    started: float,
+    code: int,
+    clues: list[str],
+    effects: Any,
+    json_path: Path | None,
+    args: argparse.Namespace,
 ) -> dict[str, Any] | None:
-    """Re-run the script up to a non-finite step that was not located (see gradoc._replay)."""
-    import subprocess
-    import tempfile
-
+    """Re-run the script up to a non-finite step that was not located, when that is safe
+    (see gradoc._replay and gradoc._effects); else say how to. Returns the new report."""
+    from ._replay import replay, unlocated_step
     from .report import write_report
     from .store import open_run
     from .store.writer import append_event
 
     with open_run(out) as log:
-        events, meta = log.events, log.meta
-    origins = [e.data["origin"] for e in events if e.kind == "nonfinite_origin"]
-    if any(o.get("file") or o.get("phase") in ("input", "optimizer") for o in origins):
-        return None  # located already (bad inputs and bad weights have no line to find)
-    bad = [e.step for e in events if e.kind in ("nonfinite_loss", "nonfinite_grad")]
-    if bad:
-        step = min(s for s in bad if s is not None)
-    elif meta.get("ended_mid_step") and code != 0:
-        step = int(meta.get("steps") or 0)  # stopped inside this step: perhaps at a NaN check
-    else:
+        step = unlocated_step(log.events, log.meta, code, clues)
+    if step is None:
+        return None
+    command = f"gradoc replay {_shell(out)}"
+    if args.replay_budget == 0:
+        print(
+            f"gradoc: where the NaN/Inf of step {step} was born is not known; {command} "
+            "re-runs the script to find it",
+            file=sys.stderr,
+        )
+        return None
+    effects.scan(started, [cwd, os.getcwd(), str(script.absolute().parent)])
+    if effects.count and not args.replay:
+        message = (
+            f"not re-running {one_line(script.name)} to find where the NaN/Inf of step {step} "
+            f"was born: the script {effects.summary()} (outside the run directory), and a "
+            "re-run would do that again"
+        )
+        print(f"gradoc: {message}. To re-run it up to step {step}: {command}", file=sys.stderr)
+        append_event(out / "run.db", step, "replay_declined", message, {"command": command})
         return None
     print(
-        f"gradoc: re-running {script.name} up to step {step} to find where the NaN was born "
-        f"(at most {args.replay_budget:g} s; --replay-budget 0 turns this off)",
+        f"gradoc: re-running {one_line(script.name)} up to step {step} to find where the NaN "
+        f"was born (at most {args.replay_budget:g} s; --replay-budget 0 turns this off)",
         file=sys.stderr,
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = Path(tmp) / "result.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            "gradoc._replay",
-            "--step",
-            str(step),
-            "--result",
-            str(result_path),
-            str(script),
-            *script_args,
-        ]
-        try:
-            subprocess.run(
-                cmd,
-                timeout=args.replay_budget,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            append_event(
-                out / "run.db",
-                step,
-                "replay_timeout",
-                f"the replay did not reach step {step} within {args.replay_budget:g} s",
-                {},
-            )
-            return write_report(out, args.json)
-        result = json.loads(result_path.read_text()) if result_path.exists() else {}
-    origin: dict[str, Any] | None = result.get("origin")
+    replay(out, script, script_args, cwd, step, args.replay_budget)
+    return write_report(out, json_path)
+
+
+def _shell(path: Path) -> str:
+    """A path as the user would type it (relative when below the working directory)."""
+    import shlex
+
+    try:
+        rel = os.path.relpath(path)
+        shown = rel if not rel.startswith("..") else str(path)
+    except ValueError:
+        shown = str(path)
+    return shlex.quote(one_line(shown))
+
+
+def _replay_command(args: argparse.Namespace) -> int:
+    from ._paths import _probe_dir
+    from ._replay import replay, script_digest, unlocated_step
+    from .report import write_report
+    from .store import open_run
+
+    run_dir = Path(args.run_dir)
+    with _reading(run_dir), open_run(run_dir) as log:
+        events, meta = log.events, log.meta
+        run_dir = log.dir
+    launch = meta.get("launch")
+    fields = {"script": str, "args": list, "cwd": str, "sha256": str}
+    if not isinstance(launch, dict) or not all(
+        isinstance(launch.get(k), t) for k, t in fields.items()
+    ):
+        raise UsageError(f"{one_line(run_dir)} was not made by gradoc run: no script to re-run")
+    clues: list[str] = meta.get("exit_clues") or []
+    step = unlocated_step(events, meta, meta.get("exit_code"), clues)
+    if step is None:
+        print("gradoc replay: nothing to locate: the run has no NaN/Inf whose origin is unknown")
+        return 0
+    json_path = _output(args.json, "--json")
+    _probe_dir(run_dir, "RUN_DIR")
+    script, script_args = Path(launch["script"]), [str(a) for a in launch["args"]]
+    try:
+        same = script_digest(script) == launch["sha256"]
+    except OSError:
+        same = False
+    if not same:
+        raise UsageError(
+            f"{one_line(script)} is gone or has changed since the run; run it again with gradoc run"
+        )
+    shown = " ".join([one_line(script), *map(one_line, script_args)])
+    print(
+        f"gradoc: re-running {shown} (in {one_line(launch['cwd'])}) up to step {step} with "
+        f"tracing armed there, for at most {args.budget:g} s; its side effects up to that "
+        "step happen again",
+        file=sys.stderr,
+    )
+    origin = replay(run_dir, script, script_args, launch["cwd"], step, args.budget)
+    report = write_report(run_dir, json_path)
+    print_run_summary(run_dir, report)
     if origin is None:
-        return None
-    origin["note"] = (
-        f"the script ended at step {step} before gradoc could locate it; gradoc re-ran "
-        f"it with every RNG seeded and tracing armed at step {step}"
-    )
-    append_event(
-        out / "run.db",
-        step,
-        "nonfinite_origin",
-        f"{origin['phase']}: {origin['op']} ({origin['file']}:{origin['line']}) [replayed]",
-        {"origin": origin},
-    )
-    return write_report(out, args.json)
+        print("gradoc replay: the re-run did not show where the value was born", file=sys.stderr)
+    return 0
 
 
 def print_run_summary(out: Path, report: dict[str, Any], stderr: bool = True) -> None:
@@ -501,13 +661,16 @@ def _report(args: argparse.Namespace) -> int:
     from .report import build_report, print_summary, to_json_text
     from .store import open_run
 
-    with open_run(args.run_dir) as log:
+    with _reading(args.run_dir), open_run(args.run_dir) as log:
+        html = _output(args.html, "--html", {log.path: "the run log"})
         report = build_report(log)
-        if args.html:
+        if html:
             from .report.html import write_html
 
-            _check_json_path(args.html)
-            write_html(log, report, args.html)
+            try:
+                write_html(log, report, html)
+            except OSError as exc:
+                raise UsageError(f"could not write {one_line(html)}: {exc.strerror}") from None
         if args.json:
             print(to_json_text(report), end="")
         else:

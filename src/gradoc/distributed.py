@@ -12,27 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from .collect import prepare_run_dir
-from .errors import UsageError
+from .collect import prepare_run_dir, torchrun_out
 
 WAIT_S = 300.0
 
 
 def rank_dir(out: str | None, stem: str, rank: int) -> Path:
-    if out is None:
-        run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "ddp")
-        out = str(Path("gradoc-runs") / f"{stem}-{run_id}")
-    base = Path(out)
-    if rank == 0:
-        return prepare_run_dir(base)
-    if base.exists() and not base.is_dir():
-        raise UsageError(f"--out {base} exists and is not a directory")
-    return prepare_run_dir(base / f"rank{rank}")
+    return prepare_run_dir(out if out is not None else torchrun_out(stem), rank=rank)
 
 
 def _located(f: dict[str, Any]) -> bool:
@@ -40,9 +30,10 @@ def _located(f: dict[str, Any]) -> bool:
     return bool(o.get("file")) or o.get("phase") in ("input", "optimizer")
 
 
-def merge_ranks(base: Path, world: int, json_path: str | None) -> dict[str, Any]:
+def merge_ranks(base: Path, world: int, json_path: str | Path | None) -> dict[str, Any]:
     """Merge every rank's report.json into ``base/report.json`` (rank 0's run info)."""
     from .report import to_json_text
+    from .report.json import write_text_file
 
     merged: dict[str, Any] = json.loads((base / "report.json").read_text())
     deadline = time.monotonic() + WAIT_S
@@ -69,7 +60,7 @@ def merge_ranks(base: Path, world: int, json_path: str | None) -> dict[str, Any]
     if any(f["severity"] in ("error", "warning") for f in findings):
         merged["status"] = "problems"
     text = to_json_text(merged)
-    (base / "report.json").write_text(text)
+    write_text_file(base / "report.json", text)
     if json_path:
-        Path(json_path).write_text(text)
+        write_text_file(Path(json_path), text)
     return merged

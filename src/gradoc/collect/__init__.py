@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -10,34 +12,52 @@ from typing import Any
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from .._paths import output_dir
+from .._text import one_line
 from ..config import WatchConfig
 from ..errors import UsageError
 from .run import Run
 
-__all__ = ["Run", "prepare_run_dir", "watch"]
+__all__ = ["Run", "prepare_run_dir", "torchrun_out", "torchrun_rank", "watch"]
 
 
-def prepare_run_dir(out: str | Path | None, name: str = "run") -> Path:
-    """Create the run directory; refuse a file, or a directory that already holds a run."""
+def prepare_run_dir(
+    out: str | Path | None, name: str = "run", *, rank: int = 0, flag: str = "--out"
+) -> Path:
+    """Create the run directory and return it absolute (a script that changes directory
+    keeps its run); refuse a file, a directory that already holds a run, or a place that
+    cannot be written. ``rank`` r > 0 (torchrun) gets ``OUT/rank<r>``."""
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path("gradoc-runs") / f"{name}-{stamp}"
         path, i = base, 1
         while path.exists():
             path, i = base.with_name(f"{base.name}-{i}"), i + 1
+        base = path
     else:
-        path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {path} exists and is not a directory")
+        base = Path(out)
+    if base.exists() and not base.is_dir():
+        raise UsageError(f"{flag} {one_line(base)} exists and is not a directory")
+    path = base / f"rank{rank}" if rank else base
     if (path / "run.db").exists():
         raise UsageError(
-            f"{path} already holds a run log (run.db); choose another --out or remove it"
+            f"{one_line(path)} already holds a run log (run.db); choose another {flag} or remove it"
         )
+    return output_dir(path, flag)
+
+
+def torchrun_out(name: str) -> Path:
+    """The run directory every rank of one torchrun job agrees on, when none is given."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "ddp")
+    return Path("gradoc-runs") / f"{name}-{run_id}"
+
+
+def torchrun_rank() -> tuple[int, int]:
+    """(rank, world size) under torchrun (its environment variables), else (0, 1)."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
-    return path
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
 
 
 def watch(
@@ -54,7 +74,9 @@ def watch(
     ``out`` is the run directory (default ``gradoc-runs/<script>-<time>``); ``options``
     are :class:`WatchConfig` fields (``grads=``, ``params=``, ``activations=``, ...);
     ``guard=True`` (or a :class:`GuardConfig`) keeps the run alive: skips non-finite
-    steps, clips outlier gradient norms, rolls back (see :mod:`gradoc.guard`).
+    steps, clips outlier gradient norms, rolls back (see :mod:`gradoc.guard`). Under
+    torchrun, rank r > 0 writes ``out/rank<r>`` (unless ``out`` names its rank already).
+    ``out`` is made absolute now, so the script may change directory.
 
     >>> import torch, gradoc
     >>> model = torch.nn.Linear(4, 2)
@@ -71,6 +93,25 @@ def watch(
     cfg = config or WatchConfig(**options)
     stem = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
     name = stem if stem and not stem.startswith("-") else "run"  # `python -c` gives '-c'
-    run = Run(prepare_run_dir(out, name), cfg)
+    rank, world = torchrun_rank()
+    if world == 1:
+        run = Run(prepare_run_dir(out, name, flag="out="), cfg)
+    else:
+        run = _rank_run(torchrun_out(name) if out is None else Path(out), name, rank, cfg)
     run.attach(model, optimizer)
     return run
+
+
+def _rank_run(out: Path, name: str, rank: int, cfg: WatchConfig) -> Run:
+    """Under torchrun, ranks must never share a log, nor kill the job over one: rank r > 0
+    writes ``out/rank<r>`` unless ``out`` already names its rank (``runs/rank1``,
+    ``runs/r1``); a rank that finds ``out`` taken by another writes ``out/rank<r>``."""
+    own = rank == 0 or re.search(rf"(?<![0-9]){rank}(?![0-9])", out.name) is not None
+    if not own:
+        return Run(prepare_run_dir(out, name, rank=rank, flag="out="), cfg)
+    try:
+        return Run(prepare_run_dir(out, name, flag="out="), cfg)
+    except UsageError:
+        if not (out / "run.db").exists():
+            raise  # not a collision: a real problem with out
+        return Run(prepare_run_dir(out / f"rank{rank}", name, flag="out="), cfg)

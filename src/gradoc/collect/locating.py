@@ -57,9 +57,17 @@ class Locator:
         """True while a step is replayed: the run's own hooks must not see the replay."""
 
     # -- per forward (cheap) ---------------------------------------------------------------
-    def on_forward(self, root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def on_forward(
+        self,
+        root: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        rng: dict[str, Tensor] | None = None,
+    ) -> None:
+        """A forward of a watched model: its inputs and the RNG state from before it."""
         if not self.done:
-            self._forwards.append(_Forward(root, args, kwargs, {"cpu": torch.get_rng_state()}))
+            rng = rng if rng is not None else {"cpu": torch.get_rng_state()}
+            self._forwards.append(_Forward(root, args, kwargs, rng))
 
     def on_output(self, root: nn.Module, output: Any) -> None:
         if self.done or not self._forwards:

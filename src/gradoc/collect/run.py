@@ -2,8 +2,10 @@
 
 Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
 
-1. forward: on activation steps a forward hook on each watched module summarises its
-   output on its device (the hooks exist only on those steps; otherwise none runs);
+1. forward: on activation steps one global forward hook summarises each watched module's
+   output on its device (it exists only on those steps); the watched roots' own hooks
+   (kept out of the model's pickles and copies, see ``_hooks``) record each forward's
+   inputs for locating;
 2. ``backward()``: the loss is captured by the backward tap (a detached scalar);
 3. optimizer step pre-hook: gradient norms (foreach reductions) and, on parameter
    steps, gradient max-abs and a copy of the weights;
@@ -23,9 +25,12 @@ import contextlib
 import functools
 import json
 import math
+import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +38,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 from torch import Tensor
+from torch.nn.modules.module import register_module_forward_hook
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from .._text import one_line, safe
 from .._version import __version__
 from ..config import GuardConfig, WatchConfig
 from ..guard import Guard, GuardGaveUp, Vitals, agree, scale_lr
@@ -59,6 +66,7 @@ from ..stats.precision import (
 )
 from ..store.writer import RunWriter, insert_rows, real
 from . import taps
+from ._hooks import global_hooks, local_hooks
 from .layers import (
     WatchedModule,
     WatchedParam,
@@ -174,7 +182,7 @@ def _guarded(method: Callable[..., None]) -> Callable[..., None]:
         except Exception as exc:
             self._broken = True
             message = f"internal error in {method.__name__}: {type(exc).__name__}: {exc}"
-            print(f"gradoc: {message}; monitoring stopped, training goes on", file=sys.stderr)
+            print(f"gradoc: {safe(message)}; monitoring stopped, training goes on", file=sys.stderr)
             with contextlib.suppress(Exception):
                 self.event("internal_error", message)
 
@@ -198,7 +206,7 @@ class Run:
     ) -> None:
         """``lr_scale``: multiply every optimizer's learning rates (schedules included) when
         it is attached: ``gradoc run --lr-scale`` and ``--fix`` try a rate without an edit."""
-        self.dir = directory
+        self.dir = Path(os.path.abspath(directory))  # fixed now: the script may chdir
         self.config = config
         self.step = 0
         """The current step: optimizer steps completed so far."""
@@ -206,7 +214,7 @@ class Run:
         self._broken = False
         self._t0 = time.monotonic()
         self._writer = RunWriter(
-            directory / "run.db",
+            self.dir / "run.db",
             flush_every_s=config.flush_every_s,
             flush_every_steps=config.flush_every_steps,
             queue_size=config.queue_size,
@@ -231,6 +239,10 @@ class Run:
         self._next_id = 0
         self._handles: list[RemovableHandle] = []
         self._act_handles: list[RemovableHandle] = []
+        self._roots: dict[int, nn.Module] = {}  # id -> watched root (the hooks' filter)
+        self._global_hooks: list[RemovableHandle] = []
+        self._calls: dict[int, list[tuple[tuple[Any, ...], dict[str, Tensor]]]] = {}
+        """Per watched root, its forward calls in progress: (args, RNG state before)."""
         self._scratch: dict[torch.dtype, Tensor] = {}
         self._device: torch.device | None = None
         self._losses: list[Tensor] = []
@@ -291,9 +303,6 @@ class Run:
         modules, mrows = module_rows(new_roots, self._prefixes, self._next_id, self.config.modules)
         self._next_id += len(mrows)
         self._modules.update(modules)
-        if self._act_handles:  # re-arm so the new modules are hooked too
-            self._arm_activations(False)
-            self._arm_activations(True)
         self._targets[optimizer] = _Target(optimizer, params)
         if self._guard is not None:
             self._guard.watch(optimizer)
@@ -307,34 +316,52 @@ class Run:
             self._device = params[0].param.device
         all_rows = rows + mrows
         self._writer.put(lambda conn: insert_rows(conn, "layers", all_rows))
+        # NOTE: hooks that stay out of the model's pickles and copies (see _hooks); a deepcopy
+        # of the model (an EMA or target network) is not the watched model
+        self._roots.update((id(r), r) for r in new_roots)
         for root in new_roots:
-            self._handles.append(
-                root.register_forward_pre_hook(self._saw_forward, with_kwargs=True)
-            )
-            self._handles.append(root.register_forward_hook(self._forward_done))
+            handles = local_hooks(root, self._module_pre, self._module_post)
+            if handles is None and not self._global_hooks:  # the root has hooks of its own
+                handles = self._global_hooks = global_hooks(self._module_pre, self._module_post)
+            self._handles += handles or []
         if hooks:
             self._handles.append(optimizer.register_step_pre_hook(lambda o, a, k: self.pre_step(o)))
             self._handles.append(
                 optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o))
             )
 
-    @_guarded
-    def _saw_forward(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if torch.is_grad_enabled():
-            self._forward_seen = True
-            self._last_forward = (module, args, kwargs)
-            lengths, source, padded = batch_lengths(module, args, kwargs)
-            self._length_monitor.source = self._length_monitor.source or source
-            if lengths is not None:
-                self._lengths = (lengths, lengths.numel(), padded)
-            elif padded is not None and args:  # every sample as long as the batch is wide
-                self._lengths = (None, args[0].shape[0], padded)
-            if self.config.locate:
-                self._locator.on_forward(module, args, kwargs)
+    def _module_pre(self, module: nn.Module, args: Any) -> None:
+        """Global forward pre-hook: every module of the process calls it, so it returns at
+        once unless ``module`` is a watched root."""
+        if id(module) in self._roots and self._roots[id(module)] is module:
+            self._root_called(module, args)
+
+    def _module_post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if id(module) in self._roots and self._roots[id(module)] is module:
+            self._root_returned(module, kwargs, output)
 
     @_guarded
-    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.config.locate and torch.is_grad_enabled():
+    def _root_called(self, module: nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            self._forward_seen = True
+            rng = {"cpu": torch.get_rng_state()} if self.config.locate else {}
+            self._calls.setdefault(id(module), []).append((args, rng))
+
+    @_guarded
+    def _root_returned(self, module: nn.Module, kwargs: Any, output: Any) -> None:
+        calls = self._calls.get(id(module))
+        if not calls:  # called with grad disabled, or a forward that began before attach
+            return
+        args, rng = calls.pop()
+        self._last_forward = (module, args, kwargs)
+        lengths, source, padded = batch_lengths(module, args, kwargs)
+        self._length_monitor.source = self._length_monitor.source or source
+        if lengths is not None:
+            self._lengths = (lengths, lengths.numel(), padded)
+        elif padded is not None and args:  # every sample as long as the batch is wide
+            self._lengths = (None, args[0].shape[0], padded)
+        if self.config.locate:
+            self._locator.on_forward(module, args, kwargs, rng)
             self._locator.on_output(module, output)
 
     # -- loss ---------------------------------------------------------------------------
@@ -351,18 +378,21 @@ class Run:
 
     # -- activations --------------------------------------------------------------------
     def _arm_activations(self, on: bool) -> None:
+        """One global forward hook, present only on the steps that collect activations."""
         if on and not self._act_handles:
-            self._act_handles = [m.register_forward_hook(self._on_forward) for m in self._modules]
+            self._act_handles = [register_module_forward_hook(self._module_output)]
         elif not on and self._act_handles:
             for h in self._act_handles:
                 h.remove()
             self._act_handles = []
 
-    @_guarded
-    def _on_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+    def _module_output(self, module: nn.Module, args: Any, output: Any) -> None:
         watched = self._modules.get(module)
-        if watched is None or not torch.is_grad_enabled():
-            return
+        if watched is not None and torch.is_grad_enabled():
+            self._on_forward(watched, module, output)
+
+    @_guarded
+    def _on_forward(self, watched: WatchedModule, module: nn.Module, output: Any) -> None:
         x = first_tensor(output)
         if x is None or x.numel() == 0 or x.is_complex():
             return
@@ -730,6 +760,10 @@ class Run:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
         return self._guard.summary() if self._guard is not None else None
 
+    def set_meta(self, **items: Any) -> None:
+        """Record facts about the run (JSON values) in the run log's ``meta`` table."""
+        self._writer.set_meta(**items)
+
     def event(self, kind: str, message: str, step: int | None = None, **data: Any) -> None:
         """Record an event in the run log (shown in reports)."""
         t = time.monotonic() - self._t0
@@ -755,6 +789,46 @@ class Run:
         """
         if self.closed:
             return None
+        with _sigint_deferred() as interrupted:  # a second Ctrl-C must not cost the log
+            self._complete_log(status, exit_code)
+        if interrupted:
+            print(
+                f"gradoc: interrupted; the run log is complete ({one_line(self.dir)}), the "
+                "report was not written: gradoc report DIR writes it",
+                file=sys.stderr,
+            )
+            raise KeyboardInterrupt
+        from ..report import write_report  # the report reads the finished log
+
+        try:
+            report = write_report(self.dir, json_path)
+        except KeyboardInterrupt:
+            print(
+                f"gradoc: interrupted while writing the report; the run log is complete: "
+                f"gradoc report {one_line(self.dir)}",
+                file=sys.stderr,
+            )
+            raise
+        except Exception as exc:  # the user's program goes on (and keeps its exit code)
+            if os.environ.get("GRADOC_DEBUG"):
+                raise
+            print(
+                f"gradoc: could not write the report ({type(exc).__name__}: {one_line(exc)}); "
+                f"the run log is at {one_line(self.dir)}",
+                file=sys.stderr,
+            )
+            return None
+        for kind, target in self.config.sinks.items():
+            try:
+                from ..sinks import export
+
+                export(kind, self.dir, target, report)
+            except Exception as exc:  # a sink must not cost the run its report
+                print(f"gradoc: could not write the {kind} sink: {safe(exc)}", file=sys.stderr)
+        return report
+
+    def _complete_log(self, status: str, exit_code: int | None) -> None:
+        """Unhook, locate what is still unlocated, flush and close the run log."""
         self._arm_activations(False)
         if self.config.locate and not self._broken:
             try:
@@ -775,7 +849,7 @@ class Run:
             try:
                 self._transfer()
             except Exception as exc:  # the log so far is still written and reported
-                print(f"gradoc: could not record the last step: {exc}", file=sys.stderr)
+                print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
         self._writer.set_meta(
             status=status,
             exit_code=exit_code,
@@ -793,17 +867,6 @@ class Run:
         self.closed = True
         self._writer.close()
         _open_runs.discard(self)
-        from ..report import write_report  # the report reads the finished log
-
-        report = write_report(self.dir, json_path)
-        for kind, target in self.config.sinks.items():
-            try:
-                from ..sinks import export
-
-                export(kind, self.dir, target, report)
-            except Exception as exc:  # a sink must not cost the run its report
-                print(f"gradoc: could not write the {kind} sink: {exc}", file=sys.stderr)
-        return report
 
     def __enter__(self) -> Run:
         return self
@@ -929,6 +992,25 @@ class _StepRecord:
         self.run._seen_nonfinite.add(kind)
         t = time.monotonic() - self.run._t0
         insert_rows(conn, "events", [(None, step, t, kind, message, None)])
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[list[bool]]:
+    """Hold Ctrl-C back until the block is done; the list says whether one came. Only the
+    main thread can take signals; elsewhere this does nothing."""
+    came: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(True))
+    except (ValueError, OSError):  # no signals here (an embedded interpreter)
+        yield came
+        return
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 _open_runs: set[Run] = set()

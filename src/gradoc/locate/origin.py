@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import re
 import sys
 import sysconfig
@@ -33,6 +34,10 @@ class Origin:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None
     """How it was found, e.g. on the next occurrence with tracing armed."""
+    source: dict[str, Any] | None = None
+    """The lines around ``line`` as they were when the run happened: ``{"start": n,
+    "lines": [...]}``. Reports show these and never open ``file`` (a run directory may
+    come from someone else, and its ``file`` could name anything)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,6 +45,23 @@ class Origin:
     def place(self, frame: tuple[str, int, str] | None) -> None:
         if frame is not None:
             self.file, self.line, self.code = frame
+            self.source = source_context(self.file, self.line)
+
+
+CONTEXT_LINES = 3
+"""Lines kept on each side of the origin's line."""
+MAX_LINE = 240
+"""Characters kept of each source line."""
+
+
+def source_context(file: str, line: int, context: int = CONTEXT_LINES) -> dict[str, Any] | None:
+    """The source around ``file:line``, read now, while it is the code that ran (Python's
+    ``linecache``, which holds the source of every module it has shown a traceback for)."""
+    lines = linecache.getlines(file)
+    if not lines or not 1 <= line <= len(lines):
+        return None
+    lo, hi = max(1, line - context), min(len(lines), line + context)
+    return {"start": lo, "lines": [t.rstrip("\r\n")[:MAX_LINE] for t in lines[lo - 1 : hi]]}
 
 
 def _user(file: str) -> bool:

@@ -7,6 +7,7 @@ from .terminal import (
     print_checkpoint_plan,
     print_comparison,
     print_summary,
+    status,
 )
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "print_checkpoint_plan",
     "print_comparison",
     "print_summary",
+    "status",
     "to_json_text",
     "write_report",
 ]

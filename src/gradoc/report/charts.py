@@ -7,11 +7,16 @@ string; matplotlib is imported on first use.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import math
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from .._text import one_line
 
 _BLUE, _ORANGE, _RED, _GREEN, _PURPLE, _GREY = (
     "#2563eb",
@@ -55,14 +60,31 @@ def _plt() -> Any:
 
 
 def label(text: str) -> str:
-    """A user string as a matplotlib label: ``$`` would start mathtext."""
-    return text.replace("$", r"\$")
+    """A user string as a matplotlib label: ``$`` would start mathtext; control characters
+    are shown as escapes."""
+    return one_line(text).replace("$", r"\$")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """matplotlib's own complaints (a glyph missing from the font for a name in the user's
+    model, a font family not found) are gradoc's business, not the user's stderr."""
+    logger = logging.getLogger("matplotlib")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _svg(fig: Any) -> str:
     plt = _plt()
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    with _quiet():
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # RDF boilerplate
@@ -245,7 +267,8 @@ def to_svg(fig: Any) -> str:
 
 def to_png(fig: Any, path: Any) -> None:
     plt = _plt()
-    fig.savefig(path, bbox_inches="tight", dpi=120)
+    with _quiet():
+        fig.savefig(path, bbox_inches="tight", dpi=120)
     plt.close(fig)
 
 

@@ -45,23 +45,30 @@ def _even(items: list[Any], n: int) -> list[Any]:
 
 
 # -- the diagnosis -----------------------------------------------------------------------------
-def _source(origin: dict[str, Any], context: int = 3) -> str:
-    """The origin's line with ``context`` lines around it, read now from the file."""
+def _source(origin: dict[str, Any]) -> str:
+    """The origin's line in context, as recorded when the run happened. Never read from
+    ``origin["file"]``: a run log may come from anyone, and its ``file`` may name
+    ``/etc/shadow`` or ``/dev/zero``."""
     file, line = origin.get("file"), origin.get("line")
     if not file or not isinstance(line, int):
         return ""
-    try:
-        lines = Path(file).read_text(errors="replace").splitlines()
-    except OSError:
+    source = origin.get("source")
+    start = source.get("start") if isinstance(source, dict) else None
+    lines = source.get("lines") if isinstance(source, dict) else None
+    if not (
+        isinstance(start, int)
+        and isinstance(lines, list)
+        and all(isinstance(t, str) for t in lines)
+        and start <= line < start + len(lines)
+    ):
         code = origin.get("code")
         return (
             f'<pre class="src"><span class="hit">{line:>5}  {_e(code)}</span></pre>' if code else ""
         )
-    lo, hi = max(1, line - context), min(len(lines), line + context)
     rows = []
-    for n in range(lo, hi + 1):
-        text = f"{n:>5}  {_e(lines[n - 1])}"
-        rows.append(f'<span class="hit">{text}</span>' if n == line else text)
+    for n, text in enumerate(lines, start):
+        row = f"{n:>5}  {_e(text)}"
+        rows.append(f'<span class="hit">{row}</span>' if n == line else row)
     return (
         f'<div class="file">{_e(file)}:{line}</div><pre class="src">' + "\n".join(rows) + "</pre>"
     )
@@ -423,7 +430,9 @@ run log <code>{_e(log.path)}</code></p>
 
 def write_html(log: RunLog, report: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
-    path.write_text(render(log, report), encoding="utf-8")
+    page = render(log, report)  # before the file is opened: a failure leaves no empty file
+    # a path that is not UTF-8 reaches the page as lone surrogates: shown as U+FFFD
+    path.write_text(page, encoding="utf-8", errors="replace")
     return path
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._text import safe
 from ..detect import History, run_detectors
 from ..diagnose import diagnose
 from ..store import RunLog, open_run
@@ -78,19 +80,46 @@ def write_report(
     if json_path is not None:
         targets.append(Path(json_path))
     for target in targets:
-        tmp = target.with_name(target.name + ".tmp")
+        write_text_file(target, text)
+    return report
+
+
+def write_text_file(target: Path, text: str) -> bool:
+    """Write ``text`` to ``target`` whole or not at all (a full disk, a read-only place:
+    one line on stderr, no half-written file, no stray ``.tmp``); True when written."""
+    if not target.is_file() and target.exists():  # /dev/null, /dev/full: write in place
+        try:
+            target.write_text(text)
+            return True
+        except OSError as exc:
+            print(f"gradoc: could not write {safe(target)}: {_why(exc)}", file=sys.stderr)
+            return False
+    tmp = target.with_name(target.name + ".tmp")
+    try:
         tmp.write_text(text)
         os.replace(tmp, target)  # readers never see a half-written report
-    return report
+        return True
+    except OSError as exc:
+        print(f"gradoc: could not write {safe(target)}: {_why(exc)}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def _write_html(run: RunLog, report: dict[str, Any], path: Path) -> None:
     """report.html; a chart that cannot be drawn costs the page, never the JSON report."""
     from .html import write_html
 
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp = path.with_name(path.name + ".tmp")
         write_html(run, report, tmp)
         os.replace(tmp, path)
-    except Exception as exc:  # e.g. matplotlib missing or failing on odd data
-        print(f"gradoc: could not write {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # e.g. a full disk, matplotlib missing or failing on odd data
+        why = _why(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {safe(exc)}"
+        print(f"gradoc: could not write {safe(path)}: {why}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            tmp.unlink()

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._text import one_line, safe
 from ..store import RunLog, Series
 
 _BARS = "▁▂▃▄▅▆▇█"
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 _LIKELY = {"high": "bold red", "medium": "yellow", "low": "dim"}
+
+
+@contextlib.contextmanager
+def status(message: str) -> Iterator[None]:
+    """A spinner on stderr while long work runs (the message may hold user names)."""
+    with Console(stderr=True).status(_t(message)):
+        yield
 
 
 def sparkline(values: list[float], width: int = 40) -> str:
@@ -37,12 +47,23 @@ def sparkline(values: list[float], width: int = 40) -> str:
     )
 
 
+def _t(x: object, style: str = "") -> Text:
+    """Text from the user's program or a run log: a rich ``Text`` (never parsed as markup,
+    so a module named ``[/INST]`` prints as itself) with control characters escaped."""
+    return Text(safe(x), style=style)
+
+
+def _name(x: object, style: str = "") -> Text:
+    """A name (module, parameter, file): ``_t`` on one line."""
+    return Text(one_line(x), style=style)
+
+
 def _num(x: object) -> str:
     """Numbers for people: 4 significant digits, counts as integers, NaN as 'nan'."""
     if x is None:
         return "-"
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return str(x)
+        return safe(x)
     if isinstance(x, int):
         return f"{x:,}"
     if not math.isfinite(x):
@@ -54,7 +75,7 @@ def _series_line(name: str, s: Series) -> Text | None:
     if not s.values:
         return None
     finite = [v for v in s.values if math.isfinite(v)]
-    text = Text(f"{name:<10}", style="bold")
+    text = Text(f"{name:<10}", style="bold")  # gradoc's own series names
     text.append(sparkline(s.values), style="green")
     text.append(f"  first {_num(s.values[0])}  last {_num(s.values[-1])}")
     if finite:
@@ -78,7 +99,7 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     if info.get("status") == "gave_up":
         head.append("  ·  the guard stopped training", style="bold red")
     elif info.get("status") not in (None, "finished"):
-        head.append(f"  ·  script {info['status']}", style="yellow")
+        head.append(f"  ·  script {one_line(info['status'])}", style="yellow")
     console.print(head)
     if info.get("guard"):
         console.print(_guard_line(info["guard"]))
@@ -95,22 +116,29 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
         full = run.steps_with("grad_maxabs")
         at = flagged[0] if flagged else (full[-1] if full else norms.steps[-1])
         stats = run.param_stats_at(at)
+        if not stats and full:  # that step's per-layer rows were thinned: the nearest kept
+            at = min(full, key=lambda s: abs(s - at))
+            stats = run.param_stats_at(at)
         ranked = sorted(stats.items(), key=lambda kv: _rank(kv[1]["grad_norm"]), reverse=True)[:5]
-        table = Table(title=f"largest gradients at step {at}", title_justify="left", box=None)
-        for col in ("parameter", "grad norm", "grad max-abs", "non-finite"):
-            table.add_column(col, justify="left" if col == "parameter" else "right")
-        for name, s in ranked:
-            table.add_row(
-                name, _num(s["grad_norm"]), _num(s["grad_maxabs"]), _num(s["grad_nonfinite"])
-            )
-        console.print(table)
+        if ranked:
+            table = Table(title=f"largest gradients at step {at}", title_justify="left", box=None)
+            for col in ("parameter", "grad norm", "grad max-abs", "non-finite"):
+                table.add_column(col, justify="left" if col == "parameter" else "right")
+            for name, s in ranked:
+                table.add_row(
+                    _name(name),
+                    _num(s["grad_norm"]),
+                    _num(s["grad_maxabs"]),
+                    _num(s["grad_nonfinite"]),
+                )
+            console.print(table)
 
     for f in report["findings"]:
         console.print(_headline(f))
         console.print(_finding(f))
     if report.get("amp"):
         console.print(_amp_block(report["amp"]))
-    console.print(f"run log  {run.path}", style="dim", highlight=False)
+    console.print(Text("run log  ", style="dim") + _name(run.path, "dim"))
 
 
 def _amp_block(amp: dict[str, Any]) -> Text:
@@ -125,9 +153,10 @@ def _amp_block(amp: dict[str, Any]) -> Text:
     else:
         text.append("  fp16: no loss scale avoids gradient overflow\n", style="red")
     if amp.get("fp32_modules"):
-        text.append(f"  keep in fp32: {', '.join(amp['fp32_modules'][:6])}\n", style="yellow")
+        names = ", ".join(one_line(m) for m in amp["fp32_modules"][:6])
+        text.append(f"  keep in fp32: {names}\n", style="yellow")
     verdict = "bf16" if amp.get("prefer_bf16") else "fp16 + GradScaler (or bf16)"
-    text.append(f"  recommendation: {verdict}: {amp['why']}", style="bold")
+    text.append(f"  recommendation: {verdict}: {safe(amp['why'])}", style="bold")
     return text
 
 
@@ -135,8 +164,10 @@ def _guard_line(g: dict[str, Any]) -> Text:
     """What the guard did: a run it kept alive says so before anything else."""
     text = Text("guard    ", style="bold")
     text.append(
-        f"skipped {g['skipped']} non-finite steps · clipped {g['clipped']} · "
-        f"rolled back {g['rollbacks']}"
+        safe(
+            f"skipped {g['skipped']} non-finite steps · clipped {g['clipped']} · "
+            f"rolled back {g['rollbacks']}"
+        )
     )
     if g.get("lr_scale", 1.0) != 1.0:
         text.append(f" · learning rate x{g['lr_scale']:g}")
@@ -146,13 +177,13 @@ def _guard_line(g: dict[str, Any]) -> Text:
 
 
 def _headline(f: dict[str, Any]) -> Text:
-    head = Text(f"\n{f['severity'].upper()} ", style=_STYLE.get(f["severity"], ""))
-    head.append(f["kind"], style="bold")
+    head = Text(f"\n{one_line(f['severity']).upper()} ", style=_STYLE.get(f["severity"], ""))
+    head.append(one_line(f["kind"]), style="bold")
     if f.get("step") is not None:
-        head.append(f" at step {f['step']}")
+        head.append(f" at step {one_line(f['step'])}")
     if f.get("layer") is not None:
-        head.append(f" in {f['layer'] or '(model)'}", style="bold")
-    head.append(f": {f['summary']}")
+        head.append(f" in {one_line(f['layer'] or '(model)')}", style="bold")
+    head.append(f": {safe(f['summary'])}")
     return head
 
 
@@ -162,34 +193,34 @@ def _finding(f: dict[str, Any]) -> Table:
     grid.add_column(style="dim", no_wrap=True, min_width=11)
     grid.add_column(overflow="fold")
     if f.get("symptom"):
-        grid.add_row("symptom", f["symptom"])
+        grid.add_row("symptom", _t(f["symptom"]))
     for i, e in enumerate(f.get("evidence", [])):
-        at = f" (step {e['step']})" if e.get("step") is not None else ""
-        grid.add_row("signals" if i == 0 else "", f"· {e['signal']}: {_num(e['value'])}{at}")
+        at = f" (step {safe(e['step'])})" if e.get("step") is not None else ""
+        grid.add_row("signals" if i == 0 else "", _t(f"· {e['signal']}: {_num(e['value'])}{at}"))
     for i, r in enumerate(f.get("related", [])):
-        grid.add_row("also" if i == 0 else "", Text(f"· {r['summary']}", style="yellow"))
+        grid.add_row("also" if i == 0 else "", _t(f"· {r['summary']}", style="yellow"))
     for i, h in enumerate(f.get("hypotheses", [])):
         line = Text(f"{i + 1}. ", style="bold")
-        line.append(f"[{h['likelihood']}] ", style=_LIKELY.get(h["likelihood"], ""))
-        line.append(h["cause"])
+        line.append(f"[{one_line(h['likelihood'])}] ", style=_LIKELY.get(h["likelihood"], ""))
+        line.append(safe(h["cause"]))
         for s in h.get("support", []):
-            line.append(f"\n   + {s}", style="green")
+            line.append(f"\n   + {safe(s)}", style="green")
         for s in h.get("against", []):
-            line.append(f"\n   - {s}", style="red")
+            line.append(f"\n   - {safe(s)}", style="red")
         if h.get("check"):
-            line.append(f"\n   check: {h['check']}", style="dim")
+            line.append(f"\n   check: {safe(h['check'])}", style="dim")
         grid.add_row("hypotheses" if i == 0 else "", line)
     if f.get("root_cause"):
-        grid.add_row("root cause", Text(f["root_cause"], style="bold"))
+        grid.add_row("root cause", _t(f["root_cause"], style="bold"))
     for i, fix in enumerate(f.get("fixes", [])):
-        line = Text(f"{fix['horizon']:<11}", style="cyan")
-        line.append(fix["action"])
+        line = Text(f"{one_line(fix['horizon']):<11}", style="cyan")
+        line.append(safe(fix["action"]))
         grid.add_row("fixes" if i == 0 else "", line)
     for i, m in enumerate(f.get("monitoring", [])):
-        grid.add_row("monitor" if i == 0 else "", f"· {m}")
+        grid.add_row("monitor" if i == 0 else "", _t(f"· {m}"))
     for i, r in enumerate(f.get("ruled_out", [])):
-        line = Text(f"✗ not {r['cause']}: ", style="magenta")
-        line.append(r["why"])
+        line = Text(f"✗ not {safe(r['cause'])}: ", style="magenta")
+        line.append(safe(r["why"]))
         grid.add_row("ruled out" if i == 0 else "", line)
     return grid
 
@@ -219,7 +250,7 @@ def print_comparison(
     if result is not None:
         b, a = result["before"], result["after"]
         table = Table(
-            title=f"before / after  ·  fix: {remedy.describe()}",
+            title=_t(f"before / after  ·  fix: {remedy.describe()}"),
             title_justify="left",
             title_style="bold",
             box=None,
@@ -230,22 +261,22 @@ def print_comparison(
         style = {"healthy": "green", "problems": "red"}
         table.add_row(
             "status",
-            Text(b["status"], style=style[b["status"]]),
-            Text(a["status"], style=style[a["status"]]),
+            _t(b["status"], style=style.get(b["status"], "")),
+            _t(a["status"], style=style.get(a["status"], "")),
         )
         table.add_row("loss", sparkline(b["loss"], 24), sparkline(a["loss"], 24))
-        table.add_row("final loss", _num(b["final_loss"]), _num(a["final_loss"]))
+        table.add_row("final loss", _t(_num(b["final_loss"])), _t(_num(a["final_loss"])))
         nan = {
             k: f"step {v}" if v is not None else "-"
             for k, v in (("b", b["first_nonfinite_loss"]), ("a", a["first_nonfinite_loss"]))
         }
-        table.add_row("first NaN/Inf loss", nan["b"], nan["a"])
-        table.add_row("steps", _num(b["steps"]), _num(a["steps"]))
+        table.add_row("first NaN/Inf loss", _t(nan["b"]), _t(nan["a"]))
+        table.add_row("steps", _t(_num(b["steps"])), _t(_num(a["steps"])))
         per_step = [f"{x * 1e3:.3g} ms" if x else "-" for x in (b["s_per_step"], a["s_per_step"])]
         if result["time_per_step_ratio"]:
             per_step[1] += f" ({result['time_per_step_ratio']:.2f}x)"
-        table.add_row("time per step", *per_step)
-        table.add_row("guard", _guard_text(b["guard"]), _guard_text(a["guard"]))
+        table.add_row("time per step", *map(_t, per_step))
+        table.add_row("guard", _t(_guard_text(b["guard"])), _t(_guard_text(a["guard"])))
         console.print(table)
         for label, key, mark, color in (
             ("gone", "disappeared", "✓", "green"),
@@ -254,17 +285,17 @@ def print_comparison(
         ):
             for f in result[key]:
                 line = Text(f"{mark} {label:<12}", style=color)
-                line.append(f"{f['kind']}", style="bold")
-                line.append(f"  {f['summary']}")
+                line.append(one_line(f["kind"]), style="bold")
+                line.append(f"  {safe(f['summary'])}")
                 console.print(line)
     for fix in code_fixes:
         line = Text("needs a code change  ", style="bold yellow")
-        line.append(f"{fix.finding}: {fix.action}")
+        line.append(safe(f"{fix.finding}: {fix.action}"))
         console.print(line)
         if fix.file:
-            where = Text(f"    {fix.file}:{fix.line}", style="cyan")
+            where = Text(f"    {one_line(fix.file)}:{fix.line}", style="cyan")
             if fix.code:
-                where.append(f"  {fix.code}", style="dim")
+                where.append(f"  {one_line(fix.code)}", style="dim")
             console.print(where, highlight=False)
 
 
@@ -275,7 +306,7 @@ def print_checkpoint_plan(
     console = console or Console()
     mib = 2**20
     table = Table(
-        title=f"checkpointing {plan['blocks_name']} ({len(plan['blocks'])} blocks)",
+        title=_name(f"checkpointing {plan['blocks_name']} ({len(plan['blocks'])} blocks)"),
         title_justify="left",
         box=None,
     )
@@ -284,8 +315,8 @@ def print_checkpoint_plan(
     best = (plan.get("recommended") or {}).get("setting")
     for r in plan["rows"]:
         table.add_row(
-            r["setting"],
-            str(r["segments"]),
+            _name(r["setting"]),
+            _t(r["segments"]),
             f"{r['saved_bytes'] / mib:.1f}",
             f"{r['predicted_saved_bytes'] / mib:.1f}",
             f"{r['peak_bytes'] / mib:.1f}",
@@ -296,20 +327,20 @@ def print_checkpoint_plan(
     console.print(table)
     if budget is not None:
         verdict = (
-            f"for {budget / mib:.0f} MiB: {best}"
+            f"for {budget / mib:.0f} MiB: {one_line(best)}"
             if best
             else (f"no setting fits {budget / mib:.0f} MiB")
         )
     else:
-        verdict = f"least memory within 1.5x the step time: {best}"
-    console.print(f"recommended  {verdict}", style="bold", highlight=False)
+        verdict = f"least memory within 1.5x the step time: {one_line(best)}"
+    console.print(Text(f"recommended  {verdict}", style="bold"))
 
 
 def print_amp_compare(result: dict[str, Any], console: Console | None = None) -> None:
     """fp32 against autocast: loss drift, per-layer gradient error, scaler, speed, memory."""
     console = console or Console()
     dtype, tol = result["dtype"], result["tolerance"]
-    console.print(f"fp32 vs {dtype} autocast, {result['steps']} steps", style="bold")
+    console.print(Text(f"fp32 vs {dtype} autocast, {result['steps']} steps", style="bold"))
     loss = result["loss"]
     table = Table(box=None)
     for col in ("", "fp32", dtype):
@@ -334,7 +365,7 @@ def print_amp_compare(result: dict[str, Any], console: Console | None = None) ->
             "",
             _num(scaler["scale_history"][-1] if scaler["scale_history"] else None),
         )
-        table.add_row("skipped steps", "", str(scaler["skipped_steps"] or "none"))
+        table.add_row("skipped steps", "", _t(scaler["skipped_steps"] or "none"))
     console.print(table)
     grads = Table(
         title="first step's gradient, relative error per layer", title_justify="left", box=None
@@ -344,7 +375,7 @@ def print_amp_compare(result: dict[str, Any], console: Console | None = None) ->
     worst = sorted(result["layers"], key=lambda x: -x["rel_error"])[:8]
     for x in worst:
         bad = not (x["rel_error"] <= tol)
-        grads.add_row(x["layer"], f"{x['rel_error']:.2e}", style="red" if bad else None)
+        grads.add_row(_name(x["layer"]), f"{x['rel_error']:.2e}", style="red" if bad else None)
     console.print(grads)
     if len(result["layers"]) > len(worst):
         console.print(
@@ -352,7 +383,10 @@ def print_amp_compare(result: dict[str, Any], console: Console | None = None) ->
         )
     first = result["first_layer_beyond_tolerance"]
     console.print(
-        f"first layer beyond {tol:g}: {first}" if first else f"every layer within {tol:g}",
-        style="bold red" if first else "bold green",
-        highlight=False,
+        Text(
+            f"first layer beyond {tol:g}: {one_line(first)}"
+            if first
+            else f"every layer within {tol:g}",
+            style="bold red" if first else "bold green",
+        )
     )

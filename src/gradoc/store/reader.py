@@ -5,11 +5,16 @@ from __future__ import annotations
 import array
 import json
 import math
+import os
+import shutil
 import sqlite3
+import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._text import one_line
 from ..errors import RunLogError
 from .schema import SCHEMA_VERSION
 
@@ -18,8 +23,105 @@ _PARAM_STATS = ("grad_norm", "grad_maxabs", "grad_nonfinite", "weight_norm", "up
 _ACT_STATS = ("mean", "std", "zero_frac", "sat_frac", "nonfinite", "numel", "calls", "positions")
 
 
-def _value(x: Any) -> Any:
-    return math.nan if x == "NaN" else x
+class DamagedLog(RunLogError):
+    """A value in the run log that gradoc never writes (a damaged or hand-edited log)."""
+
+
+def _value(x: Any) -> float:
+    """A statistic as stored: a number, or the text 'NaN' (SQLite has no NaN)."""
+    if type(x) is float or type(x) is int:
+        return x
+    if x == "NaN":
+        return math.nan
+    raise DamagedLog(f"a statistic holds {type(x).__name__} {one_line(repr(x)[:40])}")
+
+
+def _json(text: Any, what: str) -> Any:
+    if not isinstance(text, str):
+        raise DamagedLog(f"{what} is not JSON text")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise DamagedLog(f"{what} is not valid JSON") from None
+
+
+def _check(value: Any, types: type | tuple[type, ...], what: str) -> Any:
+    if not isinstance(value, types):
+        raise DamagedLog(f"{what} is {type(value).__name__}, not what gradoc writes")
+    return value
+
+
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "schema_version": (int,),
+    "gradoc": (str,),
+    "torch": (str,),
+    "python": (str,),
+    "script": (str, type(None)),
+    "argv": (list,),
+    "started_at": (int, float),
+    "ended_at": (int, float),
+    "duration_s": (int, float, type(None)),
+    "status": (str,),
+    "exit_code": (int, type(None)),
+    "steps": (int,),
+    "skipped_updates": (int,),
+    "ended_mid_step": (bool,),
+    "config": (dict,),
+    "lr_scale": (int, float),
+    "guard": (dict, type(None)),
+    "amp": (dict, type(None)),
+    "lengths": (dict, type(None)),
+    "launch": (dict,),
+    "exit_clues": (list,),
+    "side_effects": (dict,),
+}
+"""The type of every meta value gradoc writes; a log holding another is refused."""
+
+
+def _connect(path: Path) -> tuple[sqlite3.Connection, tempfile.TemporaryDirectory[str] | None]:
+    """Open a run log read-only, whatever its state.
+
+    The path is percent-encoded into the URI (a directory named ``a?b`` or one that is not
+    valid UTF-8 opens as itself). A log still in WAL mode (its run was killed) needs a
+    ``-shm`` file beside it; in a read-only directory that cannot be made, so the log and
+    its ``-wal`` are copied to a temporary directory and read from there (``immutable``
+    would skip the WAL and with it the last steps); without a WAL, ``immutable`` does.
+    """
+    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path)))
+
+    def connect(target: str, extra: str = "") -> sqlite3.Connection:
+        conn = sqlite3.connect(f"{target}?mode=ro{extra}", uri=True)
+        conn.execute("PRAGMA user_version").fetchone()  # sqlite opens lazily: touch it
+        return conn
+
+    try:
+        return connect(uri), None
+    except sqlite3.OperationalError:
+        if os.access(path.parent, os.W_OK) and not _read_only(path.parent):
+            raise
+    wal = path.with_name(path.name + "-wal")
+    if not wal.exists():
+        return connect(uri, "&immutable=1"), None
+    tmp = tempfile.TemporaryDirectory(prefix="gradoc-read-")
+    copy = Path(tmp.name) / "run.db"
+    shutil.copyfile(path, copy)
+    shutil.copyfile(wal, copy.with_name("run.db-wal"))
+    try:
+        return connect("file:" + urllib.parse.quote(os.fsencode(copy))), tmp
+    except sqlite3.Error:
+        tmp.cleanup()
+        raise
+
+
+def _read_only(directory: Path) -> bool:
+    """A directory no file can be created in (``os.access`` says yes to root)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".gradoc-probe-")
+    except OSError:
+        return True
+    os.close(fd)
+    os.unlink(name)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +175,11 @@ def _resolve(path: str | Path) -> Path:
     if p.is_dir():
         p = p / "run.db"
     if not p.exists():
-        raise RunLogError(f"no run log at {path} (expected a run directory holding run.db)")
+        raise RunLogError(
+            f"no run log at {one_line(os.fspath(path))} (expected a run directory holding run.db)"
+        )
+    if not p.is_file():  # a FIFO or a device would block or never end
+        raise RunLogError(f"{one_line(p)} is not a regular file, so not a run log")
     return p
 
 
@@ -90,42 +196,83 @@ class RunLog:
     def __init__(self, path: str | Path) -> None:
         self.path = _resolve(path)
         self.dir = self.path.parent
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         try:
-            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            meta = self._conn.execute("SELECT key, value FROM meta").fetchall()
-        except sqlite3.Error as exc:
-            raise RunLogError(f"{self.path} is not a readable gradoc run log: {exc}") from None
-        if version != SCHEMA_VERSION:
-            raise RunLogError(
-                f"{self.path} has run-log schema version {version}; this gradoc reads "
-                f"version {SCHEMA_VERSION}"
-            )
-        self.meta: dict[str, Any] = {k: json.loads(v) for k, v in meta}
-        self.layers = [
-            Layer(
-                id=r[0],
-                kind=r[1],
-                name=r[2],
-                module=r[3],
-                type=r[4],
-                shape=tuple(json.loads(r[5])) if r[5] else None,
-                numel=r[6],
-                group=r[7],
-                optimizer=r[8],
-            )
-            for r in self._query("SELECT * FROM layers ORDER BY id")
-        ]
+            self._conn, self._tmp = _connect(self.path)
+            # NOTE: a damaged file can hold text that is not UTF-8: read text as bytes
+            self._conn.text_factory = _text
+        except (sqlite3.Error, OSError) as exc:
+            raise RunLogError(self._unreadable(exc)) from None
+        try:
+            version = self._query("PRAGMA user_version")[0][0]
+            if version != SCHEMA_VERSION:
+                raise RunLogError(
+                    f"{one_line(self.path)} has run-log schema version {one_line(version)}; "
+                    f"this gradoc reads version {SCHEMA_VERSION}"
+                )
+            self.meta: dict[str, Any] = self._read_meta()
+            self.layers = [self._layer(r) for r in self._query("SELECT * FROM layers ORDER BY id")]
+        except BaseException:
+            self.close()
+            raise
         self._by_name = {(layer.kind, layer.name): layer for layer in self.layers}
+
+    def _unreadable(self, exc: BaseException) -> str:
+        return f"{one_line(self.path)} is not a readable gradoc run log: {one_line(exc)}"
+
+    def _read_meta(self) -> dict[str, Any]:
+        meta = {}
+        for key, value in self._query("SELECT key, value FROM meta"):
+            _check(key, str, "a meta key")
+            meta[key] = _json(value, f"meta {key!r}")
+            if key in _META_TYPES:
+                _check(meta[key], _META_TYPES[key], f"meta {key!r}")
+        return meta
+
+    @staticmethod
+    def _layer(r: tuple[Any, ...]) -> Layer:
+        if len(r) != 9:
+            raise DamagedLog("the layers table has other columns than gradoc writes")
+        _check(r[0], int, "a layer id")
+        if r[1] not in ("param", "module"):
+            raise DamagedLog(f"a layer of kind {one_line(repr(r[1])[:40])}")
+        shape = _json(r[5], "a layer shape") if r[5] else None
+        if shape is not None and not (
+            isinstance(shape, list) and all(type(d) is int for d in shape)
+        ):
+            raise DamagedLog("a layer shape is not a list of sizes")
+        for value, types, what in (
+            (r[2], str, "a layer name"),
+            (r[3], str, "a layer's module"),
+            (r[4], (str, type(None)), "a layer's type"),
+            (r[6], (int, type(None)), "a layer's size"),
+            (r[7], (int, type(None)), "a layer's param group"),
+            (r[8], (int, type(None)), "a layer's optimizer"),
+        ):
+            _check(value, types, what)
+        return Layer(
+            id=r[0],
+            kind=r[1],
+            name=r[2],
+            module=r[3],
+            type=r[4],
+            shape=tuple(shape) if shape is not None else None,
+            numel=r[6],
+            group=r[7],
+            optimizer=r[8],
+        )
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._conn.execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise RunLogError(f"{self.path} is not a readable gradoc run log: {exc}") from None
+        except (sqlite3.Error, OverflowError, MemoryError) as exc:
+            raise RunLogError(self._unreadable(exc)) from None
 
     def close(self) -> None:
         self._conn.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def __enter__(self) -> RunLog:
         return self
@@ -153,12 +300,12 @@ class RunLog:
         if name not in _STEP_COLUMNS:
             raise KeyError(f"unknown step statistic {name!r}; one of {_STEP_COLUMNS}")
         rows = self._query(f"SELECT step, {name} FROM steps WHERE {name} IS NOT NULL ORDER BY step")
-        return Series([r[0] for r in rows], [_value(r[1]) for r in rows])
+        return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
 
     def lr(self, group: int = 0) -> Series:
         """The learning rate of one param group (of the first optimizer) per step."""
         rows = self._query("SELECT step, lr FROM steps WHERE lr IS NOT NULL ORDER BY step")
-        pairs = [(s, json.loads(v)) for s, v in rows]
+        pairs = [(s, _lrs(_json(v, "a learning rate"))) for s, v in rows]
         return Series(
             [s for s, v in pairs if len(v) > group], [v[group] for s, v in pairs if len(v) > group]
         )
@@ -190,7 +337,7 @@ class RunLog:
             f"WHERE layer_id=? AND {stat} IS NOT NULL ORDER BY step",
             (layer.id,),
         )
-        return Series([r[0] for r in rows], [_value(r[1]) for r in rows])
+        return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
 
     def unit_active(self, name: str, step: int) -> list[float] | None:
         """Per unit of a module output, the fraction of positions at which it was > 0."""
@@ -200,7 +347,7 @@ class RunLog:
         )
         if not rows or rows[0][0] is None:
             return None
-        return array.array("f", rows[0][0]).tolist()
+        return _units(rows[0][0])
 
     def steps_with(self, stat: str) -> list[int]:
         """The steps at which a per-parameter statistic was collected."""
@@ -209,7 +356,7 @@ class RunLog:
         rows = self._query(
             f"SELECT DISTINCT step FROM param_stats WHERE {stat} IS NOT NULL ORDER BY step"
         )
-        return [r[0] for r in rows]
+        return [_step(r[0]) for r in rows]
 
     def param_stats_at(self, step: int) -> dict[str, dict[str, float | None]]:
         """Every parameter's statistics at one step, by parameter name."""
@@ -217,7 +364,7 @@ class RunLog:
         rows = self._query(
             f"SELECT layer_id, {', '.join(_PARAM_STATS)} FROM param_stats WHERE step=?", (step,)
         )
-        return {names[r[0]]: dict(zip(_PARAM_STATS, map(_value, r[1:]))) for r in rows}
+        return {_name_of(names, r[0]): dict(zip(_PARAM_STATS, map(_maybe, r[1:]))) for r in rows}
 
     def param_table(self) -> dict[str, dict[str, Series]]:
         """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query)."""
@@ -236,7 +383,7 @@ class RunLog:
             "WHERE unit_active IS NOT NULL ORDER BY step"
         )
         for lid, step, blob in rows:
-            out.setdefault(names[lid], {})[step] = array.array("f", blob).tolist()
+            out.setdefault(_name_of(names, lid), {})[_step(step)] = _units(blob)
         return out
 
     def _table(
@@ -248,7 +395,8 @@ class RunLog:
         }
         rows = self._query(f"SELECT layer_id, step, {', '.join(stats)} FROM {table} ORDER BY step")
         for lid, step, *values in rows:
-            series = out[names[lid]]
+            series = out[_name_of(names, lid)]
+            step = _step(step)
             for stat, value in zip(stats, values):
                 if value is not None:
                     series[stat].steps.append(step)
@@ -258,7 +406,53 @@ class RunLog:
     @property
     def events(self) -> list[Event]:
         rows = self._query("SELECT step, time, kind, message, data FROM events ORDER BY id")
-        return [Event(s, t, k, m, json.loads(d) if d else {}) for s, t, k, m, d in rows]
+        return [_event(*r) for r in rows]
+
+
+def _text(raw: bytes) -> str:
+    """SQLite text as str: gradoc writes UTF-8; bytes that are not become U+FFFD."""
+    return raw.decode("utf-8", errors="replace")
+
+
+def _step(x: Any) -> int:
+    if type(x) is not int:
+        raise DamagedLog(f"a step is {type(x).__name__}, not an integer")
+    return x
+
+
+def _maybe(x: Any) -> float | None:
+    return None if x is None else _value(x)
+
+
+def _name_of(names: dict[int, str], layer_id: Any) -> str:
+    try:
+        return names[layer_id]
+    except (KeyError, TypeError):
+        raise DamagedLog("a statistic refers to a layer the log does not list") from None
+
+
+def _lrs(value: Any) -> list[float]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise DamagedLog("a learning rate is not a list of numbers")
+    return value
+
+
+def _units(blob: Any) -> list[float]:
+    if not isinstance(blob, bytes) or len(blob) % 4:
+        raise DamagedLog("a unit-activity array is not float32 data")
+    return array.array("f", blob).tolist()
+
+
+def _event(step: Any, time: Any, kind: Any, message: Any, data: Any) -> Event:
+    _check(step, (int, type(None)), "an event's step")
+    _check(time, (int, float), "an event's time")
+    _check(kind, str, "an event's kind")
+    _check(message, str, "an event's message")
+    decoded = _json(data, f"event {kind!r}'s data") if data else {}
+    _check(decoded, dict, f"event {kind!r}'s data")
+    return Event(step, time, kind, message, decoded)
 
 
 def open_run(path: str | Path) -> RunLog:

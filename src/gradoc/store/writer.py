@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import queue
 import sqlite3
 import sys
@@ -26,6 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .._text import one_line
+from ..errors import UsageError
 from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
 
 Write = Callable[[sqlite3.Connection], int | None]
@@ -47,7 +50,18 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def create(path: Path) -> sqlite3.Connection:
-    """Create a new run log (the caller checks that none is there)."""
+    """Create a new run log. The file is created exclusively first, so of two writers
+    racing for one directory (two ranks given the same ``out``) one gets a clear error
+    instead of both writing into one log."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        raise UsageError(
+            f"{one_line(path.parent)} already holds a run log (run.db); choose another "
+            "directory or remove it"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {one_line(path)}: {exc.strerror or exc}") from None
     conn = connect(path)
     conn.executescript(DDL)
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

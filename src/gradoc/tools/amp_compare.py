@@ -161,6 +161,7 @@ def compare(
     """Run both and compare (see the module docstring); raises GradocError when a run fails."""
     import torch
 
+    from .._text import one_line
     from ..errors import GradocError
 
     out: dict[str, Any] = {}
@@ -188,10 +189,17 @@ def compare(
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             if done.returncode != 0 or not result.exists():
                 tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise GradocError(f"the {mode} run of {script} failed: {tail[0]}")
+                raise GradocError(
+                    f"the {mode} run of {one_line(script)} failed: {one_line(tail[0])}"
+                )
             out[mode] = json.loads(result.read_text())
             out[mode]["grads0"] = torch.load(grads)
     a, b = out["fp32"], out["amp"]
+    if not a["steps"] or a["grads0"] is None:
+        raise GradocError(
+            f"{one_line(script)} took no torch.optim optimizer step: amp-compare compares a "
+            "script's first optimizer steps, so there is nothing to compare"
+        )
     n = min(len(a["loss"]), len(b["loss"]))
     loss_rel = [abs(b["loss"][i] - a["loss"][i]) / (abs(a["loss"][i]) or 1.0) for i in range(n)]
     layers = []
@@ -246,7 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    return _worker(ns)
+    from ..errors import GradocError
+
+    try:
+        return _worker(ns)
+    except GradocError as exc:  # the script's own error: its traceback is printed already
+        print(exc, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,256 @@
+"""What a script did outside gradoc's run directory, seen through Python's audit hooks.
+
+``gradoc run`` may re-run a script to find where a NaN was born; a re-run repeats every
+side effect of the script up to that step: checkpoints rewritten (a resume checkpoint
+set back by 60 steps), logs appended to twice, uploads sent again. So the first run is
+watched with an audit hook (PEP 578), and the re-run happens by itself only when the
+script wrote no file outside the run directory, removed or renamed none, made no
+directory, opened no network connection and started no process. Otherwise gradoc prints
+the command that replays it (``gradoc replay RUN_DIR``) and leaves the choice to the user.
+
+Seen: everything done through Python (``open``, ``os``, ``shutil``, ``socket``,
+``subprocess``, ``sqlite3``; so ``numpy.save``, ``pickle``, logging to a file, HTTP
+clients). ``torch.save(obj, path)`` writes from C++ (so do safetensors and h5py), which
+no audit hook sees; for those, when the run ends, the working directories, the script's
+directory and the directories of every file the script opened are scanned (a few levels
+deep, a bounded number of entries) for files modified since the run began. Not seen: a
+C extension writing elsewhere without Python's help, and the work of processes the
+script forks (a DataLoader worker's own writes). Python's bytecode cache
+(``__pycache__``) and ``os.devnull`` do not count.
+
+An audit hook cannot be removed, so it is installed once, by ``gradoc run`` only, and
+does nothing while no recorder is active; it costs one set lookup per audited event
+(``builtins.id`` is the frequent one: ~1 µs each, ~1% of a 1 ms step).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+import tempfile
+import threading
+from typing import Any
+
+from ._text import one_line
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_FILE_EVENTS = {
+    "os.remove": "removed",
+    "os.rmdir": "removed",
+    "os.rename": "renamed",
+    "os.mkdir": "created the directory",
+    "os.truncate": "truncated",
+    "os.link": "linked",
+    "os.symlink": "linked",
+    "os.chmod": "changed the mode of",
+    "os.chown": "changed the owner of",
+    "os.utime": "touched",
+    "shutil.rmtree": "removed",
+    "shutil.copyfile": "copied to",
+    "shutil.move": "moved",
+    "sqlite3.connect": "opened the database",
+}
+_NET_EVENTS = {"socket.connect", "socket.sendto", "socket.sendmsg", "socket.bind"}
+_PROC_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn"}
+_EVENTS = frozenset({"open", *_FILE_EVENTS, *_NET_EVENTS, *_PROC_EVENTS})
+
+SHOWN = 5
+"""Side effects described (the rest are counted)."""
+SCAN_DEPTH = 3
+"""Levels below the working and script directories scanned for modified files."""
+SCAN_ENTRIES = 20_000
+"""Directory entries scanned at most (a large tree is scanned in part)."""
+SCAN_DIRS = 64
+"""Directories of opened files remembered for the scan."""
+MAX_EFFECTS = 10_000
+"""Side effects remembered (beyond, the count stops growing: the answer is the same)."""
+_NOT_SCANNED = frozenset({"__pycache__", "node_modules", "site-packages", "gradoc-runs"})
+
+
+def _cache_dirs() -> list[str]:
+    """Caches a re-run may fill again without harm: XDG's (``~/.cache``: Hugging Face,
+    torch hub, matplotlib), PyTorch Inductor's and Triton's."""
+    home = os.path.expanduser("~")
+    dirs = [
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"),
+        os.environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton"),
+        os.environ.get("MPLCONFIGDIR") or os.path.join(home, ".config", "matplotlib"),
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        or os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"),
+    ]
+    return [os.path.abspath(d) for d in dirs]
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name (a container without /etc/passwd entry)
+        return "unknown"
+
+
+class SideEffects:
+    """Records what the script does outside ``allowed`` (directories) while active.
+
+    A file the script creates and removes again during the run (a temporary file) is no
+    side effect; nor is a directory that already existed when it was "created", nor
+    anything in a cache (:func:`_cache_dirs`).
+    """
+
+    def __init__(self, allowed: list[str | os.PathLike[str]]) -> None:
+        self.allowed = [os.path.abspath(d) for d in allowed]
+        self.caches = _cache_dirs()
+        self.active = False
+        self.dirs: dict[str, None] = {}
+        """Directories of the files the script opened (scanned at the end)."""
+        self._effects: dict[str, str] = {}  # what was changed -> how, for people
+        self._created: set[str] = set()  # paths that did not exist before the run made them
+
+    @property
+    def count(self) -> int:
+        return len(self._effects)
+
+    @property
+    def seen(self) -> list[str]:
+        return list(self._effects.values())[:SHOWN]
+
+    def __enter__(self) -> SideEffects:
+        global _recorder
+        _install()
+        _recorder, self.active = self, True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _recorder
+        self.active = False
+        if _recorder is self:
+            _recorder = None
+
+    def scan(self, since: float, roots: list[str]) -> None:
+        """Files modified since ``since`` (a ``time.time()``) under ``roots`` and the
+        directories of the files the script opened: writes no audit hook saw."""
+        dirs = dict.fromkeys(os.path.abspath(r) for r in [*roots, *self.dirs])
+        budget = [SCAN_ENTRIES]
+        for d in dirs:
+            self._scan(d, since - 1.0, SCAN_DEPTH if d in roots else 0, budget)
+
+    def _scan(self, directory: str, since: float, depth: int, budget: list[int]) -> None:
+        if self._exempt(directory):
+            return  # the run directory, a cache
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for e in entries:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if depth > 0 and not e.name.startswith(".") and e.name not in _NOT_SCANNED:
+                        self._scan(e.path, since, depth - 1, budget)
+                elif e.is_file(follow_symlinks=False) and e.stat().st_mtime >= since:
+                    self._file(e.path, "wrote")
+            except OSError:
+                continue
+
+    def summary(self) -> str:
+        """One line for people: 'wrote checkpoints/latest.pt, used the network (...)'."""
+        more = self.count - len(self.seen)
+        return ", ".join(self.seen) + (f" (and {more} more)" if more > 0 else "")
+
+    def _note(self, key: str, what: str) -> None:
+        if key not in self._effects and len(self._effects) < MAX_EFFECTS:
+            self._effects[key] = what
+
+    def _file(self, path: Any, how: str) -> None:
+        """A change to a file or directory: noted unless exempt or undone (see the class)."""
+        full = self._outside(path)
+        if full is None:
+            return
+        exists = os.path.lexists(full)  # NOTE: audit events come before the operation
+        if how == "removed" and full in self._created:
+            self._created.discard(full)  # made and removed during the run: nothing left
+            self._effects.pop(full, None)
+            return
+        if how == "created the directory" and exists:
+            return  # os.makedirs(..., exist_ok=True) of a directory already there
+        if how in ("wrote", "created the directory") and not exists:
+            self._created.add(full)
+        self._note(full, f"{how} {one_line(full)}")
+
+    def _exempt(self, full: str) -> bool:
+        return any(full == d or full.startswith(d + os.sep) for d in (*self.allowed, *self.caches))
+
+    def _outside(self, path: Any) -> str | None:
+        """``path`` (absolute) when a change to it is a side effect, else None."""
+        if isinstance(path, int) or path is None:  # a file descriptor: opened elsewhere
+            return None
+        try:
+            full = os.path.abspath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return "<a path>"
+        if full == os.devnull or f"{os.sep}__pycache__{os.sep}" in full:
+            return None
+        if full.endswith(f"{os.sep}:memory:"):  # sqlite3.connect(":memory:")
+            return None
+        return None if self._exempt(full) else full
+
+    def _event(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = (*args, None, None, None)[:3]
+            writes = (
+                any(c in mode for c in "wax+")
+                if isinstance(mode, str)
+                else isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+            )
+            if writes:
+                self._file(path, "wrote")
+            full = self._outside(path)
+            if full is not None and len(self.dirs) < SCAN_DIRS:
+                self.dirs[os.path.dirname(full)] = None
+        elif event in _FILE_EVENTS:
+            paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+            if event == "os.rename" and len(paths) == 2:
+                src = self._outside(paths[0])
+                if src is not None and src in self._created:  # a temporary file moved into
+                    self._created.discard(src)  # place: what is left is the destination
+                    self._effects.pop(src, None)
+                    self._file(paths[1], "wrote")
+                    return
+            elif event != "os.rename":  # rename(src, dst): both count; others: the first
+                paths = paths[:1]
+            for p in paths:
+                self._file(p, _FILE_EVENTS[event])
+        elif event in _NET_EVENTS:
+            address = one_line(args[1] if len(args) > 1 else "?")
+            self._note(f"net:{address}", f"used the network ({address})")
+        else:
+            what = args[0] if args else event
+            name = one_line(os.fsdecode(what) if isinstance(what, bytes) else what)
+            self._note(f"proc:{name}", f"started a process ({name})")
+
+
+_recorder: SideEffects | None = None
+_installed = False
+_busy = threading.local()
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event in _EVENTS:  # NOTE: the first thing, and cheap: every audited event comes here
+        recorder = _recorder
+        if recorder is not None and recorder.active and not getattr(_busy, "on", False):
+            _busy.on = True  # our own work must not recurse into the hook
+            try:
+                recorder._event(event, args)
+            except Exception:  # a recorder must never break the user's program
+                recorder._note("?", "did something gradoc could not describe")
+            finally:
+                _busy.on = False
+
+
+def _install() -> None:
+    global _installed
+    if not _installed:
+        sys.addaudithook(_audit)
+        _installed = True

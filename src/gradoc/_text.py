@@ -1,0 +1,39 @@
+"""Text from the user's program or a run log, made safe to print on a terminal.
+
+Module names, exception messages, paths and source lines end up on the user's terminal.
+A name like ``\\x1b]52;...`` (an escape sequence that writes the clipboard) or
+``\\x1b[2J`` (clear the screen) must not reach it raw, nor must a bidirectional override
+(U+202E) reorder what a person reads. ``safe`` shows every such character as a visible
+escape instead, keeping newlines and tabs. Rich markup is a separate matter: ``report/``
+passes user text to rich as ``Text`` objects, never as markup strings.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls but tab and newline, DEL, C1 controls, and the Unicode bidi controls
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(text: object) -> str:
+    """``text`` as a string with control characters shown as escapes (``\\x1b``).
+
+    >>> safe("layer\\x1b[2J")
+    'layer\\\\x1b[2J'
+    """
+    s = text if isinstance(text, str) else str(text)
+    s = _UNSAFE.sub(_escape, s)
+    # a path that is not valid UTF-8 arrives with lone surrogates: show them, never crash
+    return _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", s)
+
+
+def one_line(text: object) -> str:
+    """``safe`` for a field that must stay on one line (a name): newlines shown as ``\\n``."""
+    return safe(text).replace("\n", "\\n").replace("\t", "\\t")
