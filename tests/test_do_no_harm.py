@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -405,11 +407,15 @@ def test_output_paths_are_checked_before_the_script_starts(
 def test_a_full_disk_for_the_json_keeps_the_scripts_exit_code(
     tmp_path: Path, script_path: Path
 ) -> None:
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("/dev/full is not the full device here")
     out = str(tmp_path / "run")
     done = gradoc_cli("run", "--out", out, "--json", "/dev/full", str(script_path), "--exit")
     assert done.returncode == 3, done.stderr  # the script's sys.exit(3), not 70
     assert "gradoc: could not write /dev/full: No space left on device" in done.stderr
     assert (tmp_path / "run" / "report.json").exists()
+    # written in place: a device is never replaced by a file (gradoc once did that)
+    assert Path("/dev/full").is_char_device()
 
 
 LONG = textwrap.dedent(
@@ -426,25 +432,49 @@ LONG = textwrap.dedent(
 )
 
 
-def _file_size_limit(limit: int) -> None:  # a disk that fills: writes past `limit` fail
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+@contextlib.contextmanager
+def _small_disk(path: Path, size: str) -> Iterator[tuple[Path, Any]]:
+    """A directory on a disk that fills: a small tmpfs where this user may mount one (the
+    report's files fail too), else a file-size limit (the run log's writes fail)."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode == 0:
+        try:
+            yield path, None
+        finally:
+            subprocess.run(["umount", str(path)], check=False)
+        return
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    yield path, limit
 
 
 def test_a_disk_that_fills_mid_run_keeps_training_and_the_exit_code(tmp_path: Path) -> None:
+    """The script trained to the end, then gradoc exited 70 and lost its exit code."""
     script = tmp_path / "long.py"
     script.write_text(LONG)
-    done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "run"), str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=lambda: _file_size_limit(256 * 1024),
-    )
-    assert done.returncode == 6, done.stderr
+    with _small_disk(tmp_path / "disk", "300k") as (disk, limit):
+        done = subprocess.run(
+            [sys.executable, "-m", "gradoc", "run", "--out", str(disk / "run"), str(script)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=limit,
+        )
+        left = sorted(os.listdir(disk / "run"))
+    assert done.returncode == 6, done.stderr  # the script's sys.exit(6)
     assert "trained to the end" in done.stdout
-    assert done.stderr.count("stopped recording") == 1, done.stderr
-    assert "Traceback" not in done.stderr
+    said = [x for x in done.stderr.splitlines() if x.startswith("gradoc: run log")]
+    assert len(said) == 1 and "stopped recording" in said[0], done.stderr  # said once
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert not [name for name in left if name.endswith(".tmp")]  # no half-written files
+    # what was not watched is said, never "healthy"
+    assert "log_incomplete" in done.stderr and "healthy" not in done.stderr
 
 
 def test_a_path_that_is_not_utf8_works(tmp_path: Path, script_path: Path) -> None:

@@ -800,8 +800,13 @@ class Run:
             raise KeyboardInterrupt
         from ..report import write_report  # the report reads the finished log
 
+        stopped = None
+        if self._writer.error is not None:  # the log lacks the end of the run: say so
+            error = one_line(self._writer.error)
+            stopped = {"error": error, "steps": self.step, "status": status}
+            stopped["exit_code"] = exit_code
         try:
-            report = write_report(self.dir, json_path)
+            report = write_report(self.dir, json_path, stopped=stopped)
         except KeyboardInterrupt:
             print(
                 f"gradoc: interrupted while writing the report; the run log is complete: "

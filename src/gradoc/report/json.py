@@ -12,18 +12,27 @@ from typing import Any
 
 from .._text import safe
 from ..detect import History, run_detectors
+from ..detect.finding import Finding
 from ..diagnose import diagnose
 from ..store import RunLog, open_run
 
 REPORT_SCHEMA = "gradoc.report/1"
 
 
-def build_report(run: RunLog) -> dict[str, Any]:
-    """The report of a run log as a JSON-ready dict."""
+def build_report(run: RunLog, stopped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report of a run log as a JSON-ready dict.
+
+    ``stopped``: the run log stopped recording before the run ended (a full disk); what
+    the run knew in memory then (``error``, ``steps``, ``status``, ``exit_code``). The
+    report then says what was not watched: it is never "healthy".
+    """
     history = History.load(run)
     findings = diagnose(history, run_detectors(history))
-    problems = any(f.severity in ("error", "warning") for f in findings)
     meta = run.meta
+    if stopped is not None:
+        meta = {**meta, "status": stopped["status"], "exit_code": stopped["exit_code"]}
+        findings.append(_not_recorded(run.num_steps, stopped))
+    problems = any(f.severity in ("error", "warning") for f in findings)
     script = meta.get("script")
     return {
         "schema": REPORT_SCHEMA,
@@ -41,6 +50,31 @@ def build_report(run: RunLog) -> dict[str, Any]:
         "findings": [f.to_json() for f in findings],
         **({"amp": _amp(meta["amp"])} if meta.get("amp") else {}),
     }
+
+
+def _not_recorded(recorded: int, stopped: dict[str, Any]) -> Finding:
+    """The steps the run took that its log does not hold."""
+    steps = stopped["steps"]
+    return Finding(
+        kind="log_incomplete",
+        severity="warning",
+        step=recorded,
+        layer=None,
+        summary=f"the run log stopped recording at step {recorded} ({stopped['error']}): "
+        f"{max(0, steps - recorded)} of the run's {steps} steps were not watched",
+        symptom="what gradoc reports covers only the steps before the log stopped",
+        evidence=[
+            {"signal": "steps the run took", "value": steps},
+            {"signal": "steps in the run log", "value": recorded},
+        ],
+        fixes=[
+            {
+                "horizon": "immediate",
+                "action": "free space where the run directory is, or give it another place "
+                "(--out), and run again to watch every step",
+            }
+        ],
+    )
 
 
 def _amp(amp: dict[str, Any]) -> dict[str, Any]:
@@ -67,12 +101,16 @@ def to_json_text(report: dict[str, Any]) -> str:
 
 
 def write_report(
-    run_dir: str | Path, json_path: str | Path | None = None, *, html: bool = True
+    run_dir: str | Path,
+    json_path: str | Path | None = None,
+    *,
+    html: bool = True,
+    stopped: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the report of ``run_dir`` and write ``run_dir/report.json`` (and ``json_path``)
-    and ``run_dir/report.html``."""
+    and ``run_dir/report.html`` (``stopped``: see :func:`build_report`)."""
     with open_run(run_dir) as run:
-        report = build_report(run)
+        report = build_report(run, stopped)
         if html:
             _write_html(run, report, Path(run_dir) / "report.html")
     text = to_json_text(report)
