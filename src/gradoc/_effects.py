@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -89,6 +90,15 @@ def _user() -> str:
         return "unknown"
 
 
+def _identity(fd: int) -> tuple[int, int] | None:
+    """(device, inode) of the regular file behind a file descriptor, if it is one."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
 class SideEffects:
     """Records what the script does outside ``allowed`` (directories) while active.
 
@@ -104,6 +114,8 @@ class SideEffects:
         self.dirs: dict[str, None] = {}
         """Directories of the files the script opened (scanned at the end)."""
         self._effects: dict[str, str] = {}  # what was changed -> how, for people
+        # the files the process's own stdin/stdout/stderr are redirected to (`> log.txt`)
+        self._own = {_identity(fd) for fd in (0, 1, 2)} - {None}
         self._created: set[str] = set()  # paths that did not exist before the run made them
 
     @property
@@ -149,8 +161,10 @@ class SideEffects:
                 if e.is_dir(follow_symlinks=False):
                     if depth > 0 and not e.name.startswith(".") and e.name not in _NOT_SCANNED:
                         self._scan(e.path, since, depth - 1, budget)
-                elif e.is_file(follow_symlinks=False) and e.stat().st_mtime >= since:
-                    self._file(e.path, "wrote")
+                elif e.is_file(follow_symlinks=False):
+                    st = e.stat()
+                    if st.st_mtime >= since and (st.st_dev, st.st_ino) not in self._own:
+                        self._file(e.path, "wrote")
             except OSError:
                 continue
 

@@ -51,6 +51,16 @@ def batch_lengths(
     return None, None, None
 
 
+def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Samples in one forward call, from the first tensor argument's shape (on the host):
+    its first dimension when it has two or more, else 1 (an unbatched call, as an RL
+    policy makes per time step)."""
+    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+    if first is None:
+        return 1
+    return int(first.shape[0]) if first.dim() >= 2 else 1
+
+
 @dataclass(slots=True)
 class LengthMonitor:
     batches: int = 0

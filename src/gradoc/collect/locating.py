@@ -109,9 +109,15 @@ class Locator:
             forwards, self._forwards = self._forwards, []
             origin = check_weights(step, params, last_update, update_ratios or {})
             origin = origin or self._replay(step, forwards, loss_bad)
-            if origin is not None:
+            if origin is not None and (origin.op or origin.phase in ("input", "optimizer")):
                 return self._finish(origin)
+            # born outside the model (the loss, or the loss's backward): trace whole steps
             self._armed_left, self._armed_from = ARMED_STEPS, step
+            if origin is not None:  # what the replay could tell, until the trace knows more
+                origin.note = (origin.note or "") + (
+                    "; tracing is armed to catch the operation on its next occurrence"
+                )
+                return origin
             if loss_bad and forwards:  # the model's output was finite, the loss was not
                 return Origin(
                     phase="forward",

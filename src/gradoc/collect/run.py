@@ -67,6 +67,7 @@ from ..stats.precision import (
 from ..store.writer import RunWriter, insert_rows, real
 from . import taps
 from ._hooks import global_hooks, local_hooks
+from .functional import PRE_ACTIVATION_SATURATION, functional_activations
 from .layers import (
     WatchedModule,
     WatchedParam,
@@ -75,7 +76,7 @@ from .layers import (
     param_rows,
     qualified,
 )
-from .lengths import LengthMonitor, batch_lengths
+from .lengths import LengthMonitor, batch_lengths, batch_size
 from .lengths import stats as length_stats
 from .locating import Locator, first_tensor
 
@@ -124,6 +125,8 @@ class _StepRow:
     step: int
     time: float
     n_backward: int
+    samples: int | None
+    """Samples the watched model saw in the step (batch sizes; 1 per unbatched call)."""
     lrs: list[float | Tensor]
     """A learning rate may be a tensor (capturable optimizers): it then travels in the pack."""
     loss: Tensor | None
@@ -247,6 +250,10 @@ class Run:
         self._device: torch.device | None = None
         self._losses: list[Tensor] = []
         self._n_backward = 0
+        self._samples = 0
+        self._loss_fn_seen = False
+        self._produced: dict[Any, WatchedModule] = {}  # output node -> module, one step
+        self._functional: dict[str, str] | None = None  # module -> F.relu/tanh after it
         self._forward_seen = False
         self._pending: list[_StepRow] = []
         self._acts: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
@@ -354,6 +361,7 @@ class Run:
             return
         args, rng = calls.pop()
         self._last_forward = (module, args, kwargs)
+        self._samples += batch_size(args, kwargs)
         lengths, source, padded = batch_lengths(module, args, kwargs)
         self._length_monitor.source = self._length_monitor.source or source
         if lengths is not None:
@@ -375,6 +383,25 @@ class Run:
         loss = taps.scalar_loss(tensors)
         if loss is not None:
             self._losses.append(loss)
+            if self._produced and self._functional is None:
+                self._read_functional(tensors)
+            if not self._loss_fn_seen:  # what the loss is says what its chance level is
+                self._loss_fn_seen = True
+                kind = taps.loss_kind(tensors)
+                if kind is not None:
+                    self.set_meta(loss_fn=kind)
+
+    def _read_functional(self, tensors: Any) -> None:
+        """Once: which watched modules feed an activation function (see ``functional``)."""
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) else tensors
+        found = functional_activations(loss, self._produced) if isinstance(loss, Tensor) else []
+        self._produced = {}
+        self._functional = {w.name: kind for w, kind in found}
+        for watched, kind in found:
+            if kind in PRE_ACTIVATION_SATURATION and watched.saturation is None:
+                watched.saturation = PRE_ACTIVATION_SATURATION[kind]
+        if self._functional:
+            self.set_meta(functional_activations=self._functional)
 
     # -- activations --------------------------------------------------------------------
     def _arm_activations(self, on: bool) -> None:
@@ -400,6 +427,8 @@ class Run:
             x, watched.saturation, unit_dim(module, x), self._scratch_for(x)
         )
         self._acts.setdefault(watched.id, []).append((x.numel(), vec, active))
+        if self._functional is None and x.grad_fn is not None:
+            self._produced[x.grad_fn] = watched  # read at this step's backward
         if self.config.check_amp and x.is_floating_point():
             self._amp_acts[watched.id] = merge_counts(
                 self._amp_acts.get(watched.id), range_counts(x)
@@ -571,7 +600,28 @@ class Run:
             self._observe_lengths(target.steps, lengths, [])
         grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
         norm = values[1] if len(values) > 1 else None
+        if grads_bad:
+            grads_bad, global_norm = self._recheck(target)
+            norm = global_norm if norm is not None else None
         return Vitals(loss is not None and not math.isfinite(loss), grads_bad, loss, norm)
+
+    def _recheck(self, target: _Target) -> tuple[bool, float]:
+        """A non-finite norm: NaN/Inf in a gradient, or finite values so large (> ~1e19)
+        that float32 squares overflow. Count the non-finite values and take the norms in
+        float64; return (any value non-finite, the global norm in float64). Only a broken
+        step pays for this second (small) host read.
+
+        NOTE: mistaking enormous finite gradients for NaN would skip updates the user's
+        optimizer makes without gradoc, and hide an explosion behind a "NaN".
+        """
+        grads = [w.param.grad for w in target.present if w.param.grad is not None]
+        if not grads or _sharded(grads[0]):
+            return True, math.inf
+        wide = norms(grads, self._device, wide=True)
+        counts = nonfinite_counts(grads, self._device)
+        read = torch.stack([counts.sum(), torch.linalg.vector_norm(wide)]).tolist()
+        target.grad_norms = wide
+        return read[0] > 0, read[1]
 
     def _observe_lengths(
         self, step: int, lengths: tuple[Tensor | None, int, int | None] | None, read: list[float]
@@ -651,6 +701,9 @@ class Run:
                 [w.param for w in target.present], target.before, self._device
             )
             target.before = None
+        for w in target.params:  # a skipped step's gradients, back where the user left them
+            if w.id in target.held and w.param.grad is None:
+                w.param.grad = target.held[w.id]
         target.steps += 1
         if self._guard is not None:
             self._guard.stepped(optimizer)
@@ -659,9 +712,17 @@ class Run:
         loss = torch.stack(self._losses).float().mean() if self._losses else None
         lrs = [_lr(g) for g in optimizer.param_groups]
         self._pending.append(
-            _StepRow(self.step, time.monotonic() - self._t0, self._n_backward, lrs, loss)
+            _StepRow(
+                self.step,
+                time.monotonic() - self._t0,
+                self._n_backward,
+                self._samples or None,
+                lrs,
+                loss,
+            )
         )
         self._losses, self._n_backward, self._forward_seen = [], 0, False
+        self._samples = 0
         if (
             self._collected()
             or len(self._pending) >= self.config.flush_every_steps
@@ -711,12 +772,23 @@ class Run:
                 # NOTE: the grads are still there (zero_grad comes later), so the counts
                 # describe exactly the gradients this step used.
                 norms_ = host[sl.norms].tolist()
-                bad = [sl.present[i] for i, v in enumerate(norms_) if not math.isfinite(v)]
-                if bad:
-                    grads = [sl.held.get(w.id, w.param.grad) for w in bad]
-                    found = nonfinite_counts([g for g in grads if g is not None]).tolist()
-                    bad = [w for w, g in zip(bad, grads) if g is not None]
-                    counts.update({w.id: c for w, c in zip(bad, found)})
+                bad, grads = [], []
+                for i, v in enumerate(norms_):
+                    w = sl.present[i]
+                    g = sl.held.get(w.id, w.param.grad)
+                    if not math.isfinite(v) and g is not None:
+                        bad.append(i)
+                        grads.append(g)
+                if grads and not _sharded(grads[0]):
+                    # counted, and measured again in float64: a norm can overflow float32
+                    # while every value is finite (enormous gradients, not NaN)
+                    found = torch.cat([nonfinite_counts(grads), norms(grads, wide=True)])
+                    values = found.tolist()
+                    n = len(grads)
+                    for k, i in enumerate(bad):
+                        counts[sl.present[i].id] = values[k]
+                        if values[k] == 0:
+                            host[sl.norms.start + i] = values[n + k]
             if sl.updates is not None and self.config.locate:
                 self._note_update_ratios(sl, host[sl.updates].tolist())
         step_rows, self._pending = rows, []
@@ -970,6 +1042,7 @@ class _StepRecord:
                     real(math.sqrt(sumsq)) if current else None,
                     nonfinite if current else None,
                     json.dumps(lrs),
+                    r.samples,
                 )
             )
             if loss is not None and not math.isfinite(loss):

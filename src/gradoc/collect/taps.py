@@ -48,6 +48,30 @@ def remove_loss_sink(sink: LossSink) -> None:
         _original = None
 
 
+_CLASSIFICATION = ("NllLossBackward0", "NllLoss2DBackward0")
+_BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
+
+
+def loss_kind(tensors: Any) -> dict[str, Any] | None:
+    """What the loss handed to backward() is, read from its autograd node (no device
+    read): ``{"node": "NllLossBackward0", "classes": 65}`` for a cross-entropy over 65
+    classes, whose loss at a uniform prediction (chance) is ln 65. None when the loss is
+    anything else (scaled, summed with other terms, label-smoothed): no chance level."""
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        tensors = tensors[0]
+    node = getattr(tensors, "grad_fn", None)
+    if node is None:
+        return None
+    name = node.name()
+    if name in _CLASSIFICATION:
+        saved = getattr(node, "_saved_self", None)
+        classes = int(saved.shape[1]) if saved is not None and saved.dim() >= 2 else None
+        return {"node": name, "classes": classes}
+    if name in _BINARY:
+        return {"node": name, "classes": 2}
+    return {"node": name}
+
+
 def scalar_loss(tensors: Any) -> Tensor | None:
     """The loss among backward()'s arguments: a single floating-point scalar, else None."""
     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:

@@ -16,8 +16,11 @@ import torch
 _GRADOC = str(Path(__file__).resolve().parents[1])
 _DEMO = str(Path(_GRADOC) / "demo")  # the demo's models are user code, not gradoc's
 _SKIP = (str(Path(torch.__file__).parent), _GRADOC, sysconfig.get_paths()["stdlib"])
+# a frame and its code line; frames without one (runpy's, frozen) are followed directly by
+# the next frame, which must not be taken for their code
 _FRAME = re.compile(
-    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)\n\s*(?P<code>[^\n]*)'
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>[^\n]+)'
+    r'(?:\n[ \t]*(?P<code>(?!File ")\S[^\n]*))?'
 )
 
 
@@ -85,5 +88,5 @@ def frame_from_text(lines: list[str] | str) -> tuple[str, int, str] | None:
     found = None
     for m in _FRAME.finditer(text):
         if _user(m["file"]):
-            found = (m["file"], int(m["line"]), m["code"].strip())
+            found = (m["file"], int(m["line"]), (m["code"] or "").strip())
     return found

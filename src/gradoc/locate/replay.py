@@ -127,6 +127,7 @@ def batch_evidence(
             {
                 "signal": f"`{name}` in the failing batch (min / median / max)",
                 "value": f"{int(v.min())} / {int(v.median())} / {int(v.max())}",
+                "argument": name,
             }
         )
         if bad and size == v.numel():
@@ -134,6 +135,7 @@ def batch_evidence(
                 {
                     "signal": f"`{name}` of the samples where the value was born",
                     "value": [int(v[i]) for i in bad],
+                    "argument": name,
                 }
             )
     return ev
@@ -163,10 +165,12 @@ class Tracer(TorchDispatchMode):
                 else:  # an infinity is born from finite inputs, unless written on purpose
                     born = name not in _FILLS and not any(_bad(t) for t in inputs)
                 if born:
+                    # in a backward the engine runs this thread's ops inside a node: name it
+                    node = self.node or torch._C._current_autograd_node()
                     self.found = {
                         "op": str(func),
                         "module": self.modules[-1] if self.modules else None,
-                        "node": self.node,
+                        "node": node,
                         "frame": user_frame(),
                         "evidence": describe(func, args, outs),
                         "rows": _bad_rows(next(t for t in outs if _bad(t))),
@@ -333,6 +337,7 @@ def locate_step(
     saved_rng = torch.get_rng_state()
     stack: list[str] = []
     tracer = Tracer(stack)
+    anomaly = anomaly_on()
     try:
         if rng is not None:
             torch.set_rng_state(rng["cpu"])
@@ -342,7 +347,6 @@ def locate_step(
             torch.enable_grad(),  # the optimizer hooks that call us run under no_grad
         ):
             warnings.simplefilter("ignore")
-            torch.autograd.set_detect_anomaly(True, check_nan=False)
             with tracer:
                 out = root(*args, **kwargs)
             if tracer.found is not None:
@@ -381,7 +385,7 @@ def locate_step(
                     return origin_from(step, tracer.found, "backward")
         return None
     finally:
-        torch.autograd.set_detect_anomaly(False)
+        anomaly_restore(anomaly)  # the user's own setting, whatever it was
         torch.set_rng_state(saved_rng)
         with torch.no_grad():
             for r in roots:
@@ -423,11 +427,26 @@ class ArmedTrace:
 
     def start(self) -> None:
         if not self.active:
+            # anomaly mode (without its NaN check) records where each autograd node was
+            # created, so an op born in the backward is given its forward line
+            self._anomaly = anomaly_on()
             self.tracer.__enter__()
             self.active = True
 
     def stop(self) -> dict[str, Any] | None:
         if self.active:
             self.tracer.__exit__(None, None, None)
+            anomaly_restore(self._anomaly)
             self.active = False
         return self.tracer.found
+
+
+def anomaly_on() -> tuple[bool, bool]:
+    """Anomaly mode on without its NaN check; returns the user's setting to restore."""
+    before = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+    torch.set_anomaly_enabled(True, False)
+    return before
+
+
+def anomaly_restore(before: tuple[bool, bool]) -> None:
+    torch.set_anomaly_enabled(*before)

@@ -16,9 +16,9 @@ from typing import Any
 
 from .._text import one_line
 from ..errors import RunLogError
-from .schema import SCHEMA_VERSION
+from .schema import READABLE
 
-_STEP_COLUMNS = ("time", "loss", "n_backward", "grad_norm", "grad_nonfinite")
+_STEP_COLUMNS = ("time", "loss", "n_backward", "grad_norm", "grad_nonfinite", "samples")
 _PARAM_STATS = ("grad_norm", "grad_maxabs", "grad_nonfinite", "weight_norm", "update_norm")
 _ACT_STATS = ("mean", "std", "zero_frac", "sat_frac", "nonfinite", "numel", "calls", "positions")
 
@@ -74,6 +74,8 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
     "launch": (dict,),
     "exit_clues": (list,),
     "side_effects": (dict,),
+    "loss_fn": (dict,),
+    "functional_activations": (dict,),
 }
 """The type of every meta value gradoc writes; a log holding another is refused."""
 
@@ -205,11 +207,13 @@ class RunLog:
             raise RunLogError(self._unreadable(exc)) from None
         try:
             version = self._query("PRAGMA user_version")[0][0]
-            if version != SCHEMA_VERSION:
+            if version not in READABLE:
                 raise RunLogError(
                     f"{one_line(self.path)} has run-log schema version {one_line(version)}; "
-                    f"this gradoc reads version {SCHEMA_VERSION}"
+                    f"this gradoc reads versions {', '.join(map(str, READABLE))}"
                 )
+            self.version: int = version
+            """The schema version the log was written with (``SCHEMA_VERSION`` now)."""
             self.meta: dict[str, Any] = self._read_meta()
             self.layers = [self._layer(r) for r in self._query("SELECT * FROM layers ORDER BY id")]
         except BaseException:
@@ -295,10 +299,12 @@ class RunLog:
         return int(self._query("SELECT COUNT(*) FROM steps")[0][0])
 
     def scalar(self, name: str) -> Series:
-        """A per-step series: ``loss``, ``grad_norm``, ``grad_nonfinite``, ``n_backward``
-        or ``time``."""
+        """A per-step series: ``loss``, ``grad_norm``, ``grad_nonfinite``, ``n_backward``,
+        ``samples`` (samples the model saw) or ``time``."""
         if name not in _STEP_COLUMNS:
             raise KeyError(f"unknown step statistic {name!r}; one of {_STEP_COLUMNS}")
+        if name == "samples" and self.version < 2:
+            return Series([], [])
         rows = self._query(f"SELECT step, {name} FROM steps WHERE {name} IS NOT NULL ORDER BY step")
         return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
 

@@ -1,4 +1,4 @@
-"""The run log's tables (schema version 1).
+"""The run log's tables (schema version 2).
 
 Readable with the ``sqlite3`` tool::
 
@@ -17,7 +17,9 @@ Conventions:
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``steps.samples``. Version 1 logs are read too (no samples)."""
+READABLE = (1, 2)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -42,7 +44,8 @@ CREATE TABLE IF NOT EXISTS steps (
     n_backward  INTEGER NOT NULL,  -- backward() calls in this step (gradient accumulation)
     grad_norm   REAL,              -- global L2 norm over all watched gradients
     grad_nonfinite INTEGER,        -- non-finite gradient values, all parameters
-    lr          TEXT               -- JSON list: learning rate of each param group
+    lr          TEXT,              -- JSON list: learning rate of each param group
+    samples     INTEGER            -- samples the watched model saw (batch sizes summed)
 );
 CREATE TABLE IF NOT EXISTS param_stats (
     step           INTEGER NOT NULL,
