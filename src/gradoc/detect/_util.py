@@ -68,3 +68,50 @@ def update_ratios(h: History) -> dict[str, Series]:
 
 def fmt(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else repr(x).lower()
+
+
+SUMMED_VARIANCE = 0.6
+"""A loss is a sum over samples when dividing it by the samples per step leaves at most
+this share of the variance of its logarithm."""
+SUMMED_SPREAD = 1.5
+"""Samples per step must vary at least this much for a sum to show."""
+
+
+def loss_trend(h: History) -> tuple[Series, bool]:
+    """The loss as the trend detectors (spike, divergence, blow-up, plateau) read it, and
+    whether it was divided by the step's samples.
+
+    A loss summed over samples (an episode's per-step losses added up, as
+    pytorch/examples' actor-critic does; ``reduction="sum"``) grows with the batch or the
+    episode: an actor-critic whose episodes lengthen as it learns shows a loss that
+    rises 10x on a healthy run. When the samples per step vary (>= ``SUMMED_SPREAD``x) and
+    dividing by them explains the loss's swings (the variance of log(loss / samples) is
+    at most ``SUMMED_VARIANCE`` of that of log(loss); a mean-reduced loss only gets
+    noisier when divided), the loss per sample is the trend; otherwise the loss itself.
+    """
+    samples = dict(zip(h.samples.steps, h.samples.values))
+    pairs = [
+        (s, v, samples[s])
+        for s, v in zip(h.loss.steps, h.loss.values)
+        if math.isfinite(v) and v > 0 and samples.get(s, 0) > 0
+    ]
+    if len(pairs) < 20:
+        return h.loss, False
+    counts = [n for _, _, n in pairs]
+    if max(counts) < SUMMED_SPREAD * min(counts):
+        return h.loss, False
+    raw = statistics.pvariance([math.log(v) for _, v, _ in pairs])
+    per = statistics.pvariance([math.log(v / n) for _, v, n in pairs])
+    if not per <= SUMMED_VARIANCE * raw:
+        return h.loss, False
+    # steps whose samples are unknown (before gradoc attached) are left out, not mixed in
+    kept = [(s, v / samples[s]) for s, v in zip(h.loss.steps, h.loss.values) if samples.get(s)]
+    return Series([s for s, _ in kept], [v for _, v in kept]), True
+
+
+def ce_classes(h: History) -> int | None:
+    """The number of classes of the run's cross-entropy loss, as recorded at its first
+    backward (meta ``loss_fn``); None for any other loss."""
+    loss_fn = h.meta.get("loss_fn")
+    k = loss_fn.get("classes") if isinstance(loss_fn, dict) else None
+    return k if isinstance(k, int) and k >= 2 else None

@@ -6,8 +6,10 @@ Rule (SageMaker Debugger): a unit is dead when it is active on less than ``ACTIV
 (1%) of the positions it was seen at, and a layer is flagged when more than
 ``LAYER_SHARE`` (50%) of its units are dead on each of the last ``SAMPLES`` (3) activation
 samples (all of them if fewer), so units that are merely sparse for a while, or a layer
-that recovers, raise nothing. Only ReLU-family modules are judged: for other outputs
-"not > 0" is not "dead".
+that recovers, raise nothing. Only ReLU-family modules are judged, and modules whose
+output goes through a functional ``F.relu`` (``meta['functional_activations']``): their
+units that are never > 0 are that function's dead units. For other outputs "not > 0" is
+not "dead".
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def _dead_share(units: list[float]) -> float:
 
 def check(h: History) -> list[Finding]:
     flagged = []
+    functional = h.meta.get("functional_activations") or {}
     for m in h.modules:
-        if m.type not in RELU_FAMILY:
+        if m.type not in RELU_FAMILY and functional.get(m.name) != "relu":
             continue
         samples = h.units.get(m.name, {})
         steps = sorted(samples)
@@ -47,6 +50,7 @@ def check(h: History) -> list[Finding]:
         return []
     name, first, share, width = flagged[0]
     others = [f[0] or "(model)" for f in flagged[1:]]
+    behind = " (its output goes through F.relu)" if functional.get(name) == "relu" else ""
     return [
         Finding(
             kind="dead_units",
@@ -54,7 +58,7 @@ def check(h: History) -> list[Finding]:
             step=first,
             layer=name,
             summary=(
-                f"dead units: {share:.0%} of the {width} units of {name} never activate"
+                f"dead units: {share:.0%} of the {width} units of {name}{behind} never activate"
                 + (f" (also in {', '.join(others)})" if others else "")
             ),
             evidence=[
@@ -62,6 +66,7 @@ def check(h: History) -> list[Finding]:
                     "signal": f"share of units active on < 1% of positions in {n}",
                     "value": round(s, 3),
                     "step": st,
+                    "type": "distribution",
                 }
                 for n, st, s, _ in flagged
             ],

@@ -30,9 +30,15 @@ class Finding:
     symptom: str | None = None
     """What a person sees, in one sentence."""
     root_cause: str | None = None
+    root_cause_family: str | None = None
+    """The kind of root cause, one of ``gradoc.diagnose.playbook.FAMILIES``
+    (``"learning_rate"``, ``"numerics"``, ...): stable where ``root_cause``'s words are not."""
     monitoring: list[str] = field(default_factory=list)
     related: list[dict[str, Any]] = field(default_factory=list)
     """Findings folded into this one as its consequences or causes: kind, step, summary."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Typed facts the diagnosis reasons with (``{"spikes": 3}``, ``{"peak_loss": 1e5}``):
+    rewording a summary or a signal can never change a diagnosis."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

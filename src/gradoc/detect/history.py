@@ -25,6 +25,8 @@ class History:
     grad_norm: Series = field(default_factory=lambda: Series([], []))
     grad_nonfinite: Series = field(default_factory=lambda: Series([], []))
     lr: Series = field(default_factory=lambda: Series([], []))
+    samples: Series = field(default_factory=lambda: Series([], []))
+    """Samples the watched model saw per step (absent from logs before schema 2)."""
     params: list[Layer] = field(default_factory=list)
     modules: list[Layer] = field(default_factory=list)
     param_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
@@ -41,6 +43,7 @@ class History:
             grad_norm=run.scalar("grad_norm"),
             grad_nonfinite=run.scalar("grad_nonfinite"),
             lr=run.lr(0),
+            samples=run.scalar("samples"),
             params=run.params,
             modules=run.modules,
             param_stats=run.param_table(),

@@ -1,6 +1,15 @@
-"""poor_initialization: activations shrink or grow layer after layer from the first step.
+"""poor_initialization: the initial model is far from where training should start.
 
-Needs: per-module output std at the first activation sample.
+Two rules.
+
+1. Chance level (needs the step-0 loss and the loss function the run recorded): a
+   cross-entropy over k classes starts at ln(k) when the initial logits are small, as
+   they should be; a step-0 loss above ``CHANCE_RATIO`` (1.5x) ln(k) means logits far too
+   large (the initialisation's scale, or a logit scale). This is the first check of
+   Karpathy's "A Recipe for Training Neural Networks" ("verify loss @ init"): a
+   character GPT whose init std is 1.0 instead of 0.02 starts at 35 against ln 65 = 4.2.
+   Healthy runs of the calibration set start within 1.2x of it.
+2. Scale drift (needs per-module output std at the first activation sample):
 
 Rule: take the outputs of the linear and convolution layers in forward order at the
 first sample. Initialisation is poor when their std changes monotonically across at
@@ -17,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ._util import fmt
+from ._util import ce_classes, fmt
 from .finding import Finding
 from .history import History
 
@@ -27,7 +36,43 @@ PER_LAYER = 2.0
 TOTAL = 100.0
 
 
+CHANCE_RATIO = 1.5
+
+
 def check(h: History) -> list[Finding]:
+    return _chance(h) + _drift(h)
+
+
+def _chance(h: History) -> list[Finding]:
+    k = ce_classes(h)
+    if k is None or not h.loss.steps or h.loss.steps[0] != 0:
+        return []
+    start, chance = h.loss.values[0], math.log(k)
+    if not (math.isfinite(start) and start > CHANCE_RATIO * chance):
+        return []
+    head = next((p.module for p in reversed(h.params) if p.shape and p.shape[0] == k), None)
+    return [
+        Finding(
+            kind="poor_initialization",
+            severity="warning",
+            step=0,
+            layer=head,
+            summary=(
+                f"poor initialisation: the loss at step 0 is {fmt(start)}, {fmt(start / chance)}x "
+                f"the chance level of a {k}-class cross-entropy (ln {k} = {fmt(chance)}): the "
+                "initial logits are far too large"
+            ),
+            evidence=[
+                {"signal": "loss at step 0", "value": fmt(start)},
+                {"signal": f"chance level ln({k})", "value": fmt(chance)},
+                {"signal": "loss at step 0 / chance", "value": fmt(start / chance)},
+            ],
+            details={"rule": "chance", "start_loss": start, "chance": chance, "classes": k},
+        )
+    ]
+
+
+def _drift(h: History) -> list[Finding]:
     chain: list[tuple[str, int, float]] = []
     for m in h.modules:
         if m.type not in CHAIN:
@@ -57,7 +102,9 @@ def check(h: History) -> list[Finding]:
                 f"a layer, std {fmt(first[2])} at {first[0]} to {fmt(last[2])} at {last[0]}"
             ),
             evidence=[
-                {"signal": f"output std of {n}", "step": s, "value": fmt(v)} for n, s, v in chain
+                {"signal": f"output std of {n}", "step": s, "value": fmt(v), "type": "distribution"}
+                for n, s, v in chain
             ],
+            details={"rule": "drift", "factor_per_layer": factor, "grows": grows},
         )
     ]

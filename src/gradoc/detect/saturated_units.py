@@ -43,7 +43,12 @@ def check(h: History) -> list[Finding]:
                 + (f" (also {', '.join(others)})" if others else "")
             ),
             evidence=[
-                {"signal": f"saturated fraction of {n} ({t})", "value": round(v, 3), "step": s}
+                {
+                    "signal": f"saturated fraction of {n} ({t})",
+                    "value": round(v, 3),
+                    "step": s,
+                    "type": "distribution",
+                }
                 for n, t, s, v in flagged
             ],
         )

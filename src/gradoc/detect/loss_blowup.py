@@ -1,0 +1,100 @@
+"""loss_blowup: the loss rose far above where it started, whether or not it came back.
+
+Needs: the per-step loss (per sample when it is a sum over samples; see
+``_util.loss_trend``).
+
+Rule: the start level is the lowest of the first ``START`` (3) finite losses, so one
+noisy first batch does not set it high. The loss is smoothed with a rolling median of
+``SMOOTH`` (3) steps, so that one bad batch stays a spike (``loss_spike``). The loss blows
+up at the first step where the smoothed loss exceeds ``RISE`` (2x) the start level and
+stays above it for ``SUSTAIN`` (3) smoothed steps. A single finite loss at or above
+``FLOOR`` (100x) the start level counts however briefly: a run whose loss went 100x above
+where it started is never healthy. Losses at or below 0 (log-likelihood objectives, RL
+returns) have no scale to compare with and are left alone.
+
+Where the numbers come from: the learning-rate range test (Smith, "Cyclical Learning
+Rates", 2017; fastai's ``lr_find`` stops once the loss passes 4x its best) reads the
+learning rate that is too high where the loss starts to climb instead of fall; a
+healthy run's loss only falls from its start, so twice the start, held for three
+smoothed steps, is already past what noise does (the healthy calibration runs, batches
+of 8 with label noise included, stay below 1.3x). A blow-up may come back — Adam at lr
+3.0 took a 4-class MLP from 1.4 to 1e5 and back to exactly chance, ln 4, with dead
+units — which ``loss_divergence`` (a loss that stays up) does not see.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ._util import fmt, loss_trend
+from .finding import Finding
+from .history import History
+
+START = 3
+SMOOTH = 3
+RISE = 2.0
+SUSTAIN = 3
+FLOOR = 100.0
+BACK = 1.5
+"""The loss has come back once the smoothed loss is below 1.5x the start level again."""
+
+
+def check(h: History) -> list[Finding]:
+    series, per_sample = loss_trend(h)
+    pairs = [(s, v) for s, v in zip(series.steps, series.values) if math.isfinite(v)]
+    if len(pairs) < 2 or any(v < 0 for _, v in pairs):  # 1.45, 30, 2e4, 4e8, then NaN: a blow-up
+        return []
+    steps, values = [s for s, _ in pairs], [v for _, v in pairs]
+    start = min(values[:START])
+    if start <= 0:
+        return []
+    smooth = [statistics.median(values[max(0, i - SMOOTH + 1) : i + 1]) for i in range(len(values))]
+    onset = None
+    for i in range(1, len(values)):  # a rise at step 1 is a rise (the start is their least)
+        if values[i] >= FLOOR * start:
+            onset = i
+            break
+        if len(smooth) - i >= SUSTAIN and all(x > RISE * start for x in smooth[i : i + SUSTAIN]):
+            onset = i
+            break
+    if onset is None:
+        return []
+    peak_i = max(range(onset, len(values)), key=lambda i: values[i])
+    back_i = next((i for i in range(peak_i, len(smooth)) if smooth[i] < BACK * start), None)
+    tail = values[-max(3, len(values) // 10) :]
+    end = statistics.median(tail)
+    ratio = values[peak_i] / start
+    details = {
+        "start_loss": start,
+        "peak_loss": values[peak_i],
+        "peak_step": steps[peak_i],
+        "peak_ratio": ratio,
+        "came_back_at": steps[back_i] if back_i is not None else None,
+        "end_loss": end,
+        "per_sample": per_sample,
+    }
+    came = (
+        f", came back by step {steps[back_i]}" if back_i is not None else " and did not come back"
+    )
+    unit = " per sample" if per_sample else ""
+    return [
+        Finding(
+            kind="loss_blowup",
+            severity="error",
+            step=steps[onset],
+            layer=None,
+            summary=(
+                f"loss blow-up from step {steps[onset]}: the loss{unit} rose from "
+                f"{fmt(start)} to {fmt(values[peak_i])} ({fmt(ratio)}x) at step "
+                f"{steps[peak_i]}{came} and ended at {fmt(end)}"
+            ),
+            evidence=[
+                {"signal": f"loss{unit} at the start (lowest of the first 3)", "value": fmt(start)},
+                {"signal": "peak loss", "step": steps[peak_i], "value": fmt(values[peak_i])},
+                {"signal": "peak / start", "value": fmt(ratio)},
+                {"signal": "loss at the end (median of the last 10%)", "value": fmt(end)},
+            ],
+            details=details,
+        )
+    ]
