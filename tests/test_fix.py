@@ -62,7 +62,13 @@ def test_run_fix_lowers_the_learning_rate_and_shows_the_finding_gone(tmp_path: P
     fixed = tmp_path / "runs" / "a-fixed"
     result = json.loads((fixed / "fix.json").read_text())
     assert result["remedy"]["kind"] == "lr_scale" and result["remedy"]["value"] == 0.1
-    assert "exploding_gradients" in {f["kind"] for f in result["disappeared"]}
+    # the learning-rate story (a divergence, with its exploding gradients) is gone
+    assert {f["kind"] for f in result["disappeared"]} & {
+        "exploding_gradients",
+        "loss_blowup",
+        "loss_divergence",
+    }
+    assert not result["remaining"]
     assert result["after"]["status"] == "healthy" and result["before"]["status"] == "problems"
     assert result["after"]["final_loss"] < 1.0 < result["before"]["final_loss"]
     # the scale reached the scheduler's base rate: LambdaLR did not undo it

@@ -385,7 +385,7 @@ GALLERY = {
             lr_too_high,
             lr_too_high_fixed,
             "learning rate 0.35 -> 0.02",
-            "exploding_gradients",
+            "loss_blowup",
             cause="learning rate too high",
         ),
         Scenario(

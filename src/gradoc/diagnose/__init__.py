@@ -1,10 +1,19 @@
 """diagnose: turn findings into the diagnosis a senior engineer would write.
 
-1. Merge: findings that are one story become one (gradients that explode and then turn
-   NaN are one problem; the NaN is its consequence). ``STORIES`` is that knowledge, as data.
-2. Explain: each remaining finding gets a symptom, ranked hypotheses with the run's
-   evidence for and against and a check for each, a root cause, fixes by horizon,
-   monitoring to add, and the common wrong diagnoses ruled out with the run's numbers.
+1. Stories: findings that are one story become one, on the run's timeline. A finding is
+   folded into (explained by) another only if that one could cause it (``CAUSES``, as
+   data) and began at or before it: a consequence is never blamed on something that
+   came later. A NaN/Inf born in the user's own code (located in a forward or backward
+   pass, or in the input data) is a root cause in itself: never folded into another
+   finding, and the divergence, plateau, spikes or odd updates that follow it are its
+   consequences. Chains are followed to their first link: a learning rate that blows the
+   loss up, which kills units, which leaves the loss on a plateau at chance, is one
+   story headlined by the blow-up.
+2. Order: stories most important first (errors, then warnings, then information; an
+   earlier onset first), so the first warning or error is the headline.
+3. Explain: each story gets a symptom, ranked hypotheses with the run's evidence for and
+   against and a check for each, a root cause, fixes by horizon, monitoring to add, and
+   the common wrong diagnoses ruled out with the run's numbers.
 """
 
 from __future__ import annotations
@@ -14,37 +23,107 @@ from ..detect.history import History
 from .facts import gather
 from .playbook import explain
 
-# consequence kind -> the kinds that explain it, strongest first (an acyclic graph)
-STORIES: dict[str, tuple[str, ...]] = {
-    "nonfinite": ("exploding_gradients", "loss_divergence", "large_updates"),
-    "loss_divergence": ("exploding_gradients",),
-    "large_updates": ("exploding_gradients", "loss_divergence"),
-    "saturated_units": ("loss_divergence", "exploding_gradients", "poor_initialization"),
+# consequence kind -> the kinds that can cause it, strongest first (order breaks ties)
+CAUSES: dict[str, tuple[str, ...]] = {
+    "nonfinite": ("exploding_gradients", "loss_blowup", "loss_divergence", "large_updates"),
+    "loss_divergence": ("nonfinite", "loss_blowup", "exploding_gradients"),
+    "loss_blowup": ("nonfinite", "exploding_gradients", "loss_divergence"),
+    "exploding_gradients": ("loss_blowup",),
+    "large_updates": ("nonfinite", "loss_blowup", "exploding_gradients", "loss_divergence"),
+    "saturated_units": (
+        "loss_blowup",
+        "loss_divergence",
+        "exploding_gradients",
+        "poor_initialization",
+    ),
+    "dead_units": ("loss_blowup", "exploding_gradients", "loss_divergence"),
     "poor_initialization": ("exploding_gradients", "vanishing_gradients"),
-    "tiny_updates": ("vanishing_gradients", "dead_units"),
-    "loss_plateau": ("dead_units", "vanishing_gradients", "saturated_units", "tiny_updates"),
-    "vanishing_gradients": ("dead_units",),
+    "tiny_updates": ("nonfinite", "vanishing_gradients", "dead_units"),
+    "vanishing_gradients": ("dead_units", "saturated_units", "loss_blowup", "loss_divergence"),
+    "loss_plateau": (
+        "nonfinite",
+        "loss_blowup",
+        "dead_units",
+        "vanishing_gradients",
+        "saturated_units",
+        "tiny_updates",
+        "loss_divergence",
+    ),
+    "loss_spike": ("nonfinite", "loss_blowup"),
     # a batch of unusual lengths that coincides with a NaN is that NaN's trigger: one story
     "length_anomaly": ("nonfinite",),
 }
 
+_SEVERITY = {"error": 0, "warning": 1, "info": 2}
+
+
+def born_in_user_code(f: Finding) -> bool:
+    """A NaN/Inf whose birth was located in the user's forward, backward or data, and not
+    an overflow of values that were already blowing up (``details["grew_before"]``)."""
+    origin = f.origin or {}
+    if f.kind != "nonfinite" or not origin or f.details.get("grew_before"):
+        return False
+    return origin.get("phase") == "input" or (
+        origin.get("phase") in ("forward", "backward") and bool(origin.get("op"))
+    )
+
+
+# when two findings begin at the same step, the one earlier here is the first link
+FIRST_LINKS = (
+    "nonfinite",
+    "exploding_gradients",
+    "loss_blowup",
+    "vanishing_gradients",
+    "loss_divergence",
+    "dead_units",
+    "saturated_units",
+    "large_updates",
+    "nonfinite_update",  # a NaN/Inf the updates wrote (not born in the user's code)
+    "poor_initialization",
+    "tiny_updates",
+    "loss_spike",
+    "loss_plateau",
+    "length_anomaly",
+)
+
+
+def _onset(f: Finding) -> float:
+    return f.step if f.step is not None else float("inf")
+
+
+def _when(f: Finding) -> tuple[float, int]:
+    """A total order of findings on the timeline (acyclic stories)."""
+    kind = "nonfinite_update" if f.kind == "nonfinite" and not born_in_user_code(f) else f.kind
+    rank = FIRST_LINKS.index(kind) if kind in FIRST_LINKS else len(FIRST_LINKS)
+    return (_onset(f), rank)
+
+
+def _explains(cause: Finding, f: Finding) -> bool:
+    """``cause`` can explain ``f``: a possible cause that began before it (or with it)."""
+    if born_in_user_code(f):
+        return False  # a root cause in itself
+    if cause.kind not in CAUSES.get(f.kind, ()):
+        return False
+    if cause.kind == "nonfinite" and not born_in_user_code(cause):
+        return False  # a NaN from the updates is itself a consequence, not a first link
+    return _when(cause) < _when(f)
+
 
 def merge(findings: list[Finding]) -> list[Finding]:
-    """Fold each consequence into the finding that explains it (transitively)."""
-    by_kind = {f.kind: f for f in findings}
-
-    def host(kind: str, seen: frozenset[str] = frozenset()) -> Finding | None:
-        for cause in STORIES.get(kind, ()):
-            if cause in by_kind and cause not in seen:
-                return host(cause, seen | {kind}) or by_kind[cause]
-        return None
-
+    """Fold each consequence into the first link of its story (see the module docstring)."""
+    timeline = sorted(findings, key=_when)
+    root: dict[int, Finding] = {}
     kept = []
-    for f in findings:
-        target = host(f.kind)
-        if target is None:
+    for i, f in enumerate(timeline):
+        order_ = CAUSES.get(f.kind, ())
+        causes = [c for c in timeline[:i] if _explains(c, f)]
+        if not causes:
+            root[id(f)] = f
             kept.append(f)
             continue
+        cause = min(causes, key=lambda c: (order_.index(c.kind), _when(c)))
+        target = root[id(cause)]
+        root[id(f)] = target
         target.related.append(
             {"kind": f.kind, "step": f.step, "layer": f.layer, "summary": f.summary}
         )
@@ -56,9 +135,14 @@ def merge(findings: list[Finding]) -> list[Finding]:
     return kept
 
 
+def order(stories: list[Finding]) -> list[Finding]:
+    """Most important first: errors, warnings, information; then the earlier onset."""
+    return sorted(stories, key=lambda f: (_SEVERITY[f.severity], _onset(f), -len(f.related)))
+
+
 def diagnose(history: History, findings: list[Finding]) -> list[Finding]:
-    """Merge related findings and explain each story."""
-    stories = merge(findings)
+    """Merge related findings into stories, order them, explain each."""
+    stories = order(merge(findings))
     first = min((f.step for f in findings if f.step is not None), default=None)
     facts = gather(history, first)
     for f in stories:
@@ -66,4 +150,4 @@ def diagnose(history: History, findings: list[Finding]) -> list[Finding]:
     return stories
 
 
-__all__ = ["STORIES", "diagnose", "merge"]
+__all__ = ["CAUSES", "FIRST_LINKS", "born_in_user_code", "diagnose", "merge", "order"]

@@ -28,6 +28,14 @@ class Facts:
     max_update_ratio: float | None
     """Largest update/weight ratio of a weight matrix before the first problem."""
     median_update_ratio: float | None
+    first_update_ratio: float | None = None
+    """Largest update/weight ratio of a weight matrix at its first recorded update (the
+    learning rate acting on the initial weights)."""
+    zero_weights: list[str] | None = None
+    """Weight matrices whose norm was exactly 0 at their first record: every unit computes
+    the same thing and receives the same gradient (no symmetry to break)."""
+    early_peak_loss: float | None = None
+    """The highest finite loss of the first 20% of the run, when it is >= 2x the first."""
 
     @property
     def recurrent(self) -> bool:
@@ -65,7 +73,33 @@ def gather(h: History, before: int | None) -> Facts:
         grad_median=statistics.median(early) if early else None,
         max_update_ratio=max(ratios) if ratios else None,
         median_update_ratio=statistics.median(ratios) if ratios else None,
+        first_update_ratio=_first_update_ratio(h),
+        zero_weights=[
+            p.name
+            for p in weight_params(h)
+            if (w := h.param(p.name, "weight_norm")).values and w.values[0] == 0.0
+        ],
+        early_peak_loss=_early_peak(h),
     )
+
+
+def _early_peak(h: History) -> float | None:
+    values = [v for v in h.loss.values[: max(5, len(h.loss.values) // 5)] if math.isfinite(v)]
+    if len(values) < 2 or values[0] <= 0:
+        return None
+    peak = max(values)
+    return peak if peak >= 2 * values[0] else None
+
+
+def _first_update_ratio(h: History) -> float | None:
+    found = []
+    for p in weight_params(h):
+        upd, w = h.param(p.name, "update_norm"), h.param(p.name, "weight_norm")
+        if upd.steps and w.steps and upd.steps[0] == w.steps[0]:
+            u, wv = upd.values[0], w.values[0]
+            if math.isfinite(u) and math.isfinite(wv) and wv > 0:
+                found.append(u / wv)
+    return max(found) if found else None
 
 
 def _quantile(values: list[float], q: float) -> float | None:

@@ -7,19 +7,40 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..detect._util import fmt
+from ..detect._util import ce_classes, fmt
 from ..detect.finding import Finding
 from ..detect.history import History
 from .facts import Facts
 
+# the kinds of root cause a hypothesis names (``Finding.root_cause_family``)
+FAMILIES: dict[str, str] = {
+    "learning_rate": "the learning rate or its schedule",
+    "initialization": "the scale or sign of the initial weights and biases",
+    "numerics": "a numerically unsafe operation in the user's code",
+    "data": "the inputs or labels: non-finite, extreme, corrupted or unlearnable",
+    "architecture": "the model's structure: saturating activations, depth without "
+    "normalisation, an ungated recurrence, a logit scale",
+    "precision": "values outside the range of a low-precision dtype",
+    "masking": "padding that reaches the outputs or the loss",
+    "batching": "how batches are formed",
+    "gradients": "the gradients themselves, with no upstream cause identified",
+}
+
 
 @dataclass(slots=True)
 class Hypothesis:
+    family: str
+    """What kind of root cause this is (``FAMILIES``): what the corpus scores and tools
+    group by; the cause's wording can change, its family does not."""
     cause: str
     prior: float
     check: str
     support: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown root-cause family {self.family!r}")
 
     @property
     def score(self) -> float:
@@ -29,6 +50,7 @@ class Hypothesis:
         likelihood = "high" if self.score >= 0.8 else "medium" if self.score >= 0.4 else "low"
         return {
             "cause": self.cause,
+            "family": self.family,
             "likelihood": likelihood,
             "support": self.support,
             "against": self.against,
@@ -136,6 +158,19 @@ def _loss_before(f: Finding, h: History) -> None:
         )
 
 
+def _at_chance(value: object, h: History) -> int | None:
+    """k when ``value`` is the chance level ln(k) of a k-class cross-entropy (within 3%):
+    the model predicts the uniform distribution, it has learnt nothing."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    known = ce_classes(h)
+    candidates = [known] if known else ([] if h.meta.get("loss_fn") else range(2, 1001))
+    for k in candidates:
+        if abs(value - math.log(k)) < 0.03 * math.log(k):
+            return k
+    return None
+
+
 # -- one explanation per kind -------------------------------------------------------------------
 def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"the loss or the gradients became NaN/Inf at {_at(f)}"
@@ -146,6 +181,7 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     ]
     steady = bool(grads_before) and max(grads_before[-5:]) < 10 * (facts.grad_median or math.inf)
     op = Hypothesis(
+        "numerics",
         "a numerically unsafe operation in the forward pass (log of 0, division by 0, sqrt of a "
         "negative, exp overflow, a norm without epsilon)",
         0.5,
@@ -153,11 +189,13 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "output with torch.isfinite to find the first non-finite one",
     )
     data = Hypothesis(
+        "data",
         "non-finite or extreme values in the input batch",
         0.3,
         f"assert torch.isfinite(batch).all() for the batch of {_at(f)}",
     )
     grow = Hypothesis(
+        "gradients",
         "gradients that grew until they overflowed",
         0.2,
         "plot the global gradient norm before the failure",
@@ -203,13 +241,24 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         op.against.append("the model's inputs were already non-finite")
     elif origin.get("phase") == "optimizer":
         grow.cause = "an optimizer update that wrote non-finite weights (learning rate too high)"
+        grow.family = "learning_rate"
         grow.prior = 0.9
         grow.support += facts_of_op
         f.ruled_out = [r for r in f.ruled_out if r["cause"] != "exploding gradients"]
+    grew = f.details.get("grew_before") or {}
+    if grew and origin.get("phase") != "input":
+        grow.cause = (
+            "values that blew up before they overflowed: a learning rate too high for "
+            "this model (or an initialisation that grows)"
+        )
+        grow.family = "learning_rate"
+        grow.prior = 0.95
+        grow.support += [f"{k.replace('_', ' ')} rose {fmt(v)}x before" for k, v in grew.items()]
+        op.against.append("the values were already blowing up before this op overflowed")
     if f.step == 0:
         data.support.append("non-finite from the very first step: nothing was learnt yet")
         grow.against.append("there was no training before step 0 to grow anything")
-    if origin and origin.get("phase") == "optimizer":
+    if (origin and origin.get("phase") == "optimizer") or grew:
         f.fixes.append(_lr_fix(0.1, "lower the learning rate by 10x"))
     f.fixes += [
         {
@@ -234,13 +283,11 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         },
     ]
     f.monitoring += ["non-finite loss and gradients on every step (gradoc records them by default)"]
-    for e in origin.get("evidence", []):
-        if str(e["signal"]).startswith("`") and "failing batch" in str(e["signal"]):
-            name = str(e["signal"]).split("`")[1]
-            f.monitoring.append(
-                f"the range of `{name}` in every batch (min / max), with an alert on values "
-                "the model was never tested on"
-            )
+    for name in dict.fromkeys(e["argument"] for e in origin.get("evidence", []) if "argument" in e):
+        f.monitoring.append(
+            f"the range of `{name}` in every batch (min / max), with an alert on values "
+            "the model was never tested on"
+        )
     return [op, data, grow]
 
 
@@ -249,18 +296,26 @@ def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         ", ending in NaN/Inf" if _related(f, "nonfinite") else ""
     )
     init = Hypothesis(
+        "initialization",
         "weight initialisation too large for the depth",
         0.4,
         "print each layer's output std at step 0 (run.activation(name, 'std')): "
         "a healthy network keeps it near 1",
     )
-    lr = Hypothesis("learning rate too high", 0.35, "re-run with the learning rate divided by 10")
+    lr = Hypothesis(
+        "learning_rate",
+        "learning rate too high",
+        0.35,
+        "re-run with the learning rate divided by 10",
+    )
     rec = Hypothesis(
+        "architecture",
         "a long recurrence without gating or clipping",
         0.1,
         "clip the gradient norm and compare gradient norms per time step",
     )
     arch = Hypothesis(
+        "architecture",
         "a deep stack without normalisation or residual connections",
         0.15,
         "add LayerNorm/BatchNorm between layers and compare the step-0 gradient norms",
@@ -325,16 +380,19 @@ def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 def _vanishing(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = "the input-side layers get almost no gradient, so they barely learn"
     sat = Hypothesis(
+        "architecture",
         "saturating activations (sigmoid/tanh) repeated through depth",
         0.4,
         "swap the activation for ReLU/GELU and compare the first layer's gradient norm",
     )
     init = Hypothesis(
+        "initialization",
         "initialisation too small for the depth",
         0.3,
         "print each layer's output std at step 0: it should not shrink layer after layer",
     )
     dead = Hypothesis(
+        "gradients",
         "dead ReLU units blocking the gradient",
         0.2,
         "look at the per-unit activity of the ReLU layers (run.unit_active)",
@@ -397,11 +455,13 @@ def _vanishing(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 def _dead(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"most units of {f.layer} output 0 for every input, so they never learn"
     bias = Hypothesis(
+        "initialization",
         "a negative bias or initialisation that puts units below zero from the start",
         0.4,
         "print the layer's bias and pre-activation mean at step 0",
     )
     lr = Hypothesis(
+        "learning_rate",
         "a learning rate high enough to knock units into the dead zone",
         0.3,
         "re-run with a lower learning rate and watch the dead share over time",
@@ -444,11 +504,14 @@ def _saturated(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         f"the outputs of {f.layer} sit at the flat ends of the activation, passing no gradient"
     )
     init = Hypothesis(
+        "initialization",
         "pre-activations too large because of the initialisation scale",
         0.4,
         "print the std of the layer feeding it at step 0: above ~2 saturates tanh",
     )
-    inputs = Hypothesis("unnormalised inputs", 0.25, "print the mean and std of a batch of inputs")
+    inputs = Hypothesis(
+        "data", "unnormalised inputs", 0.25, "print the mean and std of a batch of inputs"
+    )
     if f.step == 0:
         init.support.append("saturated at the first sample (step 0)")
     f.fixes += [
@@ -468,13 +531,15 @@ def _saturated(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 
 def _spike(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"the loss jumped at {_at(f)} and came back"
-    count = next((e["value"] for e in f.evidence if e["signal"] == "spikes in the run"), 1)
+    count = f.details.get("spikes", 1)
     batch = Hypothesis(
+        "data",
         "one bad batch (corrupted, mislabelled or extreme inputs)",
         0.5,
         f"log the indices of the batch at {_at(f)} and inspect it",
     )
     lr = Hypothesis(
+        "learning_rate",
         "instability from a learning rate near its limit",
         0.25,
         "re-run with a lower learning rate or a longer warm-up",
@@ -509,8 +574,15 @@ def _spike(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 
 def _divergence(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"the loss climbs from {_at(f)} and does not come back"
-    lr = Hypothesis("learning rate too high", 0.5, "re-run with the learning rate divided by 10")
-    grad = Hypothesis("exploding gradients", 0.3, "plot the global gradient norm around the onset")
+    lr = Hypothesis(
+        "learning_rate",
+        "learning rate too high",
+        0.5,
+        "re-run with the learning rate divided by 10",
+    )
+    grad = Hypothesis(
+        "gradients", "exploding gradients", 0.3, "plot the global gradient norm around the onset"
+    )
     if facts.max_update_ratio is not None and facts.max_update_ratio > 1e-2:
         lr.support.append(_update_note(facts) or "")
     if _related(f, "large_updates"):
@@ -530,32 +602,149 @@ def _divergence(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     return [lr, grad]
 
 
-def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-    f.symptom = "the loss does not go down: the model is not learning"
-    late = next(
-        (e["value"] for e in f.evidence if e["signal"].startswith("median loss, last")), None
+def _blowup(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    d = f.details
+    came_back = d.get("came_back_at")
+    f.symptom = f"the loss rose {fmt(d['peak_ratio'])}x above where it started, from {_at(f)}" + (
+        f", and came back by step {came_back}" if came_back is not None else ""
+    )
+    lr = Hypothesis(
+        "learning_rate",
+        "learning rate too high",
+        0.6,
+        "re-run with the learning rate divided by 10: the first steps should lower the loss",
+    )
+    init = Hypothesis(
+        "initialization",
+        "weights or output logits initialised too large",
+        0.2,
+        "print the loss at step 0 and each layer's output std at step 0",
     )
     data = Hypothesis(
+        "data",
+        "a harder or corrupted stretch of data",
+        0.15,
+        f"inspect the batches around {_at(f)}",
+    )
+    if f.step is not None and f.step <= 20:
+        lr.support.append(
+            f"the loss rose within the first {f.step + 1} steps: a workable learning rate "
+            "lowers it from the start"
+        )
+    if facts.first_update_ratio is not None and facts.first_update_ratio > 1e-2:
+        lr.support.append(
+            f"the first update moved a weight matrix by {fmt(facts.first_update_ratio)} of "
+            "its norm (healthy: ~1e-3)"
+        )
+    elif facts.first_update_ratio is not None:
+        lr.against.append(
+            f"the first update moved the weights by at most {fmt(facts.first_update_ratio)} "
+            "of their norm"
+        )
+    peak_norm = _peak_grad_norm(h, f.step)
+    if peak_norm is not None and facts.grad_median:
+        lr.support.append(
+            f"the gradient norm rose to {fmt(peak_norm)} from a median of {fmt(facts.grad_median)}"
+        )
+    for r in f.related:
+        if r["kind"] == "dead_units":
+            lr.support.append(f"units died after the blow-up ({r['summary']})")
+        elif r["kind"] == "loss_plateau":
+            lr.support.append("the loss never got below where the blow-up left it")
+    k = _at_chance(d.get("end_loss"), h)
+    if k is not None:
+        f.symptom += f"; it ended at ln({k}), chance level: the model predicts nothing"
+        lr.support.append(f"the loss ended at chance level, ln({k}) = {fmt(math.log(k))}")
+    start_k = ce_classes(h)
+    if start_k and d.get("start_loss", 0) > 1.5 * math.log(start_k):
+        init.support.append(
+            f"the loss started at {fmt(d['start_loss'])}, above chance (ln({start_k}) = "
+            f"{fmt(math.log(start_k))})"
+        )
+    sustained = came_back is None or came_back - (f.step or 0) >= 3
+    if sustained:
+        data.against.append("the loss stayed up for many steps; one bad batch spikes once")
+        f.ruled_out.append(
+            {
+                "cause": "one bad batch",
+                "why": f"the smoothed loss stayed above 2x its start from {_at(f)}"
+                + (f" to step {came_back}" if came_back is not None else " to the end"),
+            }
+        )
+    f.ruled_out.append(
+        {
+            "cause": "overfitting",
+            "why": "overfitting lowers the training loss; here the training loss itself rose",
+        }
+    )
+    f.fixes += [
+        _lr_fix(0.1, "lower the learning rate by 10x: the loss should fall from the first steps"),
+        {
+            "horizon": "short-term",
+            "action": "add a learning-rate warm-up and " + _clip_advice(facts),
+        },
+        {
+            "horizon": "long-term",
+            "action": "choose the learning rate with a range test: the largest rate whose "
+            "loss still falls over the first steps",
+        },
+    ]
+    f.monitoring += ["the loss against its start level over the first steps (alert at 2x)"]
+    return [lr, init, data]
+
+
+def _peak_grad_norm(h: History, after: int | None) -> float | None:
+    values = [
+        v
+        for s, v in zip(h.grad_norm.steps, h.grad_norm.values)
+        if after is not None and s >= after and math.isfinite(v)
+    ]
+    return max(values) if values else None
+
+
+def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    f.symptom = "the loss does not go down: the model is not learning"
+    late = f.details.get("late_loss")
+    data = Hypothesis(
+        "data",
         "inputs and labels that carry no learnable relation (misaligned or shuffled "
         "labels, wrong target column)",
         0.3,
         "train on a single batch: a working pipeline overfits it within ~100 steps",
     )
-    lr = Hypothesis("learning rate too low", 0.3, "re-run with the learning rate 10x higher")
+    lr = Hypothesis(
+        "learning_rate", "learning rate too low", 0.3, "re-run with the learning rate 10x higher"
+    )
     blocked = Hypothesis(
+        "gradients",
         "gradient blocked inside the model (dead or saturated units, vanishing)",
         0.2,
         "check the other findings and per-layer gradient norms",
     )
-    try:
-        value = float(str(late))
-        k = round(math.exp(value)) if value < 10 else 0  # ln(1000) < 7
-        if 2 <= k <= 1000 and abs(value - math.log(k)) < 0.02 * math.log(k):
-            data.support.append(
-                f"the loss sits at {fmt(value)} ≈ ln({k}): chance level for {k} classes"
-            )
-    except ValueError:
-        pass
+    k = _at_chance(late, h)
+    high = Hypothesis(
+        "learning_rate",
+        "learning rate too high: the first updates threw the model out of its basin and it "
+        "settled where it learns nothing",
+        0.2,
+        "re-run with the learning rate divided by 10: the loss should fall from the start",
+    )
+    if facts.early_peak_loss is not None:
+        high.prior = 0.6
+        high.support.append(
+            f"the loss rose to {fmt(facts.early_peak_loss)} in the first steps, from "
+            f"{fmt(h.loss.values[0])}"
+        )
+        lr.against.append("the loss rose in the first steps: the updates were too big")
+    if facts.first_update_ratio is not None and facts.first_update_ratio > 0.1:
+        high.support.append(
+            f"the first update moved a weight matrix by {fmt(facts.first_update_ratio)} of its "
+            f"norm (healthy ~1e-3)"
+        )
+    if k is not None:
+        data.support.append(
+            f"the loss sits at {fmt(math.log(k))} = ln({k}): chance for {k} classes"
+        )
     if facts.median_update_ratio is not None:
         (lr.support if facts.median_update_ratio < 1e-5 else lr.against).append(
             f"median update/weight ratio {fmt(facts.median_update_ratio)} (healthy ~1e-3)"
@@ -567,6 +756,7 @@ def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     ]
     ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
     through_time = Hypothesis(
+        "architecture",
         "an ungated recurrence: gradients vanish through time, so what a long sequence starts "
         "with never reaches the loss",
         0.3,
@@ -613,12 +803,17 @@ def _plateau(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         },
     ]
     f.monitoring += ["loss against the trivial baseline", "update/weight ratio per layer"]
-    return [data, lr, blocked] + ([through_time] if ungated else [])
+    if high.support:
+        f.fixes.insert(0, _lr_fix(0.1, "lower the learning rate by 10x"))
+    return [data, lr, blocked, high] + ([through_time] if ungated else [])
 
 
 def _poor_init(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    if f.details.get("rule") == "chance":
+        return _too_confident(f, h, facts)
     f.symptom = "activations change scale layer after layer from the first step"
     init = Hypothesis(
+        "initialization",
         "weights initialised at the wrong scale for the activation",
         0.6,
         "compare nn.init.calculate_gain for the activation with the weights' std x sqrt(fan_in)",
@@ -634,9 +829,59 @@ def _poor_init(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     return [init]
 
 
+def _too_confident(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    d = f.details
+    head = f.layer or "the output layer"
+    f.symptom = (
+        f"the model starts out confidently wrong: its first loss is {fmt(d['start_loss'])} "
+        f"where a fresh {d['classes']}-class model gives ~{fmt(d['chance'])}"
+    )
+    scale = Hypothesis(
+        "initialization",
+        "weights initialised too large (the std of the embeddings and linear layers), so "
+        "the initial logits are large",
+        0.6,
+        f"print the std of {head}'s output at step 0: near 0 gives a loss of ln(k)",
+    )
+    logit = Hypothesis(
+        "architecture",
+        "a logit scale or temperature that multiplies the outputs",
+        0.25,
+        "look for a multiplication of the logits before the loss",
+    )
+    if facts.depth:
+        scale.support.append(
+            f"the loss at step 0 is {fmt(d['start_loss'] / d['chance'])}x chance before any update"
+        )
+    f.ruled_out.append(
+        {
+            "cause": "learning rate too high",
+            "why": "the loss is too high at step 0, before the learning rate acted",
+        }
+    )
+    f.fixes += [
+        {
+            "horizon": "immediate",
+            "action": "initialise the weights small: normal(0, 0.02) for embeddings and "
+            f"linear layers as GPT-2 does, and zero (or scale down) {head}",
+        },
+        {
+            "horizon": "long-term",
+            "action": "assert in a test that the step-0 loss is within ~10% of ln(classes)",
+        },
+    ]
+    f.monitoring += ["the loss at step 0 against ln(number of classes)"]
+    return [scale, logit]
+
+
 def _large(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"single optimizer steps move weights by a large part of their size from {_at(f)}"
-    lr = Hypothesis("learning rate too high", 0.6, "re-run with the learning rate divided by 10")
+    lr = Hypothesis(
+        "learning_rate",
+        "learning rate too high",
+        0.6,
+        "re-run with the learning rate divided by 10",
+    )
     if facts.lr is not None:
         lr.support.append(f"learning rate {fmt(facts.lr)}")
     f.fixes += [
@@ -650,11 +895,13 @@ def _large(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 def _tiny(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = "the optimizer steps do not change the weights"
     lr = Hypothesis(
+        "learning_rate",
         "learning rate far too low (or a scheduler that decayed it to ~0)",
         0.5,
         "print optimizer.param_groups[i]['lr'] at the failing steps",
     )
     grad = Hypothesis(
+        "gradients",
         "gradients that are ~0 (vanishing or dead units)",
         0.3,
         "print the gradient norms of the stuck layers",
@@ -687,12 +934,14 @@ def _fp16_overflow(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     where = f.layer or "(model)"
     f.symptom = f"under fp16 autocast, {where} would produce inf (and NaN downstream)"
     reduce = Hypothesis(
+        "precision",
         "an unscaled reduction (a sum over a long sequence or many features) or unnormalised "
         "inputs grow the values past fp16's 65504",
         0.6,
         f"print {where}'s output max |x| for long and short inputs: it grows with the length",
     )
     big = Hypothesis(
+        "precision",
         "weights or inputs at a scale that fp32 tolerates but fp16 does not",
         0.3,
         "compare the input scale and the layer's weight norm with a normalised baseline",
@@ -726,6 +975,7 @@ def _fp16_underflow(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     adv = _amp_advice(h)
     f.symptom = f"under fp16, values of {where} would flush to zero and stop its learning"
     small = Hypothesis(
+        "gradients",
         "gradients (or outputs) far smaller than the rest of the model: a tiny learning "
         "signal at that layer, or a very small loss",
         0.5,
@@ -754,21 +1004,25 @@ def _padding_leak(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = "the output for real tokens depends on what the padded positions hold"
     low = where.lower()
     attn = Hypothesis(
+        "masking",
         "attention without a padding mask: real tokens attend to the pads",
         0.7 if "attn" in low or "attention" in low else 0.2,
         "pass the mask (src_key_padding_mask=tokens == pad_id, attention_mask=...) and re-audit",
     )
     pool = Hypothesis(
+        "masking",
         "a mean (or sum) over the sequence that includes the padded positions",
         0.7 if "pool" in low or "mean" in low else 0.2,
         "compare with a masked mean: (h * mask).sum(1) / mask.sum(1)",
     )
     rnn = Hypothesis(
+        "masking",
         "a recurrent layer run over the pads (its final state has read them)",
         0.7 if any(k in low for k in ("rnn", "lstm", "gru")) else 0.1,
         "pack the batch: nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)",
     )
     norm = Hypothesis(
+        "masking",
         "a BatchNorm over the sequence axis: pads enter the batch statistics",
         0.6 if "norm" in low or "bn" in low else 0.1,
         "normalise over real positions only, or use LayerNorm",
@@ -796,6 +1050,7 @@ def _padding_leak(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 def _loss_padding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = "the loss is computed at padded positions as well"
     cause = Hypothesis(
+        "masking",
         "the loss has no ignore_index (or loss mask) for padded targets",
         0.8,
         "set padded targets to -100 (nn.CrossEntropyLoss's ignore_index) or multiply the "
@@ -814,6 +1069,7 @@ def _loss_padding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
 def _length_anomaly(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = "a batch arrived with sequence lengths outside the range seen before"
     edge = Hypothesis(
+        "numerics",
         "edge-case lengths (1 or 2 tokens, or very long) the model's code was never run on",
         0.6,
         "run gradoc.testing.check_numerics(model, example) on lengths 1 and 2",
@@ -842,8 +1098,29 @@ def _padding_waste(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         }
     ]
     return [
-        Hypothesis("random batching of heavy-tailed lengths", 0.6, "plot the lengths per batch")
+        Hypothesis(
+            "batching", "random batching of heavy-tailed lengths", 0.6, "plot the lengths per batch"
+        )
     ]
+
+
+# what weights that start at exactly zero look like: nothing learns
+_STUCK = ("loss_plateau", "dead_units", "vanishing_gradients", "tiny_updates", "saturated_units")
+
+
+def _zero_init(facts: Facts) -> Hypothesis:
+    names = facts.zero_weights or []
+    return Hypothesis(
+        "initialization",
+        "weights initialised to zero: every unit computes the same output and gets the same "
+        "gradient, so the layers never differentiate",
+        0.9,
+        "print p.abs().max() for the weight matrices before training",
+        support=[
+            f"{len(names)} weight matrices had norm 0 at their first record "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        ],
+    )
 
 
 EXPLAIN: dict[str, Callable[[Finding, History, Facts], list[Hypothesis]]] = {
@@ -859,6 +1136,7 @@ EXPLAIN: dict[str, Callable[[Finding, History, Facts], list[Hypothesis]]] = {
     "dead_units": _dead,
     "saturated_units": _saturated,
     "loss_spike": _spike,
+    "loss_blowup": _blowup,
     "loss_divergence": _divergence,
     "loss_plateau": _plateau,
     "poor_initialization": _poor_init,
@@ -872,12 +1150,15 @@ def explain(f: Finding, h: History, facts: Facts) -> None:
     make = EXPLAIN.get(f.kind)
     if make is None:
         return
-    hypotheses = sorted(make(f, h, facts), key=lambda x: -x.score)
+    made = make(f, h, facts)
+    if facts.zero_weights and f.kind in _STUCK:
+        made.append(_zero_init(facts))
+    hypotheses = sorted(made, key=lambda x: -x.score)
     for hyp in hypotheses:
         hyp.support = [s for s in hyp.support if s]
     f.hypotheses = [hyp.to_json() for hyp in hypotheses]
     top = hypotheses[0]
+    f.root_cause_family = top.family
     f.root_cause = top.cause + (f" ({'; '.join(top.support)})" if top.support else "")
     for e in f.evidence:
-        distribution = any(w in e["signal"] for w in ("share of units", "fraction", "std"))
-        e.setdefault("type", "distribution" if distribution else "metric")
+        e.setdefault("type", "metric")  # detectors mark distributions themselves

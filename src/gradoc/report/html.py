@@ -343,6 +343,7 @@ h3 { font-size: 16px; margin: 0 0 6px; } h4 { font-size: 13px; margin: 14px 0 4p
      text-transform: uppercase; letter-spacing: .04em; color: var(--dim); }
 .status { font-weight: 700; padding: 2px 10px; border-radius: 12px; color: white; }
 .status.healthy { background: var(--green); } .status.problems { background: var(--red); }
+.status.not_watched { background: var(--dim); }
 .meta { color: var(--dim); } code { font: 12px ui-monospace, monospace; background: #eef2ff;
         padding: 1px 4px; border-radius: 4px; }
 nav a { margin-right: 12px; color: var(--blue); text-decoration: none; }
@@ -384,8 +385,8 @@ def render(log: RunLog, report: dict[str, Any]) -> str:
     title = f"gradoc · {log.dir.name}"
     guard = run.get("guard")
     guard_html = (
-        f"<p class='guard'>guard: skipped {guard['skipped']} non-finite steps · clipped "
-        f"{guard['clipped']} · rolled back {guard['rollbacks']}"
+        f"<p class='guard'>guard: skipped {_e(guard.get('skipped'))} non-finite steps · "
+        f"clipped {_e(guard.get('clipped'))} · rolled back {_e(guard.get('rollbacks'))}"
         + (" · <b>gave up</b>" if guard.get("gave_up") else "")
         + "</p>"
         if guard
@@ -393,7 +394,9 @@ def render(log: RunLog, report: dict[str, Any]) -> str:
     )
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     findings = "".join(_finding(f) for f in report["findings"]) or (
-        "<p>No problem found: the run is healthy.</p>"
+        f"<p>Nothing was watched: {_e(report['not_watched'])}</p>"
+        if report.get("not_watched")
+        else "<p>No problem found: the run is healthy.</p>"
     )
     duration = run.get("duration_s")
     meta = " · ".join(
@@ -412,7 +415,7 @@ def render(log: RunLog, report: dict[str, Any]) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title><style>{CSS}</style></head>
 <body><main>
-<header><h1>{_e(title)}</h1><span class="status {status}" id="status">{_e(status)}</span>
+<header><h1>{_e(title)}</h1><span class="status {_e(status)}" id="status">{_e(status)}</span>
 <span class="meta">{meta}</span></header>
 <p class="meta">script <code>{_e(run.get("script"))}</code> ·
 run log <code>{_e(log.path)}</code></p>

@@ -34,9 +34,12 @@ def build_report(run: RunLog, stopped: dict[str, Any] | None = None) -> dict[str
         findings.append(_not_recorded(run.num_steps, stopped))
     problems = any(f.severity in ("error", "warning") for f in findings)
     script = meta.get("script")
+    unwatched = _not_watched(run) if run.num_steps == 0 else None
+    status = "problems" if problems else ("not_watched" if unwatched else "healthy")
     return {
         "schema": REPORT_SCHEMA,
-        "status": "problems" if problems else "healthy",
+        "status": status,
+        **({"not_watched": unwatched} if unwatched else {}),
         "run": {
             "script": script,
             "steps": run.num_steps,
@@ -50,6 +53,16 @@ def build_report(run: RunLog, stopped: dict[str, Any] | None = None) -> dict[str
         "findings": [f.to_json() for f in findings],
         **({"amp": _amp(meta["amp"])} if meta.get("amp") else {}),
     }
+
+
+def _not_watched(run: RunLog) -> str:
+    """Why a run has no step: it is never "healthy" (nothing was seen to be healthy)."""
+    if not run.params:
+        return (
+            "no torch.optim optimizer took a step, and gradoc counts a step at "
+            "optimizer.step(): nothing was watched"
+        )
+    return "the run ended before its first optimizer step finished: nothing was recorded"
 
 
 def _not_recorded(recorded: int, stopped: dict[str, Any]) -> Finding:

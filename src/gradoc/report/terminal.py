@@ -89,10 +89,13 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     info = report["run"]
     status = report["status"]
     head = Text("gradoc ", style="bold")
-    head.append(
-        "healthy" if status == "healthy" else "problems found",
-        style="bold green" if status == "healthy" else "bold red",
-    )
+    if status == "not_watched":
+        head.append("watched nothing", style="bold yellow")
+    else:
+        head.append(
+            "healthy" if status == "healthy" else "problems found",
+            style="bold green" if status == "healthy" else "bold red",
+        )
     head.append(f"  ·  {info['steps']} steps")
     if info.get("duration_s") is not None:
         head.append(f" in {info['duration_s']:.1f}s")
@@ -101,6 +104,8 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     elif info.get("status") not in (None, "finished"):
         head.append(f"  ·  script {one_line(info['status'])}", style="yellow")
     console.print(head)
+    if report.get("not_watched"):
+        console.print(_t(report["not_watched"], style="yellow"))
     if info.get("guard"):
         console.print(_guard_line(info["guard"]))
     for name in ("loss", "grad_norm"):
