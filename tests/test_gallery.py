@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ def _report(run_dir: Path) -> dict:  # type: ignore[type-arg]
 @pytest.mark.parametrize("name", GALLERY)
 def test_scenario_is_diagnosed_and_its_fix_is_clean(tmp_path: Path, name: str) -> None:
     s: Scenario = GALLERY[name]
-    t0 = time.perf_counter()
     top = _report(s.problem(tmp_path / "problem"))["findings"][0]
     assert (top["kind"], top["severity"] in ("error", "warning")) == (s.expect, True)
     if s.layer is not None:
@@ -32,7 +30,6 @@ def test_scenario_is_diagnosed_and_its_fix_is_clean(tmp_path: Path, name: str) -
         assert fixed["status"] == "healthy", kinds
     else:
         assert kinds <= {s.expect}
-    assert time.perf_counter() - t0 < 40  # both runs: each well under ~20 s on 2 cores
 
 
 def test_guarded_spike_is_clipped_and_trains_on_no_worse(tmp_path: Path) -> None:

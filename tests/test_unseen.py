@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import gradoc
 from gradoc.detect import History
@@ -327,3 +328,46 @@ def test_weights_that_start_at_zero_are_the_root_cause_of_a_stuck_run() -> None:
     top = _serious(_ce(h, 4))[0]
     assert top.root_cause_family == "initialization", top.root_cause
     assert top.root_cause and top.root_cause.startswith("weights initialised to zero")
+
+
+class _Readout(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.ones(()))
+        self.fc = torch.nn.Linear(8, 2)
+
+    def forward(self, h: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        return self.fc(h * torch.sqrt(count * self.gain)[:, None])
+
+
+class _Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(4, 8)
+        self.readout = _Readout()
+
+    def forward(self, x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        return self.readout(self.body(x), count)
+
+
+def test_a_backward_nan_is_attributed_to_the_module_whose_forward_made_it(tmp_path: Path) -> None:
+    """sqrt(0) in readout's forward, whose child fc ran after it: the node is readout's
+    (fc's walk used to tag every node behind its output, the sqrt included)."""
+    torch.manual_seed(0)
+    model = _Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradoc.watch(model, opt, out=tmp_path / "run"):
+        for step in range(6):
+            count = torch.full((16,), 3.0)
+            if step == 3:
+                count[0] = 0.0
+            opt.zero_grad()
+            model(torch.randn(16, 4), count).pow(2).mean().backward()
+            opt.step()
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    origin = headline(report)["origin"]
+    assert (origin["op"], origin["phase"], origin["module"]) == (
+        "SqrtBackward0",
+        "backward",
+        "readout",
+    )

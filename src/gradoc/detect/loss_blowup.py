@@ -4,7 +4,11 @@ Needs: the per-step loss (per sample when it is a sum over samples; see
 ``_util.loss_trend``).
 
 Rule: the start level is the lowest of the first ``START`` (3) finite losses, so one
-noisy first batch does not set it high. The loss is smoothed with a rolling median of
+noisy first batch does not set it high; the rise is looked for after that step, and
+smoothed over steps from it only (a regression loss falling 0.40 → 0.058 in two steps,
+then 0.16 once, is no rise because the 0.40 came first: the README's ``train.py``). A
+rise right after step 0 counts (SGD at lr 50: 1.45, then 4e8, then NaN). The loss is
+smoothed with a rolling median of
 ``SMOOTH`` (3) steps, so that one bad batch stays a spike (``loss_spike``). The loss blows
 up at the first step where the smoothed loss exceeds ``RISE`` (2x) the start level and
 stays above it for ``SUSTAIN`` (3) smoothed steps. A single finite loss at or above
@@ -46,12 +50,18 @@ def check(h: History) -> list[Finding]:
     if len(pairs) < 2 or any(v < 0 for _, v in pairs):  # 1.45, 30, 2e4, 4e8, then NaN: a blow-up
         return []
     steps, values = [s for s, _ in pairs], [v for _, v in pairs]
-    start = min(values[:START])
+    first = min(range(min(START, len(values))), key=values.__getitem__)
+    start = values[first]
     if start <= 0:
         return []
-    smooth = [statistics.median(values[max(0, i - SMOOTH + 1) : i + 1]) for i in range(len(values))]
+    # the rise is looked for after the step that sets the start level, smoothed over steps
+    # from it on: what came before it was higher by definition
+    smooth = [
+        statistics.median(values[max(min(first, i), i - SMOOTH + 1) : i + 1])
+        for i in range(len(values))
+    ]
     onset = None
-    for i in range(1, len(values)):  # a rise at step 1 is a rise (the start is their least)
+    for i in range(first + 1, len(values)):
         if values[i] >= FLOOR * start:
             onset = i
             break

@@ -191,20 +191,32 @@ def _named_modules(
 def _module_stack(
     roots: Sequence[nn.Module], names: dict[nn.Module, str], stack: list[str]
 ) -> Iterator[None]:
+    inputs: list[set[int]] = []  # per open module: the nodes its inputs came from
+
+    def enter(name: str, args: Any) -> None:
+        stack.append(name)
+        inputs.append({id(t.grad_fn) for t in _floats(args) if t.grad_fn is not None})
+
     def leave(module: nn.Module, args: Any, output: Any) -> None:
         name = stack.pop() if stack else None
-        # tag the autograd nodes this module created (inner modules tagged theirs first)
+        before = inputs.pop() if inputs else set()
+        # tag the autograd nodes this module created (inner modules tagged theirs first),
+        # stopping where its inputs were made: those nodes belong to the code before it
+        # (through the nodes of its submodules, which keep their own tags); only on a
+        # replayed step, so walking a submodule's nodes again costs nothing in training
         todo: list[Any] = [t.grad_fn for t in _floats(output) if t.grad_fn is not None]
+        seen: set[int] = set()
         while todo:
             node = todo.pop()
-            if node is None or "gradoc_module" in node.metadata:
+            if node is None or id(node) in before or id(node) in seen:
                 continue
-            node.metadata["gradoc_module"] = name
+            seen.add(id(node))
+            node.metadata.setdefault("gradoc_module", name)
             todo.extend(fn for fn, _ in node.next_functions)
 
     handles = []
     for name, m in _named_modules(roots, names):
-        handles.append(m.register_forward_pre_hook(lambda mod, a, n=name: stack.append(n)))
+        handles.append(m.register_forward_pre_hook(lambda mod, a, n=name: enter(n, a)))
         handles.append(m.register_forward_hook(leave))
     try:
         yield
