@@ -77,3 +77,16 @@ def test_many_tensors_benchmark_smoke(tmp_path: Path) -> None:
     done = smoke("many_tensors", "--json", str(out))
     assert set(json.loads(out.read_text())["added_s"]) == {"many", "few"}
     assert "per extra tensor" in done.stdout
+
+
+def test_accuracy_benchmark_quick_slice(tmp_path: Path) -> None:
+    """One labelled run per fault family of the corpus, two healthy: every family is
+    headlined and its root cause named, every NaN's op and line found, no false alarm."""
+    out = tmp_path / "acc.json"
+    done = smoke("accuracy", "--json", str(out))
+    (summary,) = json.loads(out.read_text())
+    assert summary["runs"] + len(summary["left_out"]) == 17  # 15 families + 2 healthy
+    assert summary["false_alarms"] == 0
+    assert summary["headline"] == 1.0 and summary["root_cause"] == 1.0, done.stdout
+    assert summary["origin"] == 1.0, done.stdout
+    assert "| headline kind right |" in done.stdout and "headline by fault" in done.stdout
