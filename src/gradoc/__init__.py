@@ -9,6 +9,7 @@ from .collect import Run, watch
 from .config import GuardConfig, WatchConfig
 from .errors import GradocError
 from .guard import GuardGaveUp
+from .locate.numerics import NumericsError, check_numerics
 from .schedule import every, log_spaced, never
 from .store import RunLog, Series, open_run
 from .tools import apply_checkpointing, plan_checkpointing
@@ -18,6 +19,7 @@ __all__ = [
     "GradocError",
     "GuardConfig",
     "GuardGaveUp",
+    "NumericsError",
     "Run",
     "RunLog",
     "Series",
@@ -25,6 +27,7 @@ __all__ = [
     "__version__",
     "apply_checkpointing",
     "audit_padding",
+    "check_numerics",
     "every",
     "log_spaced",
     "never",

@@ -37,3 +37,11 @@ def safe(text: object) -> str:
 def one_line(text: object) -> str:
     """``safe`` for a field that must stay on one line (a name): newlines shown as ``\\n``."""
     return safe(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def module_label(module: str | None) -> str:
+    """How a report names an origin's module: None is code outside every watched model
+    (the training loop), "" the watched model's own ``forward`` (outside its submodules)."""
+    if module is None:
+        return "code outside the model"
+    return module or "the model's own forward"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from .._text import module_label
 from ._util import fmt
 from .finding import Finding
 from .history import History
@@ -95,7 +96,7 @@ def check(h: History) -> list[Finding]:
         # the located birth is the story: its module is the layer, its step the start
         layer = origin.get("module") if origin.get("phase") != "input" else layer
         step = min(step, origin["step"]) if origin.get("step") is not None else step
-        where = f" in {origin['module']}" if origin.get("module") else ""
+        where = f" in {module_label(origin['module'])}" if "module" in origin else ""
         line = f" at {origin['file']}:{origin['line']}" if origin.get("file") else ""
         if origin.get("op"):
             parts.insert(0, f"born in the {origin['phase']} pass: {origin['op']}{where}{line}")

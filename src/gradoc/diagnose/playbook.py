@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .._text import module_label
 from ..detect._util import ce_classes, fmt
 from ..detect.finding import Finding
 from ..detect.history import History
@@ -222,7 +223,7 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         f.evidence.append({"signal": "length anomaly at the same step", "value": True})
     origin = f.origin or {}
     facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
-    where = f" in {origin.get('module') or 'code outside the model'}"
+    where = f" in {module_label(origin.get('module'))}"
     if origin.get("file"):
         where += f" at {origin['file']}:{origin['line']}"
     if origin.get("phase") in ("forward", "backward") and origin.get("op"):

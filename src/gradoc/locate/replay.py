@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -24,6 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._tree import arguments
 from .._tree import floats as _floats
+from .._wrappers import unwrap
+from .numerics import ModuleStack, _stance_eager, _stance_restore
 from .origin import Origin, frame_from_text, user_frame
 
 
@@ -54,8 +56,32 @@ _FILLS = {
     "clone",
     "detach",
     "alias",
-    "empty_like",
 }
+# Ops that return uninitialised memory: whatever bits it holds (a NaN among them) were
+# never computed, so they are no birth; tracing them made two runs of one script disagree.
+_UNINITIALISED = {
+    "empty",
+    "empty_like",
+    "new_empty",
+    "empty_strided",
+    "new_empty_strided",
+    "empty_permuted",
+    "resize_",
+}
+
+
+_own = [0]
+"""Above 0 while gradoc's own hooks run: their ops are not the user's (every tracer)."""
+
+
+@contextlib.contextmanager
+def own_work() -> Iterator[None]:
+    """gradoc's own ops (statistics in hooks) are invisible to every tracer."""
+    _own[0] += 1
+    try:
+        yield
+    finally:
+        _own[0] -= 1
 
 
 def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[dict[str, Any]]:
@@ -142,24 +168,33 @@ def batch_evidence(
 
 
 class Tracer(TorchDispatchMode):
-    """Records the first op whose finite inputs gave a non-finite output."""
+    """Records the first op whose finite inputs gave a non-finite output; ``on_found`` is
+    called right after (``check_numerics`` raises from it, at the user's line). A replay's
+    tracer runs inside gradoc's own work and so ``replays``: it sees the ops gradoc runs."""
 
-    def __init__(self, modules: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        modules: list[str] | None = None,
+        on_found: Callable[[], None] | None = None,
+        replays: bool = False,
+    ) -> None:
         super().__init__()
+        self.replays = replays
         self.modules = modules if modules is not None else []
         self.node: Any = None
         self.found: dict[str, Any] | None = None
-        self.paused = False
-        """Set while gradoc's own hooks run: their ops are not the user's."""
+        self.on_found = on_found
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.found is None and not self.paused:
+        if self.found is None and (self.replays or not _own[0]):
             outs = _floats(out)
             if outs and any(_bad(t) for t in outs):
                 inputs = _floats((args, kwargs))
                 name = getattr(getattr(func, "overloadpacket", func), "__name__", "")
+                if name in _UNINITIALISED:
+                    return out
                 if any(_nan(t) for t in outs):  # a NaN is born where no input had one
                     born = not any(_nan(t) for t in inputs)
                 else:  # an infinity is born from finite inputs, unless written on purpose
@@ -175,54 +210,9 @@ class Tracer(TorchDispatchMode):
                         "evidence": describe(func, args, outs),
                         "rows": _bad_rows(next(t for t in outs if _bad(t))),
                     }
+                    if self.on_found is not None:
+                        self.on_found()
         return out
-
-
-def _named_modules(
-    roots: Sequence[nn.Module], names: dict[nn.Module, str]
-) -> Iterator[tuple[str, nn.Module]]:
-    for root in roots:
-        for m in root.modules():
-            if m in names:
-                yield names[m], m
-
-
-@contextlib.contextmanager
-def _module_stack(
-    roots: Sequence[nn.Module], names: dict[nn.Module, str], stack: list[str]
-) -> Iterator[None]:
-    inputs: list[set[int]] = []  # per open module: the nodes its inputs came from
-
-    def enter(name: str, args: Any) -> None:
-        stack.append(name)
-        inputs.append({id(t.grad_fn) for t in _floats(args) if t.grad_fn is not None})
-
-    def leave(module: nn.Module, args: Any, output: Any) -> None:
-        name = stack.pop() if stack else None
-        before = inputs.pop() if inputs else set()
-        # tag the autograd nodes this module created (inner modules tagged theirs first),
-        # stopping where its inputs were made: those nodes belong to the code before it
-        # (through the nodes of its submodules, which keep their own tags); only on a
-        # replayed step, so walking a submodule's nodes again costs nothing in training
-        todo: list[Any] = [t.grad_fn for t in _floats(output) if t.grad_fn is not None]
-        seen: set[int] = set()
-        while todo:
-            node = todo.pop()
-            if node is None or id(node) in before or id(node) in seen:
-                continue
-            seen.add(id(node))
-            node.metadata.setdefault("gradoc_module", name)
-            todo.extend(fn for fn, _ in node.next_functions)
-
-    handles = []
-    for name, m in _named_modules(roots, names):
-        handles.append(m.register_forward_pre_hook(lambda mod, a, n=name: enter(n, a)))
-        handles.append(m.register_forward_hook(leave))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _graph_nodes(roots: list[Any]) -> list[Any]:
@@ -342,19 +332,18 @@ def locate_step(
     origin = check_inputs(step, (args, kwargs))
     if origin is not None:
         return origin
-    root = roots[0]
-    if isinstance(root, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        root = root.module  # replayed on one rank: no gradient all-reduce to wait on
+    root = unwrap(roots[0])  # on one rank (no all-reduce to wait on), eagerly
     buffers = {k: b.detach().clone() for r in roots for k, b in r.named_buffers()}
     saved_rng = torch.get_rng_state()
-    stack: list[str] = []
-    tracer = Tracer(stack)
+    stance = _stance_eager(load=False)
+    modules = ModuleStack(names)
+    tracer = Tracer(modules.stack, replays=True)
     anomaly = anomaly_on()
     try:
         if rng is not None:
             torch.set_rng_state(rng["cpu"])
         with (
-            _module_stack(roots, names, stack),
+            modules,
             warnings.catch_warnings(),  # anomaly mode warns that it is on: we know
             torch.enable_grad(),  # the optimizer hooks that call us run under no_grad
         ):
@@ -398,6 +387,7 @@ def locate_step(
         return None
     finally:
         anomaly_restore(anomaly)  # the user's own setting, whatever it was
+        _stance_restore(stance)
         torch.set_rng_state(saved_rng)
         with torch.no_grad():
             for r in roots:
@@ -429,26 +419,31 @@ def origin_from(step: int, found: dict[str, Any], phase: str | None = None) -> O
 
 
 class ArmedTrace:
-    """Tracing armed across a whole step (forward, the loss in the loop, backward), for a
-    non-finite value born outside the model: entered at the model's forward, left at the
-    optimizer step."""
+    """Tracing armed across whole steps (forward, the loss in the loop, backward), for a
+    non-finite value born outside the model: entered after one step's statistics, left at
+    the next; ops are attributed to the innermost module running (see ``ModuleStack``)."""
 
-    def __init__(self) -> None:
-        self.tracer = Tracer()
+    def __init__(self, names: dict[nn.Module, str] | None = None) -> None:
+        self.modules = ModuleStack(names)
+        self.tracer = Tracer(self.modules.stack)
         self.active = False
 
     def start(self) -> None:
         if not self.active:
             # anomaly mode (without its NaN check) records where each autograd node was
             # created, so an op born in the backward is given its forward line
-            self._anomaly = anomaly_on()
+            self._saved = (anomaly_on(), _stance_eager(load=False))
+            self.modules.__enter__()
             self.tracer.__enter__()
             self.active = True
 
     def stop(self) -> dict[str, Any] | None:
         if self.active:
             self.tracer.__exit__(None, None, None)
-            anomaly_restore(self._anomaly)
+            self.modules.__exit__()
+            anomaly, stance = self._saved
+            anomaly_restore(anomaly)
+            _stance_restore(stance)
             self.active = False
         return self.tracer.found
 
@@ -462,3 +457,62 @@ def anomaly_on() -> tuple[bool, bool]:
 
 def anomaly_restore(before: tuple[bool, bool]) -> None:
     torch.set_anomaly_enabled(*before)
+
+
+def rerun_closure(
+    step: int,
+    closure: Callable[[], Any],
+    rng: Tensor,
+    roots: Sequence[nn.Module],
+    names: dict[nn.Module, str],
+    params: Sequence[tuple[str, str, Tensor]],
+) -> Origin | None:
+    """Call an optimizer step's closure (LBFGS) again under op-level checks, from the RNG
+    state of its first call: the closure computes the forward, the loss and the backward,
+    so the whole step is replayed, the loss written in the training loop included. Nothing
+    of the user's state changes: gradients, buffers and the RNG are put back, and what the
+    closure prints is not printed twice."""
+    import io
+
+    tensors = [p for _, _, p in params]
+    grads = [p.grad for p in tensors]
+    buffers = {
+        (i, k): b.detach().clone() for i, r in enumerate(roots) for k, b in r.named_buffers()
+    }
+    after = torch.get_rng_state()
+    modules = ModuleStack(names)
+    tracer = Tracer(modules.stack, replays=True)
+    saved = (anomaly_on(), _stance_eager(load=False))
+    try:
+        torch.set_rng_state(rng)
+        sink = io.StringIO()
+        with (
+            contextlib.redirect_stdout(sink),
+            contextlib.redirect_stderr(sink),
+            warnings.catch_warnings(),
+            torch.enable_grad(),
+            modules,
+            tracer,
+        ):
+            warnings.simplefilter("ignore")
+            with contextlib.suppress(Exception):  # fails when called again: nothing found
+                closure()
+    finally:
+        anomaly_restore(saved[0])
+        _stance_restore(saved[1])
+        torch.set_rng_state(after)
+        for p, g in zip(tensors, grads):
+            p.grad = g
+        with torch.no_grad():
+            for i, r in enumerate(roots):
+                for k, b in r.named_buffers():
+                    if (i, k) in buffers:
+                        b.copy_(buffers[(i, k)])
+    if tracer.found is None:
+        return None
+    origin = origin_from(step, tracer.found)
+    origin.note = (
+        f"the step's closure was called again with op-level checks at step {step} (the "
+        "loss is computed inside it)"
+    )
+    return origin

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from .._text import module_label
 from ..detect.dead_units import RELU_FAMILY
 from ..store import RunLog
 from . import charts
@@ -79,7 +80,7 @@ def _origin(origin: dict[str, Any]) -> str:
     parts = [
         f"<b>{_e(origin.get('phase'))}</b>",
         f"<code>{_e(origin.get('op'))}</code>" if origin.get("op") else "",
-        f"in <code>{_e(where)}</code>" if where else "outside the model",
+        f"in <code>{_e(where)}</code>" if where else _e(f"in {module_label(where)}"),
     ]
     ev = "".join(
         f"<li>{_e(e['signal'])}: <b>{_num(e['value'])}</b></li>" for e in origin.get("evidence", [])

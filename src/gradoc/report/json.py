@@ -49,20 +49,45 @@ def build_report(run: RunLog, stopped: dict[str, Any] | None = None) -> dict[str
             "status": meta.get("status"),
             "exit_code": meta.get("exit_code"),
             "guard": meta.get("guard"),
+            "steps_counted_by": meta.get("steps_counted_by") or [],
+            "unwatched": _unwatched(meta),
         },
         "findings": [f.to_json() for f in findings],
         **({"amp": _amp(meta["amp"])} if meta.get("amp") else {}),
     }
 
 
+def _unwatched(meta: dict[str, Any]) -> list[str]:
+    """What of a run gradoc could not see, though it watched the steps."""
+    out = []
+    if meta.get("compiled"):
+        out.append(
+            "the outputs of the modules inside a torch.compile'd model (compiled code runs "
+            "no per-module hook; gradoc watches the model's inputs, loss, gradients, "
+            "weights and updates)"
+        )
+    return out
+
+
 def _not_watched(run: RunLog) -> str:
     """Why a run has no step: it is never "healthy" (nothing was seen to be healthy)."""
+    found = any(e.kind == "nonfinite_origin" for e in run.events)
+    if found:  # the origin says where the NaN/Inf was born and how it was found
+        checked = ""
+    elif run.meta.get("check_numerics"):
+        checked = "; --check numerics checked every operation: none made a NaN/Inf"
+    else:
+        checked = (
+            "; `gradoc run --check numerics SCRIPT` checks every operation of a program "
+            "that does not train"
+        )
     if not run.params:
         return (
-            "no torch.optim optimizer took a step, and gradoc counts a step at "
-            "optimizer.step(): nothing was watched"
+            "the program made no training step: gradoc counts one at each optimizer.step(), "
+            "or, with no torch.optim optimizer, at each backward() or torch.autograd.grad() "
+            "call, and saw none" + checked
         )
-    return "the run ended before its first optimizer step finished: nothing was recorded"
+    return "the run ended before its first step finished: nothing was recorded" + checked
 
 
 def _not_recorded(recorded: int, stopped: dict[str, Any]) -> Finding:

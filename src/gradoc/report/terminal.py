@@ -97,6 +97,9 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
             style="bold green" if status == "healthy" else "bold red",
         )
     head.append(f"  ·  {info['steps']} steps")
+    counted = [c for c in info.get("steps_counted_by") or [] if c != "optimizer.step()"]
+    if counted and isinstance(counted[0], str):  # say so when it is not an optimizer's
+        head.append(f" ({one_line(counted[0])} calls, no optimizer)")
     if info.get("duration_s") is not None:
         head.append(f" in {info['duration_s']:.1f}s")
     if info.get("status") == "gave_up":
@@ -106,6 +109,9 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     console.print(head)
     if report.get("not_watched"):
         console.print(_t(report["not_watched"], style="yellow"))
+    for part in info.get("unwatched") or []:
+        if isinstance(part, str):
+            console.print(_t(f"not watched: {part}", style="dim"))
     if info.get("guard"):
         console.print(_guard_line(info["guard"]))
     for name in ("loss", "grad_norm"):
