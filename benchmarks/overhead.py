@@ -10,6 +10,8 @@ d_model 256, 4 heads, batch 16 x 64 tokens, AdamW, on the CPU. Variants:
                             every step, snapshots every 100 steps)
 - naive per-param loop      mean/std/max/min/norm of every gradient with .item() each
 - detect_anomaly            torch.autograd.detect_anomaly() around forward and backward
+- check_numerics            gradoc.check_numerics() around forward and backward: every
+                            op's output checked (what `gradoc run --check numerics` does)
 
 The variants are interleaved step by step: each round runs --steps steps of every
 variant, each step of each variant in a shuffled order, each variant on its own copy of
@@ -86,6 +88,7 @@ VARIANTS = [
     "gradoc guard",
     "naive per-param loop",
     "detect_anomaly",
+    "check_numerics",
 ]
 
 
@@ -93,9 +96,10 @@ def step(
     variant: str, model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
 ) -> float:
     """One training step of a variant; returns its time in seconds."""
-    anomaly: Callable[[], object] = (
-        torch.autograd.detect_anomaly if variant == "detect_anomaly" else nullcontext
-    )
+    anomaly: Callable[[], object] = {
+        "detect_anomaly": torch.autograd.detect_anomaly,
+        "check_numerics": lambda: gradoc.check_numerics(raise_error=False),
+    }.get(variant, nullcontext)
     t0 = time.perf_counter()
     with anomaly():  # type: ignore[attr-defined]
         loss = F.cross_entropy(model(x), y)

@@ -33,6 +33,7 @@ def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
         "gradoc guard",
         "naive per-param loop",
         "detect_anomaly",
+        "check_numerics",
     }
     assert results["plain"]["ratio_vs_plain"] == 1.0
     assert all(r["median_step_ms"] > 0 for r in results.values())

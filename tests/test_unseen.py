@@ -159,11 +159,9 @@ def test_a_non_finite_gradient_norm_is_never_healthy() -> None:
 
 
 def test_a_run_that_watched_no_step_says_so(tmp_path: Path) -> None:
-    script = tmp_path / "noopt.py"
+    script = tmp_path / "noopt.py"  # computes, never trains: no step to watch
     script.write_text(
-        "import torch\nx = torch.randn(3, requires_grad=True)\n"
-        "for _ in range(5):\n    (x * x).sum().backward()\n"
-        "    with torch.no_grad():\n        x -= 0.1 * x.grad\n    x.grad = None\n"
+        "import torch\nx = torch.randn(3, 3)\nfor _ in range(5):\n    x = torch.tanh(x @ x)\n"
     )
     done = subprocess.run(
         [sys.executable, "-m", "gradoc", "run", "--out", str(tmp_path / "r"), str(script)],
@@ -173,6 +171,7 @@ def test_a_run_that_watched_no_step_says_so(tmp_path: Path) -> None:
     )
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["status"] == "not_watched" and "optimizer" in report["not_watched"]
+    assert "--check numerics" in report["not_watched"]  # and how to watch it anyway
     assert "healthy" not in done.stderr and "watched nothing" in done.stderr
 
 

@@ -170,7 +170,7 @@ def test_loss_capture_forms(tmp_path: Path) -> None:
     log = gradoc.open_run(run.dir)
     assert log.scalar("n_backward").values == [1, 1]
     assert log.scalar("loss").steps == [0]
-    assert torch.autograd.backward is taps._original or taps._original is None
+    assert not taps._originals  # PyTorch's own functions are back
     assert not taps._sinks  # the tap is removed when the last run closes
 
 

@@ -46,7 +46,9 @@ def unlocated_step(
     events: list[Any], meta: dict[str, Any], exit_code: int | None, clues: list[str]
 ) -> int | None:
     """The step to replay: the first non-finite step of a run whose origin was not found,
-    or the step a script stopped in with a NaN/Inf in hand (``clues``); None otherwise."""
+    or the step a script stopped in with a NaN/Inf in hand (``clues``), or step 0 (every
+    operation checked from the start) for a program in which gradoc saw no step while it
+    printed or raised a NaN/Inf; None otherwise."""
     origins = [e.data.get("origin") or {} for e in events if e.kind == "nonfinite_origin"]
     if any(o.get("file") or o.get("phase") in ("input", "optimizer") for o in origins):
         return None  # located already (bad inputs and bad weights have no line to find)
@@ -56,14 +58,23 @@ def unlocated_step(
         return int(min(bad))
     if meta.get("ended_mid_step") and exit_code and clues:
         return int(meta.get("steps") or 0)  # stopped inside this step, at a NaN
+    if not meta.get("steps") and (clues or meta.get("printed_nonfinite")):
+        return 0  # no step seen, a NaN/Inf printed or raised: check the whole program
     return None
 
 
 def replay(
-    out: Path, script: Path, args: list[str], cwd: str, step: int, budget: float
+    out: Path,
+    script: Path,
+    args: list[str],
+    cwd: str,
+    step: int,
+    budget: float,
+    whole: bool = False,
 ) -> dict[str, Any] | None:
-    """Run the script again in a fresh process up to ``step``, traced there; record the
-    origin found in ``out``'s log. Returns the origin (None if none was found)."""
+    """Run the script again in a fresh process up to ``step``, traced there (``whole``: no
+    step was seen, every operation is checked from the start); record the origin found in
+    ``out``'s log. Returns the origin (None if none was found)."""
     import subprocess
 
     from .store.writer import append_event
@@ -94,8 +105,11 @@ def replay(
     if not isinstance(origin, dict):
         return None
     origin["note"] = (
-        f"the script ended at step {step} before gradoc could locate it; gradoc re-ran "
-        f"it with every RNG seeded and tracing armed at step {step}"
+        "gradoc saw no training step, but the program printed or raised a NaN/Inf; gradoc "
+        "re-ran it with every RNG seeded and every operation checked from the start"
+        if whole
+        else f"gradoc could not locate the NaN/Inf of step {step} in the run; it re-ran it "
+        f"with every RNG seeded and tracing armed at step {step}"
     )
     message = f"{origin['phase']}: {origin['op']} ({origin['file']}:{origin['line']}) [replayed]"
     append_event(out / "run.db", step, "nonfinite_origin", message, {"origin": origin})
@@ -116,11 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
 
-    from torch.optim.optimizer import (
-        register_optimizer_step_post_hook,
-        register_optimizer_step_pre_hook,
-    )
-
     from ._runner import check_script, exec_script
     from .collect.auto import AutoAttach
     from .collect.run import Run
@@ -135,22 +144,34 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(Path(tempfile.mkdtemp(prefix="gradoc-replay-")), config, script=str(script))
     auto = AutoAttach(run)
     armed = run._locator._armed
+    written = [False]
 
     def write(found: dict[str, Any] | None) -> None:
+        if written[0]:
+            return
+        written[0] = True
         origin = origin_from(ns.step, found).to_json() if found is not None else None
         Path(ns.result).write_text(json.dumps({"origin": origin}, default=str))
 
-    def arm(opt: Any, args: Any, kwargs: Any) -> None:
-        if run.step == ns.step and not armed.active:
+    def finish(found: dict[str, Any] | None) -> None:
+        write(found)
+        sys.stdout.flush()
+        os._exit(0)  # the step is traced: nothing more to learn from the script
+
+    # the first birth inside the traced window is the answer: stop there
+    armed.tracer.on_found = lambda: finish(armed.tracer.found)
+
+    def listen(kind: str, step: int) -> None:
+        # a step is traced from the end of the one before (without an optimizer, from
+        # its statistics point: the next forward comes before the next backward) to its
+        # own statistics point
+        manual = run._manual is not None
+        if step == ns.step - 1 and kind == ("stats" if manual else "end"):
             armed.start()
+        elif step == ns.step and kind == "stats":
+            finish(armed.stop() if armed.active else run._locator._armed_found)
 
-    def finish(opt: Any, args: Any, kwargs: Any) -> None:
-        if run.step == ns.step:  # the run's own pre-step hook has paused the trace already
-            write(armed.stop() if armed.active else run._locator._armed_found)
-            sys.stdout.flush()
-            os._exit(0)  # the step is traced: nothing more to learn from the script
-
-    hooks = [register_optimizer_step_post_hook(arm), register_optimizer_step_pre_hook(finish)]
+    run.step_listeners.append(listen)
     seed_everything()
     if ns.step == 0:
         armed.start()
@@ -158,8 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         exec_script(script, list(ns.args))
     finally:
         found = armed.stop() if armed.active else None
-        for h in hooks:
-            h.remove()
         auto.remove()
         write(found)
     return 0

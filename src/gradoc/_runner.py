@@ -10,8 +10,10 @@ import runpy
 import sys
 import sysconfig
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import torch
 
@@ -160,6 +162,40 @@ def _exit_code(code: object) -> int:
         return code
     print(code, file=sys.stderr)
     return 1
+
+
+class _Scanned:
+    """A stream as it was, whose writes are also read for a non-finite value (``loss nan``):
+    the first such line is kept; once one is, writes pass straight through."""
+
+    def __init__(self, stream: Any, found: list[str]) -> None:
+        self._stream = stream
+        self._found = found
+
+    def write(self, text: Any) -> Any:
+        if not self._found and isinstance(text, str) and _NONFINITE.search(text):
+            self._found.append(one_line(text.strip())[:160])
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def scan_output(found: list[str]) -> Iterator[None]:
+    """While the script runs, note the first line it prints (stdout or stderr) that shows
+    a NaN/Inf: a program that made no training step gradoc could count can still have
+    printed one (``gradoc run`` then re-runs it with every operation checked). A stream
+    the script replaced is left as the script left it."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Scanned(saved[0], found), _Scanned(saved[1], found)
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _Scanned):
+            sys.stdout = saved[0]
+        if isinstance(sys.stderr, _Scanned):
+            sys.stderr = saved[1]
 
 
 class Stop(BaseException):

@@ -65,11 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--check",
         action="append",
-        choices=["amp", "padding"],
+        choices=["amp", "padding", "numerics"],
         default=[],
         help="amp: mixed-precision readiness (fp16/bf16 overflow and underflow per layer, a "
         "loss scale for GradScaler, modules to keep in fp32); padding: audit that padded "
-        "positions do not leak into real ones (repeatable)",
+        "positions do not leak into real ones; numerics: check every operation's output from "
+        "the start, anywhere in the program (slow: see the README), and report the first that "
+        "made a NaN/Inf (repeatable)",
     )
     run.add_argument(
         "--guard",
@@ -345,7 +347,7 @@ def _execute(
     """Run the script watched into ``out``; return its exit code and the report."""
     from ._effects import SideEffects
     from ._replay import script_digest, seed_everything
-    from ._runner import exec_script
+    from ._runner import exec_script, scan_output
     from .collect.auto import AutoAttach
     from .collect.run import Run
     from .config import WatchConfig
@@ -365,14 +367,19 @@ def _execute(
     auto = AutoAttach(run)
     effects = SideEffects([out, *([json_path] if json_path else [])])  # gradoc's own files
     clues: list[str] = []
+    printed: list[str] = []
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
-    with effects:
+    with effects, _numerics(run, "numerics" in checks), scan_output(printed):
         code = exec_script(script, script_args, clues)
     auto.remove()
     status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
     if run._guard is not None and run._guard.gave_up:
         status = "gave_up"
-    run.set_meta(exit_clues=clues, side_effects={"count": effects.count, "seen": effects.seen})
+    run.set_meta(
+        exit_clues=clues,
+        printed_nonfinite=printed,
+        side_effects={"count": effects.count, "seen": effects.seen},
+    )
     try:
         report = run.close(status=status, exit_code=code, json_path=json_path)
     except KeyboardInterrupt:  # a second Ctrl-C: the log is complete, close said so
@@ -386,6 +393,30 @@ def _execute(
         )
         report = replayed or report
     return code, report
+
+
+@contextlib.contextmanager
+def _numerics(run: Any, on: bool) -> Iterator[None]:
+    """``--check numerics``: every op of the program checked; the first birth is the run's
+    origin (the run's own replays are not needed then)."""
+    if not on:
+        yield
+        return
+    from .locate.numerics import CheckNumerics
+
+    def found(origin: Any) -> None:
+        origin.step = run.step
+        run._locator.done = True  # located: no replay of this step needed
+
+    check = CheckNumerics(run._names, raise_error=False, on_found=found)
+    run.set_meta(check_numerics=True)
+    try:
+        with check:
+            yield
+    finally:
+        if check.origin is not None:
+            check.origin.note = "found by --check numerics: every operation's output checked"
+            run._record_origin(check.origin)
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -558,6 +589,7 @@ def _replay_if_needed(
 
     with open_run(out) as log:
         step = unlocated_step(log.events, log.meta, code, clues)
+        whole = not log.meta.get("steps")
     if step is None:
         return None
     command = f"gradoc replay {_shell(out)}"
@@ -578,12 +610,13 @@ def _replay_if_needed(
         print(f"gradoc: {message}. To re-run it up to step {step}: {command}", file=sys.stderr)
         append_event(out / "run.db", step, "replay_declined", message, {"command": command})
         return None
+    how = "with every operation checked" if whole else f"up to step {step}"
     print(
-        f"gradoc: re-running {one_line(script.name)} up to step {step} to find where the NaN "
-        f"was born (at most {args.replay_budget:g} s; --replay-budget 0 turns this off)",
+        f"gradoc: re-running {one_line(script.name)} {how} to find where the NaN was born "
+        f"(at most {args.replay_budget:g} s; --replay-budget 0 turns this off)",
         file=sys.stderr,
     )
-    replay(out, script, script_args, cwd, step, args.replay_budget)
+    replay(out, script, script_args, cwd, step, args.replay_budget, whole)
     return write_report(out, json_path)
 
 

@@ -62,7 +62,7 @@ def torchrun_rank() -> tuple[int, int]:
 
 def watch(
     model: nn.Module | list[nn.Module],
-    optimizer: Optimizer,
+    optimizer: Optimizer | None = None,
     out: str | Path | None = None,
     *,
     config: WatchConfig | None = None,
@@ -70,7 +70,9 @@ def watch(
 ) -> Run:
     """Watch a training loop: one line, no other change to the loop.
 
-    The loss is captured at ``backward()``, steps are counted at ``optimizer.step()``.
+    The loss is captured at ``backward()``, steps are counted at ``optimizer.step()``;
+    without an optimizer (a loop that updates the weights itself) a step is one
+    ``backward()`` or ``torch.autograd.grad`` call.
     ``out`` is the run directory (default ``gradoc-runs/<script>-<time>``); ``options``
     are :class:`WatchConfig` fields (``grads=``, ``params=``, ``activations=``, ...);
     ``guard=True`` (or a :class:`GuardConfig`) keeps the run alive: skips non-finite

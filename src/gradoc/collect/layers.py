@@ -64,11 +64,9 @@ def qualified(prefix: str, name: str) -> str:
     return (prefix + name).rstrip(".") if prefix else name
 
 
-def param_rows(
-    prefixes: dict[nn.Module, str], optimizer: Optimizer, optimizer_index: int, first_id: int
-) -> tuple[list[WatchedParam], list[tuple[object, ...]]]:
-    """The optimizer's parameters in param-group order, named after the modules owning them."""
-    owner: dict[int, tuple[str, str, str]] = {}  # id(param) -> (param name, module name, type)
+def owner_names(prefixes: dict[nn.Module, str]) -> dict[int, tuple[str, str, str]]:
+    """id(parameter) -> (its name, its module's name, the module's type), for the roots."""
+    owner: dict[int, tuple[str, str, str]] = {}
     for root, prefix in prefixes.items():
         for mod_name, module in root.named_modules():
             for p_name, p in module.named_parameters(recurse=False):
@@ -80,6 +78,31 @@ def param_rows(
                         type(module).__name__,
                     ),
                 )
+    return owner
+
+
+def param_row(w: WatchedParam, module_type: str | None, optimizer_index: int) -> tuple[object, ...]:
+    """The ``layers`` row of a watched parameter."""
+    p = w.param
+    shape = json.dumps(list(p.shape))
+    return (
+        w.id,
+        "param",
+        w.name,
+        w.module,
+        module_type,
+        shape,
+        p.numel(),
+        w.group,
+        optimizer_index,
+    )
+
+
+def param_rows(
+    prefixes: dict[nn.Module, str], optimizer: Optimizer, optimizer_index: int, first_id: int
+) -> tuple[list[WatchedParam], list[tuple[object, ...]]]:
+    """The optimizer's parameters in param-group order, named after the modules owning them."""
+    owner = owner_names(prefixes)
     watched: list[WatchedParam] = []
     rows: list[tuple[object, ...]] = []
     seen: set[int] = set()
@@ -89,21 +112,9 @@ def param_rows(
                 continue
             seen.add(id(p))
             name, module, mtype = owner.get(id(p), (f"group{g}.param{i}", "", None))
-            lid = first_id + len(watched)
-            watched.append(WatchedParam(lid, p, name, module, g))
-            rows.append(
-                (
-                    lid,
-                    "param",
-                    name,
-                    module,
-                    mtype,
-                    json.dumps(list(p.shape)),
-                    p.numel(),
-                    g,
-                    optimizer_index,
-                )
-            )
+            w = WatchedParam(first_id + len(watched), p, name, module, g)
+            watched.append(w)
+            rows.append(param_row(w, mtype, optimizer_index))
     return watched, rows
 
 

@@ -9,8 +9,7 @@ in the training loop) and the next steps are traced whole until it recurs.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..locate import ArmedTrace, Origin, check_weights, locate_step, origin_from
+from ..locate.replay import own_work
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -49,7 +49,7 @@ class Locator:
         self.names = names
         self.done = False
         self._forwards: list[_Forward] = []
-        self._armed = ArmedTrace()
+        self._armed = ArmedTrace(names)
         self._armed_left = 0
         self._armed_from: int | None = None
         self._armed_found: dict[str, Any] | None = None
@@ -88,13 +88,20 @@ class Locator:
         params: Sequence[tuple[str, str, Tensor]],
         last_update: dict[str, float],
         update_ratios: dict[str, tuple[int, float]] | None = None,
+        rerun: Callable[[], Origin | None] | None = None,
     ) -> Origin | None:
-        """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin."""
+        """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin.
+        ``rerun``: call the step's closure again, traced (a closure computes the loss)."""
         try:
             if self.done:
                 return None
             found = self._armed_found
             self._armed_found = None
+            if found is not None and check_weights(step, params, {}) is not None:
+                # the update before wrote non-finite weights (a hand-written update is never
+                # skipped): what the trace saw is their consequence, not the birth
+                self.done = True
+                return None
             if found is not None:
                 return self._finish(self._from_armed(step, found))
             if not bad:
@@ -109,6 +116,12 @@ class Locator:
             forwards, self._forwards = self._forwards, []
             origin = check_weights(step, params, last_update, update_ratios or {})
             origin = origin or self._replay(step, forwards, loss_bad)
+            if rerun is not None and (origin is None or not origin.op):
+                self.replaying = True
+                try:
+                    origin = rerun() or origin
+                finally:
+                    self.replaying = False
             if origin is not None and (origin.op or origin.phase in ("input", "optimizer")):
                 return self._finish(origin)
             # born outside the model (the loss, or the loss's backward): trace whole steps
@@ -136,15 +149,7 @@ class Locator:
         if self._armed.active:
             self._armed_found = self._armed.stop()
 
-    @contextlib.contextmanager
-    def own_work(self) -> Iterator[None]:
-        """gradoc's own ops (statistics in hooks) are invisible to an armed trace."""
-        tracer = self._armed.tracer
-        tracer.paused, before = True, tracer.paused
-        try:
-            yield
-        finally:
-            tracer.paused = before
+    own_work = staticmethod(own_work)
 
     def after_step(self) -> None:
         """At the optimizer's post-step: arm the trace over the whole next iteration."""

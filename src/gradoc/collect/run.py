@@ -42,12 +42,14 @@ from torch.nn.modules.module import register_module_forward_hook
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
-from .._text import one_line, safe
+from .._text import module_label, one_line, safe
 from .._version import __version__
+from .._wrappers import compiled, compiling, unwrap
 from ..config import GuardConfig, WatchConfig
 from ..guard import Guard, GuardGaveUp, Vitals, agree, scale_lr
 from ..guard import lr as guard_lr
 from ..locate import Origin
+from ..locate.replay import rerun_closure
 from ..stats import (
     activation_stats,
     combine,
@@ -73,12 +75,15 @@ from .layers import (
     WatchedParam,
     assign_prefixes,
     module_rows,
+    owner_names,
+    param_row,
     param_rows,
     qualified,
 )
 from .lengths import LengthMonitor, batch_lengths, batch_size
 from .lengths import stats as length_stats
 from .locating import Locator, first_tensor
+from .manual import HandWritten, fallback_name, step_leaves, variable_names
 
 
 @dataclass(slots=True)
@@ -98,13 +103,26 @@ class _Target:
     updates: Tensor | None = None
     held: dict[int, Tensor] = field(default_factory=dict)
     """Gradients of a skipped (non-finite) update, kept until they are counted."""
+    manual: bool = False
+    """Hand-written updates (no optimizer): nothing is ever skipped or clipped."""
+    given: dict[int, Tensor] = field(default_factory=dict)
+    """Gradients ``torch.autograd.grad`` returned (they are in no ``.grad``)."""
+    counted: dict[int, float] | None = None
+    """Non-finite values per gradient, when counted at the step's statistics point."""
+
+    def grad(self, w: WatchedParam) -> Tensor | None:
+        """The gradient this step uses for ``w``."""
+        g = self.given.get(w.id)
+        if g is None:
+            g = self.held.get(w.id)
+        return g if g is not None else w.param.grad
 
     def collected(self) -> bool:
         return self.grad_norms is not None or self.updates is not None
 
     def reset(self) -> None:
         self.grad_norms = self.grad_maxabs = self.updates = None
-        self.held = {}
+        self.held, self.counted = {}, None
 
 
 @dataclass(slots=True)
@@ -115,6 +133,7 @@ class _Slices:
     primary: bool
     present: list[WatchedParam]
     held: dict[int, Tensor]
+    counted: dict[int, float] | None
     norms: slice | None
     maxabs: slice | None
     updates: slice | None
@@ -274,6 +293,22 @@ class Run:
         self._last_forward: tuple[nn.Module, Any, Any] | None = None
         self._audited: set[tuple[str, str | None]] = set()
         self._guard: Guard | None = None
+        self._counting: list[str] = []
+        # steps without an optimizer (see ``manual``): the stand-in target, whether its
+        # step's statistics were read and the step not ended yet, the next step's tensors
+        self._manual: _Target | None = None
+        self._manual_open = False
+        self._manual_leaves: list[Tensor] | None = None
+        self._manual_names: dict[int, str] = {}
+        self._manual_stable = 0
+        self.find_owners: Callable[[set[int]], list[nn.Module]] | None = None
+        """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
+        # optimizer steps that take a closure (LBFGS): statistics after its first call
+        self._closure_open = False
+        self._rerun: tuple[Callable[[], Any], Tensor] | None = None
+        self.step_listeners: list[Callable[[str, int], None]] = []
+        """Called with ("stats", step) once a step's statistics are read and with ("end",
+        step) once it ended (``gradoc._replay`` arms its trace from them)."""
         self._lr_scale = lr_scale
         if lr_scale != 1.0:
             guard_lr.install()  # before the script makes its schedulers: scale_lr finds them
@@ -284,9 +319,15 @@ class Run:
 
     # -- attaching ----------------------------------------------------------------------
     def attach(
-        self, models: nn.Module | list[nn.Module], optimizer: Optimizer, *, hooks: bool = True
+        self,
+        models: nn.Module | list[nn.Module],
+        optimizer: Optimizer | None,
+        *,
+        hooks: bool = True,
     ) -> None:
-        """Watch ``optimizer`` and the ``models`` owning its parameters.
+        """Watch ``optimizer`` and the ``models`` owning its parameters; with no optimizer,
+        watch the models of a program that updates its tensors itself (steps are then its
+        ``backward()`` calls, see ``manual``).
 
         With ``hooks=False`` the caller routes optimizer steps to :meth:`pre_step` and
         :meth:`post_step` itself (``gradoc run`` does, through global optimizer hooks).
@@ -295,22 +336,16 @@ class Run:
             raise RuntimeError("this gradoc run is closed")
         if optimizer in self._targets:
             return
-        roots = [models] if isinstance(models, nn.Module) else list(models)
-        # DDP/DataParallel: watch the module inside, so layer names have no "module." and a
-        # replay on one rank never waits on the others
-        wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
-        roots = [r.module if isinstance(r, wrappers) else r for r in roots]
-        new_roots = [r for r in dict.fromkeys(roots) if r not in self._prefixes]
-        assign_prefixes(self._prefixes, new_roots)
-        for root in new_roots:
-            for name, m in root.named_modules():
-                self._names.setdefault(m, qualified(self._prefixes[root], name))
+        new_roots = self._watch_roots([models] if isinstance(models, nn.Module) else list(models))
+        if optimizer is None:
+            self._watch_modules(new_roots)
+            return
+        taps.note_optimizer(optimizer)
         params, rows = param_rows(self._prefixes, optimizer, len(self._targets), self._next_id)
         self._next_id += len(rows)
-        modules, mrows = module_rows(new_roots, self._prefixes, self._next_id, self.config.modules)
-        self._next_id += len(mrows)
-        self._modules.update(modules)
+        mrows = self._module_rows(new_roots)
         self._targets[optimizer] = _Target(optimizer, params)
+        self._counted_by("optimizer.step()")
         if self._guard is not None:
             self._guard.watch(optimizer)
         if self._lr_scale != 1.0:
@@ -323,27 +358,66 @@ class Run:
             self._device = params[0].param.device
         all_rows = rows + mrows
         self._writer.put(lambda conn: insert_rows(conn, "layers", all_rows))
-        # NOTE: hooks that stay out of the model's pickles and copies (see _hooks); a deepcopy
-        # of the model (an EMA or target network) is not the watched model
-        self._roots.update((id(r), r) for r in new_roots)
-        for root in new_roots:
-            handles = local_hooks(root, self._module_pre, self._module_post)
-            if handles is None and not self._global_hooks:  # the root has hooks of its own
-                handles = self._global_hooks = global_hooks(self._module_pre, self._module_post)
-            self._handles += handles or []
         if hooks:
-            self._handles.append(optimizer.register_step_pre_hook(lambda o, a, k: self.pre_step(o)))
+            self._handles.append(
+                optimizer.register_step_pre_hook(lambda o, a, k: self.before_step(o, a, k))
+            )
             self._handles.append(
                 optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o))
             )
 
+    def _watch_roots(self, given: list[nn.Module]) -> list[nn.Module]:
+        """Name the new roots' modules and watch their forwards; the new roots."""
+        # DDP/DataParallel/torch.compile: watch the module inside, so layer names have no
+        # "module." or "_orig_mod." and a replay runs eagerly on one rank; a compiled model's
+        # forward is seen where the user calls it (its wrapper runs eagerly, the inside not)
+        callee = {unwrap(r): (r if compiled(r) else unwrap(r)) for r in given}
+        new_roots = [r for r in callee if r not in self._prefixes]
+        assign_prefixes(self._prefixes, new_roots)
+        for root in new_roots:
+            for name, m in root.named_modules():
+                self._names.setdefault(m, qualified(self._prefixes[root], name))
+        if any(compiled(r) for r in callee.values()):
+            self.set_meta(compiled=True)  # its inner modules' outputs are not watched
+        # NOTE: hooks that stay out of the model's pickles and copies (see _hooks); a deepcopy
+        # of the model (an EMA or target network) is not the watched model
+        self._roots.update((id(callee[r]), callee[r]) for r in new_roots)
+        for root in new_roots:
+            handles = local_hooks(callee[root], self._module_pre, self._module_post)
+            if handles is None and not self._global_hooks:  # the root has hooks of its own
+                handles = self._global_hooks = global_hooks(self._module_pre, self._module_post)
+            self._handles += handles or []
+        return new_roots
+
+    def _module_rows(self, roots: list[nn.Module]) -> list[tuple[object, ...]]:
+        """Watch the outputs of the roots' modules; their layer rows (ids after the
+        parameters', as they always were)."""
+        modules, rows = module_rows(roots, self._prefixes, self._next_id, self.config.modules)
+        self._next_id += len(rows)
+        self._modules.update(modules)
+        return rows
+
+    def _watch_modules(self, roots: list[nn.Module]) -> None:
+        rows = self._module_rows(roots)
+        self._writer.put(lambda conn: insert_rows(conn, "layers", rows))
+
+    def _counted_by(self, how: str) -> None:
+        """Say once in the log how steps are counted (the report shows it)."""
+        if how not in self._counting:
+            self._counting.append(how)
+            self.set_meta(steps_counted_by=list(self._counting))
+
     def _module_pre(self, module: nn.Module, args: Any) -> None:
         """Global forward pre-hook: every module of the process calls it, so it returns at
         once unless ``module`` is a watched root."""
+        if compiling():
+            return
         if id(module) in self._roots and self._roots[id(module)] is module:
             self._root_called(module, args)
 
     def _module_post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if compiling():
+            return
         if id(module) in self._roots and self._roots[id(module)] is module:
             self._root_returned(module, kwargs, output)
 
@@ -374,12 +448,25 @@ class Run:
 
     # -- loss ---------------------------------------------------------------------------
     @_guarded
-    def _on_backward(self, tensors: Any) -> None:
+    def _on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+        if not direct:
+            return  # PyTorch's own call (a reentrant checkpoint), not a step of the program
+        leaves = self._leaves(tensors, inputs) if self._maybe_manual() else None
+        if leaves is not None and self._manual_mode(leaves):
+            matched = self._match(leaves)
+            if self._manual_open:  # the previous step ends: its update is done by now
+                # what this step's forward did is this step's, not the one that ends
+                seen, samples = self._forward_seen, self._samples
+                self._end_manual(matched)
+                self._forward_seen, self._samples = seen, samples
+            self._manual_leaves = leaves
         # With several runs open, a run takes only losses computed after its own model ran
         # (a run attached later by `gradoc run` takes everything until it knows its model).
         if self._prefixes and not self._forward_seen:
             return
         self._n_backward += 1
+        if self._closure_open:
+            return  # a closure called again within its step (LBFGS): the first loss counts
         loss = taps.scalar_loss(tensors)
         if loss is not None:
             self._losses.append(loss)
@@ -390,6 +477,132 @@ class Run:
                 kind = taps.loss_kind(tensors)
                 if kind is not None:
                     self.set_meta(loss_fn=kind)
+
+    def _after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
+        if not direct:
+            return
+        leaves, self._manual_leaves = self._manual_leaves, None
+        if leaves is not None and self._manual_mode(leaves):
+            self._open_manual(leaves, grads)
+
+    # -- steps without an optimizer (see ``manual``) -------------------------------------
+    def _maybe_manual(self) -> bool:
+        """Steps may be counted at backward(): no optimizer attached (yet)."""
+        if self.closed or self._locator.replaying:
+            return False
+        return self._manual is not None or not self._targets
+
+    def _manual_mode(self, leaves: list[Tensor]) -> bool:
+        """No optimizer holds this step's tensors: the program updates them itself."""
+        if not self._maybe_manual():
+            return False
+        if self._manual is not None:
+            return len(self._targets) == 1  # until an optimizer is attached after all
+        return bool(leaves) and not taps.held_by_optimizer(leaves)
+
+    def _leaves(self, tensors: Any, inputs: Any) -> list[Tensor]:
+        """This step's tensors. NOTE: the autograd graph is walked until three steps in a
+        row gave the same tensors (a model updated in place); from then on they are the
+        watched ones, so a step costs no walk of a graph that grows with the model."""
+        target = self._manual
+        if target is not None and self._manual_stable >= 3 and inputs is None:
+            return [w.param for w in target.params]
+        leaves = step_leaves(tensors, inputs)
+        if inputs is None and self._prefixes:  # the watched models' own, also where the
+            # graph hides them (a reentrant checkpoint): those that get a gradient count
+            owned = [p for root in self._prefixes for p in root.parameters() if p.requires_grad]
+            ids = {id(p) for p in owned}
+            leaves = owned + [t for t in leaves if id(t) not in ids]
+        if target is not None and inputs is None:
+            same = [id(t) for t in leaves] == [id(w.param) for w in target.params]
+            self._manual_stable = self._manual_stable + 1 if same else 0
+        return leaves
+
+    def _match(self, leaves: list[Tensor]) -> list[tuple[WatchedParam | None, Tensor]]:
+        """This step's tensors against the watched ones: the same tensor, else (a program
+        that rebinds ``w = w - lr * g`` makes a new one each step) the same name."""
+        target = self._manual
+        by_id = {id(w.param): w for w in target.params} if target is not None else {}
+        by_name = {w.name: w for w in target.params} if target is not None else {}
+        unnamed = [t for t in leaves if id(t) not in by_id and id(t) not in self._manual_names]
+        if unnamed:
+            self._manual_names.update(self._names_of(unnamed))
+        out: list[tuple[WatchedParam | None, Tensor]] = []
+        for t in leaves:
+            w = by_id.get(id(t))
+            if w is None:
+                old = by_name.get(self._manual_names.get(id(t), ""))
+                w = old if old is not None and old.param.shape == t.shape else None
+            out.append((w, t))
+        # only this step's tensors keep their names: ids of freed tensors are reused
+        self._manual_names = {id(t): n for t in leaves if (n := self._manual_names.get(id(t)))}
+        return out
+
+    def _names_of(self, tensors: list[Tensor]) -> dict[int, str]:
+        """Names for new tensors: the module owning them, else the user's variable."""
+        if self.find_owners is not None and not self._prefixes:
+            owners = self.find_owners({id(t) for t in tensors})
+            if owners:
+                self._watch_modules(self._watch_roots(owners))
+        names = {i: name for i, (name, _, _) in owner_names(self._prefixes).items()}
+        missing = [t for t in tensors if id(t) not in names]
+        if missing:
+            names |= variable_names(missing)
+        return names
+
+    @_guarded
+    @torch.no_grad()
+    def _open_manual(self, leaves: list[Tensor], grads: Any) -> None:
+        """A direct backward()/autograd.grad returned: step ``k``'s statistics point."""
+        target = self._manual
+        if target is None:
+            stand_in: Any = HandWritten()
+            target = self._manual = _Target(stand_in, [], manual=True)
+            self._targets[stand_in] = target
+            self._primary = stand_in
+        self._counted_by("torch.autograd.grad()" if grads is not None else "backward()")
+        params, rows = [], []
+        owners: dict[int, tuple[str, str, str]] | None = None
+        taken = {w.name for w in target.params}
+        for w, t in self._match(leaves):
+            if w is None:  # a tensor seen for the first time
+                owners = owners if owners is not None else owner_names(self._prefixes)
+                name = self._manual_names.get(id(t)) or fallback_name(self._next_id, t)
+                while name in taken:
+                    name += "'"
+                _, module, mtype = owners.get(id(t), (name, "", None))
+                w = WatchedParam(self._next_id, t, name, module, 0)  # type: ignore[arg-type]
+                rows.append(param_row(w, mtype, 0))
+                self._next_id += 1
+                taken.add(name)
+            w.param = t  # type: ignore[assignment]
+            params.append(w)
+        if rows:
+            self._writer.put(lambda conn: insert_rows(conn, "layers", rows))
+        target.params = params
+        target.optimizer.param_groups[0]["params"] = leaves
+        if self._device is None and params:
+            self._device = params[0].param.device
+        target.given = {}
+        if grads is not None:  # autograd.grad: the gradients are what it returned
+            pairs = zip(params, grads if isinstance(grads, (tuple, list)) else [grads])
+            target.given = {w.id: g for w, g in pairs if isinstance(g, Tensor)}
+        if not self._act_handles and self.config.activations(self.step):
+            self._arm_activations(True)
+        self._manual_open = True
+        self._pre_step(target)
+
+    def _end_manual(self, matched: list[tuple[WatchedParam | None, Tensor]] | None) -> None:
+        """The step ends: the tensors' change since its statistics point is its update."""
+        target = self._manual
+        self._manual_open = False
+        if target is None:
+            return
+        for w, t in matched or []:
+            if w is not None:
+                w.param = t  # type: ignore[assignment]  # a rebound tensor's new value
+        self.post_step(target.optimizer)
+        target.given = {}
 
     def _read_functional(self, tensors: Any) -> None:
         """Once: which watched modules feed an activation function (see ``functional``)."""
@@ -414,6 +627,8 @@ class Run:
             self._act_handles = []
 
     def _module_output(self, module: nn.Module, args: Any, output: Any) -> None:
+        if compiling():  # a compiled model's modules: not watched inside (see README)
+            return
         watched = self._modules.get(module)
         if watched is not None and torch.is_grad_enabled():
             self._on_forward(watched, module, output)
@@ -449,20 +664,70 @@ class Run:
         return buf
 
     # -- optimizer step -----------------------------------------------------------------
+    def before_step(
+        self,
+        optimizer: Optimizer,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        attach: Callable[[], None] | None = None,
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The optimizer step pre-hook (``attach``: attach the optimizer first). A step
+        given a closure (LBFGS) computes its gradients inside the step, by calling it: the
+        closure is wrapped so that the statistics are read after its first call, when the
+        gradients (and, for ``attach``, the modules that own the parameters) exist."""
+        # the hooks' ``args`` are the step's: (optimizer, closure?)
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure) or self.closed:
+            if attach is not None:
+                attach()
+            self.pre_step(optimizer)
+            return None
+        wrapped = self._wrap_closure(optimizer, closure, attach)
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": wrapped}
+        return (args[0], wrapped, *args[2:]), kwargs
+
+    def _wrap_closure(
+        self, optimizer: Optimizer, closure: Callable[[], Any], attach: Callable[[], None] | None
+    ) -> Callable[[], Any]:
+        called = [False]
+
+        @functools.wraps(closure)
+        def first_call_read() -> Any:
+            if called[0] or self.closed:
+                return closure()
+            called[0] = True
+            rng = torch.get_rng_state()
+            result = closure()
+            if attach is not None:
+                attach()
+            self._rerun = (closure, rng)  # a replay of this step calls it again, traced
+            try:
+                self.pre_step(optimizer)
+            finally:
+                self._rerun = None
+            self._closure_open = True  # its next calls' losses are not the step's
+            return result
+
+        return first_call_read
+
     @_guarded
     @torch.no_grad()  # statistics need no autograd graph
     def pre_step(self, optimizer: Optimizer) -> None:
         target = self._targets.get(optimizer)
-        if target is None:
-            return
+        if target is not None:
+            self._pre_step(target)
+
+    def _pre_step(self, target: _Target) -> None:
+        optimizer = target.optimizer
         self._locator.pause()
         # the guard reads every step's norms (and so records them)
         want_grads = self.config.grads(target.steps) or self._guard is not None
         want_params = self.config.params(target.steps)
         if want_grads or want_params:
             target.collected_at = target.steps
-            target.present = [w for w in target.params if w.param.grad is not None]
-            grads: list[Tensor] = [w.param.grad for w in target.present]  # type: ignore[misc]
+            target.present = [w for w in target.params if target.grad(w) is not None]
+            grads: list[Tensor] = [target.grad(w) for w in target.present]  # type: ignore[misc]
             sharded = bool(grads) and _sharded(grads[0])
             if sharded:  # FSDP2: norms of the full gradients; per-shard statistics skipped
                 want_params = False
@@ -480,6 +745,11 @@ class Run:
             step = target.steps
             if step < 3 or step % 200 == 0:
                 self._audit_padding(step)
+        if target.manual:  # the next forward comes before the next backward: arm now
+            self._locator.after_step()
+        if optimizer is self._primary:
+            for listener in self.step_listeners:
+                listener("stats", self.step)
 
     def _probe_grads(self, target: _Target) -> None:
         """check_amp: accumulate each gradient's range counts and exponent histogram."""
@@ -548,16 +818,23 @@ class Run:
         if bad:  # what a replay needs, gathered only when there is one to make
             params = [(w.name, w.module, w.param) for t in self._targets.values() for w in t.params]
             lr = _lr(target.optimizer.param_groups[0])
-            context = {"learning rate": lr} if isinstance(lr, float) else {}
+            context = {"learning rate": lr} if isinstance(lr, float) and math.isfinite(lr) else {}
+        rerun = None
+        if bad and self._rerun is not None:
+            closure, rng = self._rerun
+            roots = list(self._prefixes)
+            rerun = functools.partial(
+                rerun_closure, target.steps, closure, rng, roots, self._names, params
+            )
         origin = self._locator.step(
-            target.steps, bad, loss_bad, params, context, self._update_ratios
+            target.steps, bad, loss_bad, params, context, self._update_ratios, rerun
         )
         if origin is not None:
             self._record_origin(origin)
 
     def _record_origin(self, origin: Origin) -> None:
         self._origins[origin.step] = origin.to_json()
-        where = f" in {origin.module or '(model)'}" if origin.module is not None else ""
+        where = f" in {module_label(origin.module)}" if origin.module is not None else ""
         at = f" ({origin.file}:{origin.line})" if origin.file else ""
         self.event(
             "nonfinite_origin",
@@ -614,14 +891,17 @@ class Run:
         NOTE: mistaking enormous finite gradients for NaN would skip updates the user's
         optimizer makes without gradoc, and hide an explosion behind a "NaN".
         """
-        grads = [w.param.grad for w in target.present if w.param.grad is not None]
+        grads = [g for g in map(target.grad, target.present) if g is not None]
         if not grads or _sharded(grads[0]):
             return True, math.inf
         wide = norms(grads, self._device, wide=True)
         counts = nonfinite_counts(grads, self._device)
-        read = torch.stack([counts.sum(), torch.linalg.vector_norm(wide)]).tolist()
+        read = torch.cat([counts.to(wide), torch.linalg.vector_norm(wide)[None]]).tolist()
         target.grad_norms = wide
-        return read[0] > 0, read[1]
+        # counted now: a program that updates by hand zeroes its gradients before the
+        # step's statistics travel (at the next backward)
+        target.counted = {w.id: c for w, c in zip(target.present, read[:-1])}
+        return sum(read[:-1]) > 0, read[-1]
 
     def _observe_lengths(
         self, step: int, lengths: tuple[Tensor | None, int, int | None] | None, read: list[float]
@@ -653,6 +933,8 @@ class Run:
                 self.event(
                     "locate_failed", f"could not locate the origin: {type(exc).__name__}: {exc}"
                 )
+        if target.manual:
+            return  # the program applies its own update: gradoc cannot skip it
         if self._guard is not None:
             self._guard_step(self._guard, target, primary, v)
         elif v.bad and self.config.skip_nonfinite_updates:
@@ -710,7 +992,7 @@ class Run:
         if optimizer is not self._primary:
             return
         loss = torch.stack(self._losses).float().mean() if self._losses else None
-        lrs = [_lr(g) for g in optimizer.param_groups]
+        lrs = [] if target.manual else [_lr(g) for g in optimizer.param_groups]
         self._pending.append(
             _StepRow(
                 self.step,
@@ -722,7 +1004,7 @@ class Run:
             )
         )
         self._losses, self._n_backward, self._forward_seen = [], 0, False
-        self._samples = 0
+        self._samples, self._closure_open = 0, False
         if (
             self._collected()
             or len(self._pending) >= self.config.flush_every_steps
@@ -733,7 +1015,10 @@ class Run:
             self._amp_steps[0] += 1  # this step's outputs were probed
         self.step += 1
         self._arm_activations(self.config.activations(self.step))
-        self._locator.after_step()
+        if not target.manual:
+            self._locator.after_step()
+        for listener in self.step_listeners:
+            listener("end", self.step - 1)
 
     def _transfer(self) -> None:
         """Pack this step's statistics and pending losses, move them to the host once."""
@@ -750,7 +1035,8 @@ class Run:
                 t.collected_at,
                 t.optimizer is self._primary,
                 list(t.present),
-                t.held,
+                {**t.given, **t.held},
+                t.counted,
                 *(
                     pack.add(v) if v is not None else None
                     for v in (t.grad_norms, t.grad_maxabs, t.updates)
@@ -767,7 +1053,9 @@ class Run:
         self._last_transfer = time.monotonic()
         counts: dict[int, float] = {}
         for sl in targets:
-            if sl.norms is not None:
+            if sl.counted is not None:  # counted and measured in float64 at the step
+                counts.update({k: v for k, v in sl.counted.items() if v})
+            elif sl.norms is not None:
                 # A gradient holding NaN/Inf has a non-finite norm; only those are counted.
                 # NOTE: the grads are still there (zero_grad comes later), so the counts
                 # describe exactly the gradients this step used.
@@ -906,6 +1194,8 @@ class Run:
 
     def _complete_log(self, status: str, exit_code: int | None) -> None:
         """Unhook, locate what is still unlocated, flush and close the run log."""
+        if self._manual_open:  # the last step of a program without an optimizer ends here
+            self._end_manual(None)
         self._arm_activations(False)
         if self.config.locate and not self._broken:
             try:
@@ -934,7 +1224,8 @@ class Run:
             duration_s=round(time.monotonic() - self._t0, 3),
             steps=self.step,
             skipped_updates=self._skipped,
-            ended_mid_step=self._forward_seen,
+            # without an optimizer a step ends at the next backward(): one may be under way
+            ended_mid_step=self._forward_seen or self._manual is not None,
             guard=self._guard.summary() if self._guard is not None else None,
         )
         if self.config.check_amp and not self._broken:

@@ -1,51 +1,118 @@
-"""Process-wide taps: the one place gradoc wraps a PyTorch entry point.
+"""Process-wide taps: the one place gradoc wraps PyTorch entry points.
 
-``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped while at least
-one run is open, so the loss is captured with no change to the training loop. The
-wrapper only hands the tensor to the open runs; it never changes what backward does.
+While at least one run is open, ``torch.autograd.backward`` (which ``Tensor.backward``
+calls) and ``torch.autograd.grad`` are wrapped, so the loss is captured with no change to
+the training loop, and a program that trains without ``torch.optim`` has its steps
+counted at them; ``torch.optim.Optimizer.__init__`` is wrapped to know whether any
+optimizer exists. The wrappers only hand the tensors to the open runs; they never change
+what PyTorch does or returns.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
 
 
 class LossSink(Protocol):
-    def _on_backward(self, tensors: Any) -> None: ...
+    def _on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None: ...
+
+    def _after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None: ...
 
 
 _sinks: list[LossSink] = []
-_original: Callable[..., Any] | None = None
+_originals: dict[str, Callable[..., Any]] = {}
+_optimizers: weakref.WeakSet[Optimizer] = weakref.WeakSet()
+
+
+_TORCH = os.path.dirname(torch.__file__) + os.sep
+_TENSOR = os.path.join(_TORCH, "_tensor.py")
+_GRADOC = os.path.dirname(os.path.dirname(__file__)) + os.sep
+_DEMO = os.path.join(_GRADOC, "demo") + os.sep
+
+
+def _direct(depth: int = 2) -> bool:
+    """Called by the program itself (``loss.backward()``, ``torch.autograd.grad(...)``),
+    not by PyTorch (a reentrant checkpoint's backward, ``autograd.functional.jacobian``)
+    nor inside a backward already running: only a direct call is a training step."""
+    if torch._C._current_autograd_node() is not None:
+        return False
+    caller = sys._getframe(depth).f_code.co_filename
+    if caller.startswith(_GRADOC) and not caller.startswith(_DEMO):
+        return False  # gradoc's own replays
+    return caller == _TENSOR or not caller.startswith(_TORCH)
 
 
 def _tapped_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+    inputs, direct = kwargs.get("inputs"), _direct()
     for sink in list(_sinks):
-        sink._on_backward(tensors)
-    assert _original is not None
-    return _original(tensors, *args, **kwargs)
+        sink._on_backward(tensors, inputs, direct)
+    result = _originals["backward"](tensors, *args, **kwargs)
+    for sink in list(_sinks):
+        sink._after_backward(tensors, inputs, None, direct)
+    return result
+
+
+def _tapped_grad(outputs: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+    if inputs is None and "inputs" in kwargs:
+        inputs = kwargs.pop("inputs")
+    direct = _direct()
+    for sink in list(_sinks):
+        sink._on_backward(outputs, inputs, direct)
+    result = _originals["grad"](outputs, inputs, *args, **kwargs)
+    for sink in list(_sinks):
+        sink._after_backward(outputs, inputs, result, direct)
+    return result
+
+
+def _tapped_optimizer_init(self: Optimizer, *args: Any, **kwargs: Any) -> None:
+    _optimizers.add(self)
+    _originals["optimizer_init"](self, *args, **kwargs)
+
+
+def held_by_optimizer(tensors: list[Tensor]) -> bool:
+    """Whether a live ``torch.optim`` optimizer (made while a run was open, or watched)
+    holds one of ``tensors``: then its ``step()`` counts the steps, not ``backward()``."""
+    if not _optimizers:
+        return False
+    ids = {id(t) for t in tensors}
+    return any(
+        id(p) in ids for opt in list(_optimizers) for g in opt.param_groups for p in g["params"]
+    )
+
+
+def note_optimizer(optimizer: Optimizer) -> None:
+    """An optimizer made before the tap (``gradoc.watch(model, optimizer)``)."""
+    _optimizers.add(optimizer)
 
 
 def add_loss_sink(sink: LossSink) -> None:
-    global _original
-    if _original is None:
-        _original = torch.autograd.backward
-        torch.autograd.backward = functools.wraps(_original)(_tapped_backward)
+    if not _originals:
+        _originals["backward"] = torch.autograd.backward
+        _originals["grad"] = torch.autograd.grad
+        _originals["optimizer_init"] = Optimizer.__init__
+        torch.autograd.backward = functools.wraps(_originals["backward"])(_tapped_backward)
+        torch.autograd.grad = functools.wraps(_originals["grad"])(_tapped_grad)
+        Optimizer.__init__ = functools.wraps(Optimizer.__init__)(_tapped_optimizer_init)  # type: ignore[method-assign]
     if sink not in _sinks:
         _sinks.append(sink)
 
 
 def remove_loss_sink(sink: LossSink) -> None:
-    global _original
     if sink in _sinks:
         _sinks.remove(sink)
-    if not _sinks and _original is not None:
-        torch.autograd.backward = _original
-        _original = None
+    if not _sinks and _originals:
+        torch.autograd.backward = _originals.pop("backward")
+        torch.autograd.grad = _originals.pop("grad")
+        Optimizer.__init__ = _originals.pop("optimizer_init")  # type: ignore[method-assign]
 
 
 _CLASSIFICATION = ("NllLossBackward0", "NllLoss2DBackward0")
