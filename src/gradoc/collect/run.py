@@ -301,6 +301,7 @@ class Run:
         self._manual_leaves: list[Tensor] | None = None
         self._manual_names: dict[int, str] = {}
         self._manual_stable = 0
+        self._grads_before: dict[int, int] = {}
         self.find_owners: Callable[[set[int]], list[nn.Module]] | None = None
         """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
         # optimizer steps that take a closure (LBFGS): statistics after its first call
@@ -452,7 +453,10 @@ class Run:
         if not direct:
             return  # PyTorch's own call (a reentrant checkpoint), not a step of the program
         leaves = self._leaves(tensors, inputs) if self._maybe_manual() else None
-        if leaves is not None and self._manual_mode(leaves):
+        if leaves is not None and self._manual is None:  # decided when the call returns
+            self._grads_before = taps.optimizer_grads()
+            self._manual_leaves = leaves
+        elif leaves is not None and self._manual_mode(leaves):
             matched = self._match(leaves)
             if self._manual_open:  # the previous step ends: its update is done by now
                 # what this step's forward did is this step's, not the one that ends
@@ -498,7 +502,7 @@ class Run:
             return False
         if self._manual is not None:
             return len(self._targets) == 1  # until an optimizer is attached after all
-        return bool(leaves) and not taps.held_by_optimizer(leaves)
+        return bool(leaves) and not taps.held_by_optimizer(leaves, self._grads_before)
 
     def _leaves(self, tensors: Any, inputs: Any) -> list[Tensor]:
         """This step's tensors. NOTE: the autograd graph is walked until three steps in a

@@ -78,14 +78,26 @@ def _tapped_optimizer_init(self: Optimizer, *args: Any, **kwargs: Any) -> None:
     _originals["optimizer_init"](self, *args, **kwargs)
 
 
-def held_by_optimizer(tensors: list[Tensor]) -> bool:
-    """Whether a live ``torch.optim`` optimizer (made while a run was open, or watched)
-    holds one of ``tensors``: then its ``step()`` counts the steps, not ``backward()``."""
+def _optimizer_params() -> list[Tensor]:
+    return [p for opt in list(_optimizers) for g in opt.param_groups for p in g["params"]]
+
+
+def optimizer_grads() -> dict[int, int]:
+    """id(parameter) -> id(its gradient) for every live optimizer's parameters."""
+    return {id(p): id(p.grad) for p in _optimizer_params()} if _optimizers else {}
+
+
+def held_by_optimizer(tensors: list[Tensor], grads_before: dict[int, int]) -> bool:
+    """Whether a live ``torch.optim`` optimizer (made while a run was open, or watched) takes
+    this backward's gradients: it holds one of ``tensors``, or one of its parameters got a
+    new gradient during the call (FSDP2: the graph's leaves are unsharded copies, the
+    optimizer's parameters get the reduced gradients). Then its ``step()`` counts the
+    steps, not ``backward()``. An optimizer left over from earlier work holds neither."""
     if not _optimizers:
         return False
     ids = {id(t) for t in tensors}
     return any(
-        id(p) in ids for opt in list(_optimizers) for g in opt.param_groups for p in g["params"]
+        id(p) in ids or id(p.grad) != grads_before.get(id(p), id(None)) for p in _optimizer_params()
     )
 
 
