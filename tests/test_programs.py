@@ -141,6 +141,16 @@ def test_an_lbfgs_closure_is_located_the_same_way_every_time(tmp_path: Path) -> 
     assert names == ["0.bias", "0.weight", "2.bias", "2.weight"]  # not group0.param0, ...
 
 
+def test_a_gradient_penalty_is_not_a_step(tmp_path: Path) -> None:
+    """WGAN-GP: autograd.grad through the critic before the first optimizer step. The
+    optimizers hold the critic's weights, so they count the steps."""
+    report, _ = gradoc_run(tmp_path / "run", "gan_gradient_penalty.py")
+    assert report["run"]["steps_counted_by"] == ["optimizer.step()"]
+    assert report["status"] == "healthy" and report["run"]["steps"] == 6
+    log = gradoc.open_run(tmp_path / "run")
+    assert log.scalar("loss").steps == [0, 1, 2, 3, 4, 5]
+
+
 def test_check_numerics_finds_a_nan_in_a_program_that_never_trains(tmp_path: Path) -> None:
     report, done = gradoc_run(tmp_path / "run", "no_training_nan.py", "--check", "numerics")
     origin = origin_of(report)

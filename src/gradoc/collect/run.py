@@ -15,6 +15,11 @@ Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
 
 Non-finite counts are computed only for gradients whose norm came back non-finite, so
 only an already-broken step pays for a second (small) transfer.
+
+An optimizer step given a closure (LBFGS) has its statistics read after the closure's
+first call, inside the step. A program with no optimizer has its steps counted at its
+``backward()`` / ``torch.autograd.grad`` calls (see ``manual``): the pre-step work runs
+when the call returns, the post-step work at the next call.
 """
 
 from __future__ import annotations
@@ -302,6 +307,7 @@ class Run:
         self._manual_names: dict[int, str] = {}
         self._manual_stable = 0
         self._grads_before: dict[int, int] = {}
+        self._probe: list[Tensor] = []
         self.find_owners: Callable[[set[int]], list[nn.Module]] | None = None
         """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
         # optimizer steps that take a closure (LBFGS): statistics after its first call
@@ -342,6 +348,12 @@ class Run:
             self._watch_modules(new_roots)
             return
         taps.note_optimizer(optimizer)
+        if self._manual is not None:  # steps were counted at backward() until an optimizer
+            # stepped after all: from now on it counts them
+            self._targets.pop(self._manual.optimizer, None)
+            self._primary = None if self._primary is self._manual.optimizer else self._primary
+            self._manual, self._manual_open = None, False
+            self.event("steps_counted", "an optimizer stepped: steps counted at its step()")
         params, rows = param_rows(self._prefixes, optimizer, len(self._targets), self._next_id)
         self._next_id += len(rows)
         mrows = self._module_rows(new_roots)
@@ -455,6 +467,9 @@ class Run:
         leaves = self._leaves(tensors, inputs) if self._maybe_manual() else None
         if leaves is not None and self._manual is None:  # decided when the call returns
             self._grads_before = taps.optimizer_grads()
+            # what an optimizer may hold: the graph's leaves too, not only the ``inputs``
+            # asked for (a gradient penalty's autograd.grad runs through the critic)
+            self._probe = leaves if inputs is None else leaves + step_leaves(tensors, None)
             self._manual_leaves = leaves
         elif leaves is not None and self._manual_mode(leaves):
             matched = self._match(leaves)
@@ -502,7 +517,8 @@ class Run:
             return False
         if self._manual is not None:
             return len(self._targets) == 1  # until an optimizer is attached after all
-        return bool(leaves) and not taps.held_by_optimizer(leaves, self._grads_before)
+        probe, self._probe = self._probe or leaves, []
+        return bool(leaves) and not taps.held_by_optimizer(probe, self._grads_before)
 
     def _leaves(self, tensors: Any, inputs: Any) -> list[Tensor]:
         """This step's tensors. NOTE: the autograd graph is walked until three steps in a
