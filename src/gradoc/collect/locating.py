@@ -18,7 +18,6 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..locate import ArmedTrace, Origin, check_weights, locate_step, origin_from
-from ..locate.replay import own_work
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -148,8 +147,6 @@ class Locator:
         """At the start of the optimizer's pre-step: stop the armed trace (if any)."""
         if self._armed.active:
             self._armed_found = self._armed.stop()
-
-    own_work = staticmethod(own_work)
 
     def after_step(self) -> None:
         """At the optimizer's post-step: arm the trace over the whole next iteration."""

@@ -54,7 +54,7 @@ from ..config import GuardConfig, WatchConfig
 from ..guard import Guard, GuardGaveUp, Vitals, agree, scale_lr
 from ..guard import lr as guard_lr
 from ..locate import Origin
-from ..locate.replay import rerun_closure
+from ..locate.replay import own_work, rerun_closure
 from ..stats import (
     activation_stats,
     combine,
@@ -202,7 +202,7 @@ def _guarded(method: Callable[..., None]) -> Callable[..., None]:
         if self._broken or self._locator.replaying:
             return
         try:
-            with self._locator.own_work():
+            with own_work():
                 method(self, *args, **kwargs)
         except GuardGaveUp:
             raise  # the guard's decision to stop training, not a failure of gradoc

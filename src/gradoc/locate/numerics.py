@@ -146,35 +146,24 @@ class CheckNumerics:
     ) -> None:
         """``names``: the modules' names (a watched run's); ``on_found``: told of the
         birth when it happens (``gradoc run --check numerics`` sets its step)."""
-        from .replay import Tracer, anomaly_on
+        from .replay import ArmedTrace
 
-        self._anomaly_on = anomaly_on
-        self.modules = ModuleStack(names)
-        self.tracer = Tracer(self.modules.stack, on_found=self._found)
+        self.trace = ArmedTrace(names, on_found=self._found, load_compiler=True)
         self.raise_error = raise_error
         self.origin: Origin | None = None
         self._on_found = on_found
-        self._saved: Any = None
 
     def __enter__(self) -> CheckNumerics:
-        self._saved = (self._anomaly_on(), _stance_eager())
-        self.modules.__enter__()
-        self.tracer.__enter__()
+        self.trace.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from .replay import anomaly_restore
-
-        self.tracer.__exit__(None, None, None)
-        self.modules.__exit__()
-        anomaly, stance = self._saved
-        anomaly_restore(anomaly)
-        _stance_restore(stance)
+        self.trace.stop()
 
     def _found(self) -> None:
         from .replay import origin_from
 
-        found = self.tracer.found
+        found = self.trace.tracer.found
         assert found is not None
         self.origin = origin_from(0, found)
         if self._on_found is not None:

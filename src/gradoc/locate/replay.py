@@ -421,18 +421,27 @@ def origin_from(step: int, found: dict[str, Any], phase: str | None = None) -> O
 class ArmedTrace:
     """Tracing armed across whole steps (forward, the loss in the loop, backward), for a
     non-finite value born outside the model: entered after one step's statistics, left at
-    the next; ops are attributed to the innermost module running (see ``ModuleStack``)."""
+    the next; ops are attributed to the innermost module running (see ``ModuleStack``).
+    Also the tracing of ``check_numerics`` (``load_compiler``: make compiled code eager even
+    when torch.compile is not loaded yet) and of a closure's replay (``replays``)."""
 
-    def __init__(self, names: dict[nn.Module, str] | None = None) -> None:
+    def __init__(
+        self,
+        names: dict[nn.Module, str] | None = None,
+        on_found: Callable[[], None] | None = None,
+        replays: bool = False,
+        load_compiler: bool = False,
+    ) -> None:
         self.modules = ModuleStack(names)
-        self.tracer = Tracer(self.modules.stack)
+        self.tracer = Tracer(self.modules.stack, on_found=on_found, replays=replays)
         self.active = False
+        self._load = load_compiler
 
     def start(self) -> None:
         if not self.active:
             # anomaly mode (without its NaN check) records where each autograd node was
             # created, so an op born in the backward is given its forward line
-            self._saved = (anomaly_on(), _stance_eager(load=False))
+            self._saved = (anomaly_on(), _stance_eager(load=self._load))
             self.modules.__enter__()
             self.tracer.__enter__()
             self.active = True
@@ -480,9 +489,7 @@ def rerun_closure(
         (i, k): b.detach().clone() for i, r in enumerate(roots) for k, b in r.named_buffers()
     }
     after = torch.get_rng_state()
-    modules = ModuleStack(names)
-    tracer = Tracer(modules.stack, replays=True)
-    saved = (anomaly_on(), _stance_eager(load=False))
+    trace = ArmedTrace(names, replays=True)
     try:
         torch.set_rng_state(rng)
         sink = io.StringIO()
@@ -491,15 +498,13 @@ def rerun_closure(
             contextlib.redirect_stderr(sink),
             warnings.catch_warnings(),
             torch.enable_grad(),
-            modules,
-            tracer,
         ):
             warnings.simplefilter("ignore")
+            trace.start()
             with contextlib.suppress(Exception):  # fails when called again: nothing found
                 closure()
     finally:
-        anomaly_restore(saved[0])
-        _stance_restore(saved[1])
+        found = trace.stop()
         torch.set_rng_state(after)
         for p, g in zip(tensors, grads):
             p.grad = g
@@ -508,9 +513,9 @@ def rerun_closure(
                 for k, b in r.named_buffers():
                     if (i, k) in buffers:
                         b.copy_(buffers[(i, k)])
-    if tracer.found is None:
+    if found is None:
         return None
-    origin = origin_from(step, tracer.found)
+    origin = origin_from(step, found)
     origin.note = (
         f"the step's closure was called again with op-level checks at step {step} (the "
         "loss is computed inside it)"
