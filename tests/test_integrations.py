@@ -161,16 +161,31 @@ def _wandb_records(path: Path) -> list[object]:
     return out
 
 
-def test_wandb_offline_sink(tmp_path: Path) -> None:
+def test_wandb_offline_sink(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("wandb")
+    import wandb
+
     run_dir = _run_with_sink(tmp_path, {"wandb": str(tmp_path / "wb")})
+    # run.finish() returns once wandb's handler closed; its writer finishes the .wandb file
+    # a moment later, at the latest when the service is torn down (at the program's exit)
+    wandb.teardown()
     (path,) = (tmp_path / "wb" / "wandb").glob("offline-run-*/*.wandb")
+    records = _wandb_records(path)
     history = [
         {i.key or "/".join(i.nested_key): i.value_json for i in r.history.item}  # type: ignore[attr-defined]
-        for r in _wandb_records(path)
+        for r in records
         if r.WhichOneof("record_type") == "history"  # type: ignore[attr-defined]
     ]
-    assert [int(h["_step"]) for h in history] == list(range(6))
+    # what wandb itself said, should the rows be missing
+    why = (
+        f"records: {[r.WhichOneof('record_type') for r in records]}; "  # type: ignore[attr-defined]
+        f"stderr: {capfd.readouterr().err[-2000:]}; "
+        + "".join(
+            f"{log.name}: {log.read_text(errors='replace')[-3000:]}"
+            for log in (tmp_path / "wb" / "wandb").glob("offline-run-*/logs/debug*.log")
+        )
+    )
+    assert [int(h["_step"]) for h in history] == list(range(6)), why
     want = gradoc.open_run(run_dir).scalar("grad_norm").values
     got = [float(h["grad_norm"]) if h["grad_norm"] != "NaN" else float("nan") for h in history]
     assert got == pytest.approx(want, rel=1e-6, nan_ok=True)
