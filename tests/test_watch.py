@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import sqlite3
-import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +19,6 @@ from gradoc.collect import taps
 from tests.models import Net, batch, make, one_step, train
 
 RTOL = 1e-5
-PACKAGE = str(Path(gradoc.__file__).parent)
 
 
 def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(
@@ -303,25 +304,81 @@ def test_a_broken_run_log_never_stops_training(
     assert "stopped recording" in capsys.readouterr().err
 
 
-def test_one_host_transfer_per_collected_step_and_no_item(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+READS = ("item", "cpu", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+class DeviceReads:
+    """Counts every way the training thread reads a tensor's values to the host.
+
+    On this CPU-only machine every tensor is a host tensor, so reads of what a read brought
+    back (``.cpu()``'s result and views of it) are free and not counted; every other read is
+    one an accelerator would wait for.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count, self.on, self.host, self.keep = 0, False, set[int](), list[torch.Tensor]()
+        thread = threading.get_ident()
+        for name in READS:
+            original = getattr(torch.Tensor, name)
+
+            def counting(t: torch.Tensor, *a: object, _o=original, _n=name, **k: object) -> object:
+                if self.on and threading.get_ident() == thread and not self.brought(t):
+                    self.count += 1
+                out = _o(t, *a, **k)
+                if _n == "cpu":
+                    self.host.add(id(out))
+                    self.keep.append(out)  # ids stay unique while counted
+                return out
+
+            monkeypatch.setattr(torch.Tensor, name, counting)
+
+    def brought(self, t: torch.Tensor) -> bool:
+        return id(t) in self.host or (t._base is not None and id(t._base) in self.host)
+
+    def during(self, work: Callable[[], object]) -> int:
+        self.count, self.on = 0, True
+        try:
+            work()
+        finally:
+            self.on = False
+        return self.count
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({}, 12),  # the default: locate and skip non-finite updates
+        ({"guard": True}, 12),
+        ({"skip_nonfinite_updates": False}, 12),  # locate only
+        ({"locate": False, "skip_nonfinite_updates": False}, 12),  # nothing decided
+        # nothing decided, and statistics on steps 0 3 6 9 (gradients), 0 4 8 (activations)
+        # and 0 10 (weights): only those steps are read
+        ({"locate": False, "skip_nonfinite_updates": False, "grads": gradoc.every(3)}, 7),
+    ],
+    ids=["default", "guard", "locate", "nothing-decided", "sparse-grads"],
+)
+def test_one_host_read_per_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, object], expected: int
 ) -> None:
-    model, _ = make()
-    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3))  # a tensor learning rate
-    calls = {"item": 0, "cpu": 0}
-    for name in calls:
-        original = getattr(torch.Tensor, name)
-
-        def counting(self: torch.Tensor, *a: object, _o=original, _n=name, **k: object) -> object:
-            if sys._getframe(1).f_code.co_filename.startswith(PACKAGE):  # gradoc's, not Adam's
-                calls[_n] += 1
-            return _o(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
+    reads = DeviceReads(monkeypatch)
     steps = 12
-    with gradoc.watch(model, opt, out=tmp_path / "run", activations=gradoc.every(4)) as run:
-        train(model, opt, steps=steps)  # the loop itself calls neither
-        assert calls == {"item": 0, "cpu": steps}  # grads are collected every step
+
+    def made() -> tuple[nn.Module, torch.optim.Optimizer]:
+        model, _ = make()
+        # a tensor learning rate: it travels in the packet too
+        return model, torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3))
+
+    model, opt = made()
+    baseline = reads.during(lambda: train(model, opt, steps=steps))  # what Adam itself reads
+    model, opt = made()
+    cfg: dict[str, Any] = {"activations": gradoc.every(4), **config}
+    with gradoc.watch(model, opt, out=tmp_path / "run", **cfg) as run:
+        watched = reads.during(lambda: train(model, opt, steps=steps))
+    assert watched - baseline == expected
     log = gradoc.open_run(run.dir)
+    assert log.num_steps == steps
     assert log.lr(0).values == pytest.approx([1e-3] * steps)
     assert log.activation("fc1", "mean").steps == [0, 4, 8]
+    grad_steps = [s for s in range(steps) if "grads" not in config or s % 3 == 0]
+    assert log.scalar("grad_norm").steps == grad_steps
+    assert len(log.param_stats_at(grad_steps[-1])) == 6

@@ -10,11 +10,13 @@ Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
 3. optimizer step pre-hook: gradient norms (foreach reductions) and, on parameter
    steps, gradient max-abs and a copy of the weights;
 4. optimizer step post-hook: weight and update norms; then everything the step produced,
-   plus the losses of steps not collected since, is packed into one vector and moved to
-   the host in one transfer; the writer thread turns it into rows.
+   plus the losses of steps not collected since, is added to the run's packet (see
+   ``packet``). The packet is read once per step: at the next step's statistics point
+   (3.), where the loss and norm must be known before the update is applied, or right
+   after the step when nothing is decided there; the writer thread turns it into rows.
 
 Non-finite counts are computed only for gradients whose norm came back non-finite, so
-only an already-broken step pays for a second (small) transfer.
+only an already-broken step pays for a second (small) host read.
 
 An optimizer step given a closure (LBFGS) has its statistics read after the closure's
 first call, inside the step. A program with no optimizer has its steps counted at its
@@ -89,6 +91,7 @@ from .lengths import LengthMonitor, batch_lengths, batch_size
 from .lengths import stats as length_stats
 from .locating import Locator, first_tensor
 from .manual import HandWritten, fallback_name, step_leaves, variable_names
+from .packet import Packet
 
 
 @dataclass(slots=True)
@@ -145,6 +148,18 @@ class _Slices:
 
 
 @dataclass(slots=True)
+class _Layout:
+    """Where one transfer's statistics lie in the packet's host vector."""
+
+    step: int
+    """The step in progress at the transfer (its activations are this step's)."""
+    rows: list[tuple[_StepRow, slice | None]]
+    lrs: dict[tuple[int, int], slice]
+    targets: list[_Slices]
+    acts: dict[int, list[tuple[int, slice, slice | None]]]
+
+
+@dataclass(slots=True)
 class _StepRow:
     step: int
     time: float
@@ -154,28 +169,6 @@ class _StepRow:
     lrs: list[float | Tensor]
     """A learning rate may be a tensor (capturable optimizers): it then travels in the pack."""
     loss: Tensor | None
-
-
-@dataclass(slots=True)
-class _Pack:
-    """Device tensors concatenated for one transfer; remembers where each part lies."""
-
-    parts: list[Tensor] = field(default_factory=list)
-    size: int = 0
-
-    def add(self, t: Tensor) -> slice:
-        t = t.reshape(-1)
-        self.parts.append(t)
-        self.size += t.numel()
-        return slice(self.size - t.numel(), self.size)
-
-    def to_host(self) -> Tensor:
-        if not self.parts:
-            return torch.zeros(0, dtype=torch.float64)
-        # float64 keeps counts exact beyond 2^24 (MPS has no float64)
-        device = self.parts[0].device
-        dtype = torch.float32 if device.type == "mps" else torch.float64
-        return torch.cat([p.to(device=device, dtype=dtype) for p in self.parts]).cpu()
 
 
 def _sharded(t: Tensor) -> bool:
@@ -280,6 +273,8 @@ class Run:
         self._functional: dict[str, str] | None = None  # module -> F.relu/tanh after it
         self._forward_seen = False
         self._pending: list[_StepRow] = []
+        self._packet = Packet()
+        """The device tensors waiting for the step's one host read (see ``packet``)."""
         self._acts: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
         self._last_transfer = time.monotonic()
         self._seen_nonfinite: set[str] = set()
@@ -864,7 +859,8 @@ class Run:
         )
 
     def _vitals(self, target: _Target, primary: bool) -> Vitals:
-        """This step's loss, finiteness and global gradient norm, in one host read."""
+        """This step's loss, finiteness and global gradient norm: the step's one host read,
+        which carries the previous step's statistics too."""
         losses = self._losses if primary else []
         norms_ = target.grad_norms
         parts = []
@@ -875,9 +871,7 @@ class Run:
             self._lengths = None
         device_lengths = lengths[0] if lengths is not None else None
         if device_lengths is not None:
-            parts += list(
-                length_stats(device_lengths).to(parts[0].device if parts else device_lengths.device)
-            )
+            parts += list(length_stats(device_lengths))
         if norms_ is not None:
             # a sum is finite exactly when every term is (or overflows, which is as bad)
             parts.append(norms_.sum())
@@ -887,8 +881,8 @@ class Run:
         if not parts:
             self._observe_lengths(target.steps, lengths, [])
             return Vitals(False, False, None, None)
-        dtype = torch.float32 if parts[0].device.type == "mps" else torch.float64
-        values = torch.stack([p.to(dtype) for p in parts]).tolist()  # one host read
+        at = [self._packet.add(p) for p in parts]
+        values = self._packet.read()[at[0].start : at[-1].stop].tolist()
         loss = values.pop(0) / len(losses) if losses else None
         if device_lengths is not None:
             self._observe_lengths(target.steps, lengths, values[:3])
@@ -1025,12 +1019,17 @@ class Run:
         )
         self._losses, self._n_backward, self._forward_seen = [], 0, False
         self._samples, self._closure_open = 0, False
+        waiting = len(self._packet) > 0  # a step's statistics not read yet
         if (
             self._collected()
             or len(self._pending) >= self.config.flush_every_steps
             or time.monotonic() - self._last_transfer >= self.config.flush_every_s
         ):
             self._transfer()
+        if waiting or not self._decides():
+            # read now: nothing before the next update needs the host (or a step read
+            # nothing at its statistics point, so two steps' statistics wait)
+            self._packet.read()
         if self.config.check_amp and self._act_handles:
             self._amp_steps[0] += 1  # this step's outputs were probed
         self.step += 1
@@ -1041,8 +1040,9 @@ class Run:
             listener("end", self.step - 1)
 
     def _transfer(self) -> None:
-        """Pack this step's statistics and pending losses, move them to the host once."""
-        pack = _Pack()
+        """Add this step's statistics and pending losses to the packet; the step's rows are
+        made when it is read (at the next step's statistics point, or now, see post_step)."""
+        pack = self._packet
         rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
         lrs = {
             (k, i): pack.add(lr)
@@ -1069,16 +1069,24 @@ class Run:
             lid: [(n, pack.add(v), pack.add(a) if a is not None else None) for n, v, a in calls]
             for lid, calls in self._acts.items()
         }
-        host = pack.to_host()
+        layout = _Layout(self.step, rows, lrs, targets, acts)
+        self._pending, self._acts = [], {}
+        for t in self._targets.values():
+            t.reset()
         self._last_transfer = time.monotonic()
+        pack.on_read(lambda host: self._received(host, layout))
+
+    def _received(self, host: Tensor, layout: _Layout) -> None:
+        """A step's statistics reached the host: hand them to the writer thread."""
         counts: dict[int, float] = {}
-        for sl in targets:
+        for sl in layout.targets:
             if sl.counted is not None:  # counted and measured in float64 at the step
                 counts.update({k: v for k, v in sl.counted.items() if v})
             elif sl.norms is not None:
                 # A gradient holding NaN/Inf has a non-finite norm; only those are counted.
-                # NOTE: the grads are still there (zero_grad comes later), so the counts
-                # describe exactly the gradients this step used.
+                # NOTE: read right after the step when nothing is decided before updates
+                # (see post_step): the grads are still there (zero_grad comes later), so the
+                # counts describe exactly the gradients this step used.
                 norms_ = host[sl.norms].tolist()
                 bad, grads = [], []
                 for i, v in enumerate(norms_):
@@ -1099,11 +1107,7 @@ class Run:
                             host[sl.norms.start + i] = values[n + k]
             if sl.updates is not None and self.config.locate:
                 self._note_update_ratios(sl, host[sl.updates].tolist())
-        step_rows, self._pending = rows, []
-        for t in self._targets.values():
-            t.reset()
-        self._acts = {}
-        self._writer.put(_StepRecord(self, host, self.step, step_rows, lrs, targets, acts, counts))
+        self._writer.put(_StepRecord(self, host, layout, counts))
 
     def _note_update_ratios(self, sl: _Slices, values: list[float]) -> None:
         """Keep the update/weight ratio of weight matrices an update made huge (host values we
@@ -1117,18 +1121,29 @@ class Run:
             if w.param.dim() >= 2 and weight > 0 and rms > 100 and math.isfinite(update / weight):
                 self._update_ratios[w.name] = (sl.step, update / weight)
 
+    def _decides(self) -> bool:
+        """Something is decided at every statistics point (skip, clip, locate), so the step's
+        one host read is made there, carrying the previous step's statistics."""
+        return bool(self.config.locate or self.config.skip_nonfinite_updates or self._guard)
+
     def _collected(self) -> bool:
         return bool(self._acts) or any(t.collected() for t in self._targets.values())
 
     def _unsent(self) -> bool:
-        return bool(self._pending) or self._collected()
+        return bool(self._pending) or self._collected() or len(self._packet) > 0
+
+    def _send(self) -> None:
+        """Everything collected so far, to the writer thread (one host read)."""
+        if self._pending or self._collected():
+            self._transfer()
+        self._packet.read()
 
     # -- closing ------------------------------------------------------------------------
     def flush(self) -> None:
         """Write everything collected so far to the run log (waits for the writer)."""
         if not self.closed:
             if self._unsent():
-                self._transfer()
+                self._send()
             self._writer.flush()
 
     def begin_step(self) -> None:
@@ -1234,7 +1249,7 @@ class Run:
             guard_lr.uninstall()
         if self._unsent() and not self._broken:
             try:
-                self._transfer()
+                self._send()
             except Exception as exc:  # the log so far is still written and reported
                 print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
         self._writer.set_meta(
@@ -1277,19 +1292,10 @@ class Run:
 class _StepRecord:
     """Turns one transfer into rows; runs on the writer thread."""
 
-    def __init__(
-        self,
-        run: Run,
-        host: Tensor,
-        step: int,
-        rows: list[tuple[_StepRow, slice | None]],
-        lrs: dict[tuple[int, int], slice],
-        targets: list[_Slices],
-        acts: dict[int, list[tuple[int, slice, slice | None]]],
-        counts: dict[int, float],
-    ) -> None:
-        self.run, self.host, self.step, self.rows, self.lrs = run, host, step, rows, lrs
-        self.targets, self.acts, self.counts = targets, acts, counts
+    def __init__(self, run: Run, host: Tensor, layout: _Layout, counts: dict[int, float]) -> None:
+        self.run, self.host, self.counts = run, host, counts
+        self.step, self.rows, self.lrs = layout.step, layout.rows, layout.lrs
+        self.targets, self.acts = layout.targets, layout.acts
 
     def __call__(self, conn: Any) -> int:
         values = self.host.tolist()
