@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._state import RngState, rng_state
 from ..locate import ArmedTrace, Origin, check_weights, locate_step, origin_from
 
 
@@ -38,7 +39,7 @@ class _Forward:
     root: nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    rng: dict[str, Tensor]
+    rng: RngState
     out_grad: list[Tensor] = field(default_factory=list)
     output: Tensor | None = None
 
@@ -61,11 +62,11 @@ class Locator:
         root: nn.Module,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        rng: dict[str, Tensor] | None = None,
+        rng: RngState | None = None,
     ) -> None:
         """A forward of a watched model: its inputs and the RNG state from before it."""
         if not self.done:
-            rng = rng if rng is not None else {"cpu": torch.get_rng_state()}
+            rng = rng if rng is not None else rng_state()
             self._forwards.append(_Forward(root, args, kwargs, rng))
 
     def on_output(self, root: nn.Module, output: Any) -> None:

@@ -49,6 +49,7 @@ from torch.nn.modules.module import register_module_forward_hook
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from .._state import RngState, rng_state
 from .._text import module_label, one_line, safe
 from .._version import __version__
 from .._wrappers import compiled, compiling, unwrap
@@ -261,7 +262,7 @@ class Run:
         self._act_handles: list[RemovableHandle] = []
         self._roots: dict[int, nn.Module] = {}  # id -> watched root (the hooks' filter)
         self._global_hooks: list[RemovableHandle] = []
-        self._calls: dict[int, list[tuple[tuple[Any, ...], dict[str, Tensor]]]] = {}
+        self._calls: dict[int, list[tuple[tuple[Any, ...], RngState]]] = {}
         """Per watched root, its forward calls in progress: (args, RNG state before)."""
         self._scratch: dict[torch.dtype, Tensor] = {}
         self._device: torch.device | None = None
@@ -307,7 +308,7 @@ class Run:
         """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
         # optimizer steps that take a closure (LBFGS): statistics after its first call
         self._closure_open = False
-        self._rerun: tuple[Callable[[], Any], Tensor] | None = None
+        self._rerun: tuple[Callable[[], Any], RngState] | None = None
         self.step_listeners: list[Callable[[str, int], None]] = []
         """Called with ("stats", step) once a step's statistics are read and with ("end",
         step) once it ended (``gradoc._replay`` arms its trace from them)."""
@@ -433,7 +434,7 @@ class Run:
     def _root_called(self, module: nn.Module, args: Any) -> None:
         if torch.is_grad_enabled():
             self._forward_seen = True
-            rng = {"cpu": torch.get_rng_state()} if self.config.locate else {}
+            rng = rng_state() if self.config.locate else {}
             self._calls.setdefault(id(module), []).append((args, rng))
 
     @_guarded
@@ -712,7 +713,7 @@ class Run:
             if called[0] or self.closed:
                 return closure()
             called[0] = True
-            rng = torch.get_rng_state()
+            rng = rng_state()
             result = closure()
             if attach is not None:
                 attach()

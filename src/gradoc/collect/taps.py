@@ -5,21 +5,24 @@ calls) and ``torch.autograd.grad`` are wrapped, so the loss is captured with no 
 the training loop, and a program that trains without ``torch.optim`` has its steps
 counted at them; ``torch.optim.Optimizer.__init__`` is wrapped to know whether any
 optimizer exists. The wrappers only hand the tensors to the open runs; they never change
-what PyTorch does or returns.
+what PyTorch does or returns, and compose with wrappers of the same functions installed
+by others (see ``_patch``): this is the only wrapper of them in gradoc.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import os
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+
+from .._patch import Patch
 
 
 class LossSink(Protocol):
@@ -29,7 +32,6 @@ class LossSink(Protocol):
 
 
 _sinks: list[LossSink] = []
-_originals: dict[str, Callable[..., Any]] = {}
 _optimizers: weakref.WeakSet[Optimizer] = weakref.WeakSet()
 
 
@@ -51,31 +53,53 @@ def _direct(depth: int = 2) -> bool:
     return caller == _TENSOR or not caller.startswith(_TORCH)
 
 
-def _tapped_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-    inputs, direct = kwargs.get("inputs"), _direct()
-    for sink in list(_sinks):
-        sink._on_backward(tensors, inputs, direct)
-    result = _originals["backward"](tensors, *args, **kwargs)
-    for sink in list(_sinks):
-        sink._after_backward(tensors, inputs, None, direct)
-    return result
+_loss_scale: list[Callable[[Tensor], Tensor]] = []
+"""``gradoc amp-compare``'s simulated fp16 loss scaling (see :func:`scaling_losses`)."""
 
 
-def _tapped_grad(outputs: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
-    if inputs is None and "inputs" in kwargs:
-        inputs = kwargs.pop("inputs")
-    direct = _direct()
-    for sink in list(_sinks):
-        sink._on_backward(outputs, inputs, direct)
-    result = _originals["grad"](outputs, inputs, *args, **kwargs)
-    for sink in list(_sinks):
-        sink._after_backward(outputs, inputs, result, direct)
-    return result
+def _tap_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
+        inputs, direct = kwargs.get("inputs"), _direct(3)
+        for sink in list(_sinks):
+            sink._on_backward(tensors, inputs, direct)
+        if _loss_scale and grad_tensors is None and scalar_loss(tensors) is not None:
+            tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
+        result = backward(tensors, grad_tensors, *args, **kwargs)
+        for sink in list(_sinks):
+            sink._after_backward(tensors, inputs, None, direct)
+        return result
+
+    return tapped
 
 
-def _tapped_optimizer_init(self: Optimizer, *args: Any, **kwargs: Any) -> None:
-    _optimizers.add(self)
-    _originals["optimizer_init"](self, *args, **kwargs)
+def _tap_grad(grad: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(outputs: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if inputs is None and "inputs" in kwargs:
+            inputs = kwargs.pop("inputs")
+        direct = _direct(3)
+        for sink in list(_sinks):
+            sink._on_backward(outputs, inputs, direct)
+        result = grad(outputs, inputs, *args, **kwargs)
+        for sink in list(_sinks):
+            sink._after_backward(outputs, inputs, result, direct)
+        return result
+
+    return tapped
+
+
+def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(self: Optimizer, *args: Any, **kwargs: Any) -> None:
+        _optimizers.add(self)
+        init(self, *args, **kwargs)
+
+    return tapped
+
+
+_PATCHES = (
+    Patch(torch.autograd, "backward", _tap_backward),
+    Patch(torch.autograd, "grad", _tap_grad),
+    Patch(Optimizer, "__init__", _tap_optimizer_init),
+)
 
 
 def _optimizer_params() -> list[Tensor]:
@@ -106,25 +130,39 @@ def note_optimizer(optimizer: Optimizer) -> None:
     _optimizers.add(optimizer)
 
 
+def _sync() -> None:
+    """The taps are installed exactly while something uses them."""
+    for patch in _PATCHES:
+        if _sinks or _loss_scale:
+            patch.install()
+        else:
+            patch.remove()
+
+
 def add_loss_sink(sink: LossSink) -> None:
-    if not _originals:
-        _originals["backward"] = torch.autograd.backward
-        _originals["grad"] = torch.autograd.grad
-        _originals["optimizer_init"] = Optimizer.__init__
-        torch.autograd.backward = functools.wraps(_originals["backward"])(_tapped_backward)
-        torch.autograd.grad = functools.wraps(_originals["grad"])(_tapped_grad)
-        Optimizer.__init__ = functools.wraps(Optimizer.__init__)(_tapped_optimizer_init)  # type: ignore[method-assign]
     if sink not in _sinks:
         _sinks.append(sink)
+    _sync()
 
 
 def remove_loss_sink(sink: LossSink) -> None:
     if sink in _sinks:
         _sinks.remove(sink)
-    if not _sinks and _originals:
-        torch.autograd.backward = _originals.pop("backward")
-        torch.autograd.grad = _originals.pop("grad")
-        Optimizer.__init__ = _originals.pop("optimizer_init")  # type: ignore[method-assign]
+    _sync()
+
+
+@contextlib.contextmanager
+def scaling_losses(scale: Callable[[Tensor], Tensor]) -> Iterator[None]:
+    """Within the block, a scalar loss handed to ``backward()`` with no ``grad_tensors`` is
+    replaced by ``scale(loss)``: ``gradoc amp-compare`` simulates fp16 loss scaling in its
+    own child process with it. The one place the taps change what PyTorch computes."""
+    _loss_scale.append(scale)
+    _sync()
+    try:
+        yield
+    finally:
+        _loss_scale.remove(scale)
+        _sync()
 
 
 _CLASSIFICATION = ("NllLossBackward0", "NllLoss2DBackward0")

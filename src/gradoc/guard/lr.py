@@ -1,13 +1,13 @@
 """Learning rates the guard changes: held-back scheduler steps and learning-rate scaling.
 
 PyTorch has no hook on LR schedulers, so while a guard is open the ``step`` methods of
-``torch.optim.lr_scheduler``'s classes are wrapped (and restored when the last guard
-closes). The wrapper learns which schedulers drive which optimizer (so that
-:func:`scale_lr` reaches their base rates), and holds back a
-scheduler's step after an optimizer step the guard skipped — but only for schedulers
-stepped once per optimizer step (their previous call came right after the previous
-optimizer step), so a per-epoch scheduler is never held back. A user subclass that
-overrides ``step`` without calling the base class is not seen.
+``torch.optim.lr_scheduler``'s classes that define one are wrapped (see ``_patch``: a
+wrapper someone else put over them survives; restored when the last guard closes). The
+wrapper learns which schedulers drive which optimizer (so that :func:`scale_lr` reaches
+their base rates), and holds back a scheduler's step after an optimizer step the guard
+skipped — but only for schedulers stepped once per optimizer step (their previous call
+came right after the previous optimizer step), so a per-epoch scheduler is never held
+back. A user subclass that overrides ``step`` without calling the base class is not seen.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 
 from torch import Tensor
 from torch.optim import Optimizer, lr_scheduler
+
+from .._patch import Patch
 
 LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 """Param-group entries that are learning rates (OneCycleLR keeps its range in the group)."""
@@ -38,7 +40,7 @@ class _Tracker:
 
 
 _trackers: weakref.WeakKeyDictionary[Optimizer, _Tracker] = weakref.WeakKeyDictionary()
-_originals: dict[type, Callable[..., Any]] = {}
+_patches: list[Patch] = []
 _users = 0
 
 
@@ -76,14 +78,16 @@ def install() -> None:
     _users += 1
     if _users > 1:
         return
-    for cls in vars(lr_scheduler).values():
-        if (
-            inspect.isclass(cls)
+    if not _patches:
+        _patches.extend(
+            Patch(cls, "step", _wrap)
+            for cls in vars(lr_scheduler).values()
+            if inspect.isclass(cls)
             and issubclass(cls, lr_scheduler.LRScheduler)
             and "step" in cls.__dict__
-        ):
-            _originals[cls] = cls.__dict__["step"]
-            setattr(cls, "step", _wrap(cls.__dict__["step"]))  # noqa: B010
+        )
+    for patch in _patches:
+        patch.install()
 
 
 def uninstall() -> None:
@@ -91,9 +95,8 @@ def uninstall() -> None:
     _users = max(0, _users - 1)
     if _users:
         return
-    for cls, original in _originals.items():
-        setattr(cls, "step", original)  # noqa: B010
-    _originals.clear()
+    for patch in _patches:
+        patch.remove()
 
 
 def _scale(value: Any, factor: float) -> Any:

@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._state import RngState, kept
 from .._tree import arguments
 from .._tree import floats as _floats
 from .._wrappers import unwrap
@@ -321,7 +322,7 @@ def locate_step(
     roots: Sequence[nn.Module],
     names: dict[nn.Module, str],
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
-    rng: dict[str, Tensor] | None,
+    rng: RngState | None,
     out_grad: Tensor | None,
     loss_bad: bool = False,
 ) -> Origin | None:
@@ -333,67 +334,54 @@ def locate_step(
     if origin is not None:
         return origin
     root = unwrap(roots[0])  # on one rank (no all-reduce to wait on), eagerly
-    buffers = {k: b.detach().clone() for r in roots for k, b in r.named_buffers()}
-    saved_rng = torch.get_rng_state()
-    stance = _stance_eager(load=False)
     modules = ModuleStack(names)
     tracer = Tracer(modules.stack, replays=True)
-    anomaly = anomaly_on()
-    try:
-        if rng is not None:
-            torch.set_rng_state(rng["cpu"])
-        with (
-            modules,
-            warnings.catch_warnings(),  # anomaly mode warns that it is on: we know
-            torch.enable_grad(),  # the optimizer hooks that call us run under no_grad
-        ):
-            warnings.simplefilter("ignore")
-            with tracer:
-                out = root(*args, **kwargs)
+    # the user's anomaly flag, RNG and buffers are put back, whatever the replay did
+    with contextlib.ExitStack() as restore:
+        restore.enter_context(kept(roots, start=rng))
+        restore.callback(_stance_restore, _stance_eager(load=False))
+        anomaly_on()
+        restore.enter_context(modules)
+        restore.enter_context(warnings.catch_warnings())  # anomaly mode warns it is on
+        restore.enter_context(torch.enable_grad())  # optimizer hooks run under no_grad
+        warnings.simplefilter("ignore")
+        with tracer:
+            out = root(*args, **kwargs)
+        if tracer.found is not None:
+            origin = origin_from(step, tracer.found, "forward")
+            origin.evidence += batch_evidence(root, args, kwargs, tracer.found["rows"])
+            return origin
+        first = _floats(out)
+        params = [p for r in roots for p in r.parameters() if p.requires_grad]
+        if out_grad is not None and first and first[0].requires_grad and params:
+            if _bad(out_grad) and loss_bad:
+                return None  # the loss itself was non-finite: born in its forward
+            if _bad(out_grad):
+                return Origin(
+                    phase="backward",
+                    step=step,
+                    module=None,
+                    evidence=[
+                        {
+                            "signal": "non-finite gradient values reaching the model output",
+                            "value": _bad(out_grad),
+                        }
+                    ],
+                    note="the loss's backward produced it, outside the model",
+                )
+            nodes = _graph_nodes([first[0].grad_fn])
+            handles = [
+                n.register_prehook(lambda go, n=n: setattr(tracer, "node", n)) for n in nodes
+            ]
+            try:
+                with tracer:
+                    torch.autograd.grad(first[0], params, out_grad, allow_unused=True)
+            finally:
+                for h in handles:
+                    h.remove()
             if tracer.found is not None:
-                origin = origin_from(step, tracer.found, "forward")
-                origin.evidence += batch_evidence(root, args, kwargs, tracer.found["rows"])
-                return origin
-            first = _floats(out)
-            params = [p for r in roots for p in r.parameters() if p.requires_grad]
-            if out_grad is not None and first and first[0].requires_grad and params:
-                if _bad(out_grad) and loss_bad:
-                    return None  # the loss itself was non-finite: born in its forward
-                if _bad(out_grad):
-                    return Origin(
-                        phase="backward",
-                        step=step,
-                        module=None,
-                        evidence=[
-                            {
-                                "signal": "non-finite gradient values reaching the model output",
-                                "value": _bad(out_grad),
-                            }
-                        ],
-                        note="the loss's backward produced it, outside the model",
-                    )
-                nodes = _graph_nodes([first[0].grad_fn])
-                handles = [
-                    n.register_prehook(lambda go, n=n: setattr(tracer, "node", n)) for n in nodes
-                ]
-                try:
-                    with tracer:
-                        torch.autograd.grad(first[0], params, out_grad, allow_unused=True)
-                finally:
-                    for h in handles:
-                        h.remove()
-                if tracer.found is not None:
-                    return origin_from(step, tracer.found, "backward")
-        return None
-    finally:
-        anomaly_restore(anomaly)  # the user's own setting, whatever it was
-        _stance_restore(stance)
-        torch.set_rng_state(saved_rng)
-        with torch.no_grad():
-            for r in roots:
-                for k, b in r.named_buffers():
-                    if k in buffers:
-                        b.copy_(buffers[k])
+                return origin_from(step, tracer.found, "backward")
+    return None
 
 
 def origin_from(step: int, found: dict[str, Any], phase: str | None = None) -> Origin:
@@ -471,7 +459,7 @@ def anomaly_restore(before: tuple[bool, bool]) -> None:
 def rerun_closure(
     step: int,
     closure: Callable[[], Any],
-    rng: Tensor,
+    rng: RngState,
     roots: Sequence[nn.Module],
     names: dict[nn.Module, str],
     params: Sequence[tuple[str, str, Tensor]],
@@ -483,15 +471,8 @@ def rerun_closure(
     closure prints is not printed twice."""
     import io
 
-    tensors = [p for _, _, p in params]
-    grads = [p.grad for p in tensors]
-    buffers = {
-        (i, k): b.detach().clone() for i, r in enumerate(roots) for k, b in r.named_buffers()
-    }
-    after = torch.get_rng_state()
     trace = ArmedTrace(names, replays=True)
-    try:
-        torch.set_rng_state(rng)
+    with kept(roots, [p for _, _, p in params], start=rng):
         sink = io.StringIO()
         with (
             contextlib.redirect_stdout(sink),
@@ -501,18 +482,12 @@ def rerun_closure(
         ):
             warnings.simplefilter("ignore")
             trace.start()
-            with contextlib.suppress(Exception):  # fails when called again: nothing found
+            try:
                 closure()
-    finally:
-        found = trace.stop()
-        torch.set_rng_state(after)
-        for p, g in zip(tensors, grads):
-            p.grad = g
-        with torch.no_grad():
-            for i, r in enumerate(roots):
-                for k, b in r.named_buffers():
-                    if (i, k) in buffers:
-                        b.copy_(buffers[(i, k)])
+            except Exception:  # fails when called again: nothing found
+                pass
+            finally:
+                found = trace.stop()
     if found is None:
         return None
     origin = origin_from(step, found)

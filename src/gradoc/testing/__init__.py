@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._state import kept
 from .._tree import floats as _floats
 
 __all__ = ["NumericsProblem", "assert_finite", "check_numerics"]
@@ -126,9 +127,10 @@ def check_numerics(
 
             v_args, v_kwargs = _map(v_args, cast), _map(v_kwargs, cast)
         v_args = _map(v_args, lambda t: t.detach().requires_grad_(t.is_floating_point()))
-        module.zero_grad(set_to_none=True)
         try:
-            with torch.enable_grad():
+            # the user's module keeps its gradients, buffers and RNG: variants change nothing
+            with kept([module], list(module.parameters())), torch.enable_grad():
+                module.zero_grad(set_to_none=True)
                 out = module(*v_args, **v_kwargs)
                 outs = _floats(out)
                 bad_out = any(not bool(torch.isfinite(t).all()) for t in outs)

@@ -46,6 +46,7 @@ def _worker(ns: argparse.Namespace) -> int:
 
     from .._replay import seed_everything
     from .._runner import Stop, check_script, run_until
+    from ..collect import taps
 
     script = check_script(ns.script)
     amp = ns.mode == "amp"
@@ -78,14 +79,17 @@ def _worker(ns: argparse.Namespace) -> int:
             state["ctx"].__exit__(None, None, None)
             state["ctx"] = None
 
-    original_backward = torch.autograd.backward
+    class Losses:  # the taps' sink: every scalar loss handed to backward()
+        def _on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+            loss = taps.scalar_loss(tensors)
+            if loss is not None:
+                rec["loss"].append(float(loss.float()))
 
-    def backward(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-            rec["loss"].append(float(tensors.detach().float()))
-            if scaling and grad_tensors is None:
-                tensors = tensors.float() * state["scale"]
-        return original_backward(tensors, grad_tensors, *args, **kwargs)
+        def _after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
+            pass
+
+    def scaled(loss: torch.Tensor) -> torch.Tensor:
+        return loss.float() * state["scale"] if scaling else loss
 
     def step_pre(opt: torch.optim.Optimizer, a: Any, kw: Any) -> None:
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -130,12 +134,14 @@ def _worker(ns: argparse.Namespace) -> int:
         register_optimizer_step_pre_hook(step_pre),
         register_optimizer_step_post_hook(step_post),
     ]
-    torch.autograd.backward = backward  # type: ignore[assignment]
+    sink = Losses()
+    taps.add_loss_sink(sink)
     seed_everything()
     try:
-        run_until(script, list(ns.args))
+        with taps.scaling_losses(scaled):
+            run_until(script, list(ns.args))
     finally:
-        torch.autograd.backward = original_backward
+        taps.remove_loss_sink(sink)
         for h in handles:
             h.remove()
     cuda = state["device"] == "cuda"

@@ -19,14 +19,14 @@ the padding ratio; attention: ``1 - sum(len_i^2) / (B * T^2)``).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._state import kept
 from .._tree import tensors as _tensors
 from ..detect.finding import Finding
 
@@ -99,21 +99,6 @@ def _perturb(x: Tensor, pads: Tensor, pad_id: int | None) -> Tensor:
     return torch.where(mask, x + noise, x)
 
 
-@contextlib.contextmanager
-def _same_randomness(model: nn.Module) -> Iterator[None]:
-    buffers = {k: b.detach().clone() for k, b in model.named_buffers()}
-    with torch.random.fork_rng(devices=[]):
-        state = torch.get_rng_state()
-        try:
-            yield
-        finally:
-            torch.set_rng_state(state)
-            with torch.no_grad():
-                for k, b in model.named_buffers():
-                    if k in buffers:
-                        b.copy_(buffers[k])
-
-
 def _run(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], names: dict[nn.Module, str]
 ) -> tuple[Any, list[tuple[str, list[Tensor]]], dict[str, list[Tensor]]]:
@@ -128,11 +113,9 @@ def _run(
 
     handle = nn.modules.module.register_module_forward_hook(hook)
     try:
-        with _same_randomness(model), torch.no_grad():
-            rng = torch.get_rng_state()
-            torch.manual_seed(0)
+        with kept([model]), torch.no_grad():  # the user's RNG and buffers, put back
+            torch.manual_seed(0)  # every variant draws the same dropout masks
             out = model(*args, **kwargs)
-            torch.set_rng_state(rng)
     finally:
         handle.remove()
     return out, outputs, inputs
@@ -228,7 +211,7 @@ def _loss_check(
     targets: Tensor,
     pads: Tensor,
 ) -> list[Finding]:
-    with _same_randomness(model), torch.no_grad():
+    with kept([model]), torch.no_grad():
         out = model(*args, **kwargs)
     first = _tensors(out)[0].detach().clone().requires_grad_(True)
     loss_fn(first, targets).backward()

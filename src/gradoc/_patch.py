@@ -1,0 +1,83 @@
+"""Replacing a library function process-wide, safely: the one way gradoc does it.
+
+PyTorch has no hook where gradoc needs one (``torch.autograd.backward``, an LR scheduler's
+``step``), so the function is replaced by a wrapper. Wrappers must compose with anyone
+else's: a wrapper installed over gradoc's while it is in place must survive gradoc's
+removal. So :meth:`Patch.remove` puts the original back only if gradoc's wrapper is still
+the installed function; otherwise the wrapper stays in the other one's chain, turned into
+a pass-through, and is switched on again (not stacked) by the next :meth:`Patch.install`.
+
+>>> import types
+>>> lib = types.SimpleNamespace(f=lambda x: x + 1)
+>>> p = Patch(lib, "f", lambda original: lambda x: original(x) * 10)
+>>> p.install(); lib.f(1)
+20
+>>> theirs = lib.f; lib.f = lambda x: theirs(x) - 1  # someone wraps gradoc's wrapper
+>>> p.remove(); lib.f(1)  # theirs survives; gradoc's part is a pass-through now
+1
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+
+class Patch:
+    """``owner.name`` replaced by ``make(original)`` while installed."""
+
+    def __init__(
+        self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]
+    ) -> None:
+        self.owner, self.name, self.make = owner, name, make
+        self._original: Callable[..., Any] | None = None
+        self._wrapper: Callable[..., Any] | None = None
+        self._on = [False]  # this wrapper's switch (a new wrapper gets a new one)
+
+    @property
+    def active(self) -> bool:
+        return self._on[0]
+
+    def _current(self) -> Any:
+        # a class's own attribute (a subclass that inherits it is wrapped through it)
+        if isinstance(self.owner, type):
+            return self.owner.__dict__.get(self.name)
+        return getattr(self.owner, self.name)
+
+    def install(self) -> None:
+        if self._on[0]:
+            return
+        if self._wrapper is not None and self._in_chain():
+            self._on[0] = True  # still inside someone else's wrapper: switched on again
+            return
+        original = self._current()
+        inner, on = self.make(original), [True]
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if on[0]:
+                return inner(*args, **kwargs)
+            return original(*args, **kwargs)
+
+        self._original, self._wrapper, self._on = original, wrapper, on
+        setattr(self.owner, self.name, wrapper)
+
+    def _in_chain(self) -> bool:
+        """gradoc's wrapper is still reached from the installed function (through the
+        ``__wrapped__`` that ``functools.wraps`` leaves)."""
+        fn = self._current()
+        for _ in range(64):
+            if fn is None or fn is self._wrapper:
+                break
+            fn = getattr(fn, "__wrapped__", None)
+        return fn is not None and fn is self._wrapper
+
+    def remove(self) -> None:
+        if not self._on[0]:
+            return
+        self._on[0] = False
+        if self._current() is self._wrapper:
+            setattr(self.owner, self.name, self._original)
+            self._wrapper = self._original = None
+        # else: someone wrapped it meanwhile; it stays in their chain, passing calls through
