@@ -316,6 +316,8 @@ def _run(args: argparse.Namespace) -> int:
 
         report = _after_run(lambda: merge_ranks(out, world, json_path), "merge the ranks' reports")
     if report is not None:
+        from .report import print_run_summary
+
         _after_run(lambda: print_run_summary(out, report), "print the diagnosis")
     if args.fix and report is not None:
         return _fix(out, report, script, list(args.args), None, None)
@@ -346,6 +348,7 @@ def _execute(
 ) -> tuple[int, dict[str, Any] | None]:
     """Run the script watched into ``out``; return its exit code and the report."""
     from ._effects import SideEffects
+    from ._finish import write_outputs
     from ._replay import script_digest, seed_everything
     from ._runner import exec_script, scan_output
     from .collect.auto import AutoAttach
@@ -354,7 +357,7 @@ def _execute(
 
     checks = getattr(args, "check", []) if args is not None else []
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
-    run = Run(out, config, script=str(script), lr_scale=lr_scale)
+    run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=write_outputs)
     cwd, started = os.getcwd(), time.time()
     run.set_meta(
         launch={
@@ -635,7 +638,7 @@ def _shell(path: Path) -> str:
 def _replay_command(args: argparse.Namespace) -> int:
     from ._paths import _probe_dir
     from ._replay import replay, script_digest, unlocated_step
-    from .report import write_report
+    from .report import print_run_summary, write_report
     from .store import open_run
 
     run_dir = Path(args.run_dir)
@@ -677,17 +680,6 @@ def _replay_command(args: argparse.Namespace) -> int:
     if origin is None:
         print("gradoc replay: the re-run did not show where the value was born", file=sys.stderr)
     return 0
-
-
-def print_run_summary(out: Path, report: dict[str, Any], stderr: bool = True) -> None:
-    """The diagnosis at the end of a run; on stderr by default, so it survives `> log`."""
-    from rich.console import Console
-
-    from .report import print_summary
-    from .store import open_run
-
-    with open_run(out) as log:
-        print_summary(log, report, Console(stderr=stderr))
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from .._paths import output_dir
 from .._text import one_line
 from ..config import WatchConfig
 from ..errors import UsageError
-from .run import Run
+from .run import Finish, Run
 
 __all__ = ["Run", "prepare_run_dir", "torchrun_out", "torchrun_rank", "watch"]
 
@@ -66,30 +66,11 @@ def watch(
     out: str | Path | None = None,
     *,
     config: WatchConfig | None = None,
+    finish: Finish | None = None,
     **options: Any,
 ) -> Run:
-    """Watch a training loop: one line, no other change to the loop.
-
-    The loss is captured at ``backward()``, steps are counted at ``optimizer.step()``;
-    without an optimizer (a loop that updates the weights itself) a step is one
-    ``backward()`` or ``torch.autograd.grad`` call.
-    ``out`` is the run directory (default ``gradoc-runs/<script>-<time>``); ``options``
-    are :class:`WatchConfig` fields (``grads=``, ``params=``, ``activations=``, ...);
-    ``guard=True`` (or a :class:`GuardConfig`) keeps the run alive: skips non-finite
-    steps, clips outlier gradient norms, rolls back (see :mod:`gradoc.guard`). Under
-    torchrun, rank r > 0 writes ``out/rank<r>`` (unless ``out`` names its rank already).
-    ``out`` is made absolute now, so the script may change directory.
-
-    >>> import torch, gradoc
-    >>> model = torch.nn.Linear(4, 2)
-    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    >>> with gradoc.watch(model, opt, out=tmp_path / "run") as run:   # doctest: +SKIP
-    ...     for _ in range(3):
-    ...         loss = model(torch.randn(8, 4)).pow(2).mean()
-    ...         opt.zero_grad(); loss.backward(); opt.step()
-    >>> gradoc.open_run(run.dir).scalar("loss").steps                  # doctest: +SKIP
-    [0, 1, 2]
-    """
+    """The live side of :func:`gradoc.watch` (which documents it); ``finish`` writes what
+    the run leaves at close (the report, the sinks; see ``Run``)."""
     if config is not None and options:
         raise TypeError("pass either config= or WatchConfig fields as keywords, not both")
     cfg = config or WatchConfig(**options)
@@ -97,23 +78,24 @@ def watch(
     name = stem if stem and not stem.startswith("-") else "run"  # `python -c` gives '-c'
     rank, world = torchrun_rank()
     if world == 1:
-        run = Run(prepare_run_dir(out, name, flag="out="), cfg)
+        run = Run(prepare_run_dir(out, name, flag="out="), cfg, finish=finish)
     else:
-        run = _rank_run(torchrun_out(name) if out is None else Path(out), name, rank, cfg)
+        where = torchrun_out(name) if out is None else Path(out)
+        run = _rank_run(where, name, rank, cfg, finish)
     run.attach(model, optimizer)
     return run
 
 
-def _rank_run(out: Path, name: str, rank: int, cfg: WatchConfig) -> Run:
+def _rank_run(out: Path, name: str, rank: int, cfg: WatchConfig, finish: Finish | None) -> Run:
     """Under torchrun, ranks must never share a log, nor kill the job over one: rank r > 0
     writes ``out/rank<r>`` unless ``out`` already names its rank (``runs/rank1``,
     ``runs/r1``); a rank that finds ``out`` taken by another writes ``out/rank<r>``."""
     own = rank == 0 or re.search(rf"(?<![0-9]){rank}(?![0-9])", out.name) is not None
     if not own:
-        return Run(prepare_run_dir(out, name, rank=rank, flag="out="), cfg)
+        return Run(prepare_run_dir(out, name, rank=rank, flag="out="), cfg, finish=finish)
     try:
-        return Run(prepare_run_dir(out, name, flag="out="), cfg)
+        return Run(prepare_run_dir(out, name, flag="out="), cfg, finish=finish)
     except UsageError:
         if not (out / "run.db").exists():
             raise  # not a collision: a real problem with out
-        return Run(prepare_run_dir(out / f"rank{rank}", name, flag="out="), cfg)
+        return Run(prepare_run_dir(out / f"rank{rank}", name, flag="out="), cfg, finish=finish)

@@ -22,7 +22,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .._tree import arguments
-from ..tools.padding import mask_pads
+from ..locate.padding import mask_pads
 
 WARMUP = 20
 

@@ -54,6 +54,7 @@ from .._text import module_label, one_line, safe
 from .._version import __version__
 from .._wrappers import compiled, compiling, unwrap
 from ..config import GuardConfig, WatchConfig
+from ..detect._util import update_ratio
 from ..guard import Guard, GuardGaveUp, Vitals, agree, scale_lr
 from ..guard import lr as guard_lr
 from ..locate import Origin
@@ -93,6 +94,11 @@ from .lengths import stats as length_stats
 from .locating import Locator, first_tensor
 from .manual import HandWritten, fallback_name, step_leaves, variable_names
 from .packet import Packet
+
+Finish = Callable[
+    [Path, "str | Path | None", "dict[str, Any] | None", dict[str, str]], "dict[str, Any]"
+]
+"""What writes a closed run's report and sinks (see ``Run(finish=...)``)."""
 
 
 @dataclass(slots=True)
@@ -224,9 +230,14 @@ class Run:
         *,
         script: str | None = None,
         lr_scale: float = 1.0,
+        finish: Finish | None = None,
     ) -> None:
         """``lr_scale``: multiply every optimizer's learning rates (schedules included) when
-        it is attached: ``gradoc run --lr-scale`` and ``--fix`` try a rate without an edit."""
+        it is attached: ``gradoc run --lr-scale`` and ``--fix`` try a rate without an edit.
+        ``finish(dir, json_path, stopped, sinks)``: called with the complete log at
+        :meth:`close`, it writes what the run leaves (the report, the sinks) and returns the
+        report (``gradoc._finish.write_outputs``); without one only the log is written."""
+        self._finish = finish
         self.dir = Path(os.path.abspath(directory))  # fixed now: the script may chdir
         self.config = config
         self.step = 0
@@ -782,7 +793,7 @@ class Run:
 
     def _audit_padding(self, step: int) -> None:
         """--check padding: audit the step's batch; each new finding becomes an event."""
-        from ..tools.padding import audit_padding, mask_pads
+        from ..locate.padding import audit_padding, mask_pads
 
         if self._last_forward is None:
             return
@@ -1119,8 +1130,9 @@ class Run:
             # NOTE: only updates that made the weights huge count (update RMS > 100; healthy
             # weights ~0.01-1), so a zero-initialised matrix's first update does not
             rms = update / math.sqrt(max(1, w.param.numel()))
-            if w.param.dim() >= 2 and weight > 0 and rms > 100 and math.isfinite(update / weight):
-                self._update_ratios[w.name] = (sl.step, update / weight)
+            ratio = update_ratio(update, weight)
+            if w.param.dim() >= 2 and rms > 100 and ratio is not None:
+                self._update_ratios[w.name] = (sl.step, ratio)
 
     def _decides(self) -> bool:
         """Something is decided at every statistics point (skip, clip, locate), so the step's
@@ -1194,15 +1206,15 @@ class Run:
                 file=sys.stderr,
             )
             raise KeyboardInterrupt
-        from ..report import write_report  # the report reads the finished log
-
+        if self._finish is None:
+            return None
         stopped = None
         if self._writer.error is not None:  # the log lacks the end of the run: say so
             error = one_line(self._writer.error)
             stopped = {"error": error, "steps": self.step, "status": status}
             stopped["exit_code"] = exit_code
         try:
-            report = write_report(self.dir, json_path, stopped=stopped)
+            report = self._finish(self.dir, json_path, stopped, dict(self.config.sinks))
         except KeyboardInterrupt:
             print(
                 f"gradoc: interrupted while writing the report; the run log is complete: "
@@ -1219,13 +1231,6 @@ class Run:
                 file=sys.stderr,
             )
             return None
-        for kind, target in self.config.sinks.items():
-            try:
-                from ..sinks import export
-
-                export(kind, self.dir, target, report)
-            except Exception as exc:  # a sink must not cost the run its report
-                print(f"gradoc: could not write the {kind} sink: {safe(exc)}", file=sys.stderr)
         return report
 
     def _complete_log(self, status: str, exit_code: int | None) -> None:

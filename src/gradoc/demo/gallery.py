@@ -434,10 +434,9 @@ def run(name: str, out: Path | None, fixed: bool = False) -> int:
     """Train a scenario's problem and fixed runs; print the diagnosis and the comparison."""
     from rich.console import Console
 
-    from ..cli import print_run_summary
     from ..collect import prepare_run_dir
     from ..fix import compare
-    from ..report import print_comparison
+    from ..report import print_comparison, print_run_summary
 
     scenario = GALLERY[name]
     console = Console()

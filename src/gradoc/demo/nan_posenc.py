@@ -110,8 +110,8 @@ def run(
 
     import gradoc
 
-    from ..cli import print_run_summary
     from ..collect import prepare_run_dir
+    from ..report import print_run_summary
 
     console = Console()
     console.print(Panel(STORY, title=f"gradoc demo {NAME}" + (" --fixed" if fixed else "")))

@@ -2,7 +2,7 @@
 
 Needs: the run's ``length_anomaly`` events and ``meta['lengths']`` (recorded whenever the
 model's batch lengths can be read, see ``collect/lengths.py``), and, with
-``gradoc run --check padding``, the ``padding_audit`` events (``tools/padding.py``).
+``gradoc run --check padding``, the ``padding_audit`` events (``locate/padding.py``).
 
 Rules: every audit finding is reported once, at the first step it was seen. A length
 anomaly (its rule is in ``collect/lengths.py``) is info, and a warning when one falls on a

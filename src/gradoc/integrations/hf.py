@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .. import watch
+from .._finish import watch
 from ..collect.run import Run
 
 

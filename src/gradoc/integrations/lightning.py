@@ -14,6 +14,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from .._finish import write_outputs
 from ..collect import prepare_run_dir
 from ..collect.run import Run
 from ..config import WatchConfig
@@ -27,7 +28,7 @@ class GradocCallback(Callback):  # type: ignore[misc]
         self._stepped: list[Any] = []
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self.run = Run(prepare_run_dir(self.out, "lightning"), self.config)
+        self.run = Run(prepare_run_dir(self.out, "lightning"), self.config, finish=write_outputs)
         for opt in trainer.optimizers:
             self.run.attach(pl_module, getattr(opt, "optimizer", opt), hooks=False)
 

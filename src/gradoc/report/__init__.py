@@ -6,6 +6,7 @@ from .terminal import (
     print_amp_compare,
     print_checkpoint_plan,
     print_comparison,
+    print_run_summary,
     print_summary,
     status,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "print_amp_compare",
     "print_checkpoint_plan",
     "print_comparison",
+    "print_run_summary",
     "print_summary",
     "status",
     "to_json_text",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._text import one_line, safe
-from ..store import RunLog, Series
+from .._text import number, one_line, safe
+from ..store import RunLog, Series, open_run
 
 _BARS = "▁▂▃▄▅▆▇█"
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
@@ -59,16 +60,10 @@ def _name(x: object, style: str = "") -> Text:
 
 
 def _num(x: object) -> str:
-    """Numbers for people: 4 significant digits, counts as integers, NaN as 'nan'."""
-    if x is None:
-        return "-"
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    """Numbers as :func:`gradoc._text.number` writes them; anything else made safe."""
+    if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
         return safe(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    if not math.isfinite(x):
-        return repr(x).lower()
-    return f"{x:.4g}"
+    return number(x)
 
 
 def _series_line(name: str, s: Series) -> Text | None:
@@ -81,6 +76,12 @@ def _series_line(name: str, s: Series) -> Text | None:
     if finite:
         text.append(f"  min {_num(min(finite))}  max {_num(max(finite))}")
     return text
+
+
+def print_run_summary(out: Path, report: dict[str, Any], stderr: bool = True) -> None:
+    """The diagnosis at the end of a run; on stderr by default, so it survives `> log`."""
+    with open_run(out) as log:
+        print_summary(log, report, Console(stderr=stderr))
 
 
 def print_summary(run: RunLog, report: dict[str, Any], console: Console | None = None) -> None:

@@ -1,0 +1,91 @@
+"""The package's import direction, written down once: a module imports only lower layers.
+
+The pipeline reads collect -> stats -> store -> detect -> locate -> diagnose -> report; the
+import layers below follow it, with the live side (``collect``) above the engines it drives
+(statistics, the store, locating, the guard) and below everything that reads a finished
+run (diagnosis, report, sinks). ``tools`` are applications (they run scripts, render);
+what the live side needs of them (the padding audit) lives in ``locate``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gradoc
+
+LAYERS: list[set[str]] = [
+    {"_version", "errors", "_text", "_tree", "_wrappers", "_patch", "_state", "schedule", "data"},
+    {"_paths", "_effects", "config"},
+    {"stats"},  # pure tensor statistics
+    {"store"},  # the run log
+    {"detect"},  # rules over a run log
+    {"locate", "guard"},  # engines the live side drives: replays, guard actions
+    {"collect", "testing", "_runner"},  # the live run; the numerics harness; running scripts
+    {"_replay", "diagnose", "compare", "fix"},
+    {"report"},  # the only renderer (rich, HTML, charts)
+    {"sinks"},
+    {"_finish", "distributed", "tools"},  # what a closed run leaves; applications
+    {"__init__"},  # the public API
+    {"integrations", "demo"},  # programs of the API
+    {"cli"},
+    {"__main__"},
+]
+ROOT = Path(gradoc.__file__).parent
+
+
+def unit(path: Path) -> str:
+    """A subpackage, or a top-level module of the package."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return parts[0]
+
+
+def imports(path: Path) -> set[str]:
+    """The package's units this file imports (module level or inside functions)."""
+    here = path.relative_to(ROOT).parent.parts
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = list(here[: len(here) - node.level + 1])
+            target = base + (node.module.split(".") if node.module else [])
+            if target:
+                found.add(target[0])
+            else:  # from . import x / from .. import x: the names are the units
+                found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "gradoc":
+                found.add(parts[1] if len(parts) > 1 else "__init__")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "gradoc":
+                    found.add(parts[1] if len(parts) > 1 else "__init__")
+    return found
+
+
+def test_every_module_imports_only_lower_layers() -> None:
+    level = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    backward, unplaced = [], set()
+    for path in sorted(ROOT.rglob("*.py")):
+        me = unit(path)
+        if me not in level:
+            unplaced.add(me)
+            continue
+        for other in imports(path) - {me}:
+            if other not in level:
+                unplaced.add(other)
+            elif level[other] >= level[me]:
+                backward.append(f"{path.relative_to(ROOT)} imports {other}")
+    assert not unplaced, f"place these in LAYERS: {sorted(unplaced)}"
+    assert not backward, "imports against the layering:\n" + "\n".join(backward)
+
+
+def test_the_walk_reads_every_kind_of_import() -> None:
+    """The check itself: a relative import two levels up is read as the unit it names."""
+    path = ROOT / "collect" / "run.py"
+    assert {"stats", "store", "locate"} <= imports(path)
+    assert "report" not in imports(path)
+    assert "demo" not in imports(ROOT / "cli.py") or "cli" not in imports(
+        ROOT / "demo" / "gallery.py"
+    )
