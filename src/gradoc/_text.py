@@ -10,6 +10,7 @@ passes user text to rich as ``Text`` objects, never as markup strings.
 
 from __future__ import annotations
 
+import math
 import re
 
 # C0 controls but tab and newline, DEL, C1 controls, and the Unicode bidi controls
@@ -45,3 +46,20 @@ def module_label(module: str | None) -> str:
     if module is None:
         return "code outside the model"
     return module or "the model's own forward"
+
+
+def number(x: float | int | None, digits: int = 4) -> str:
+    """A number for people, the one way gradoc writes them: ``digits`` significant digits,
+    counts as integers with separators, NaN and infinities as Python spells them in lower
+    case, a missing value as "-".
+
+    >>> number(0.000123456), number(12345), number(float("-inf")), number(2.5e-9, 3)
+    ('0.0001235', '12,345', '-inf', '2.5e-09')
+    """
+    if x is None:
+        return "-"
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return repr(float(x)).lower()
+    return f"{x:.{digits}g}"

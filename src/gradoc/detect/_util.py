@@ -6,6 +6,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from .._text import number
 from ..store import Layer, Series
 from .history import History
 
@@ -46,28 +47,40 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def update_ratios(h: History) -> dict[str, Series]:
-    """Per weight matrix, ||update|| / ||weight|| at the sampled steps after step 0.
+def update_ratio(update: float, weight: float) -> float | None:
+    """||update|| / ||weight|| (the weight before the update): the one definition, used by
+    the detectors, the charts, the sinks and the collector. None where it means nothing: a
+    zero or non-finite weight norm, a non-finite update."""
+    if weight > 0 and math.isfinite(weight) and math.isfinite(update):
+        return update / weight
+    return None
 
-    Step 0 is left out: a zero-initialised tensor's first update is all of its norm.
-    """
+
+def update_ratio_series(update: Series, weight: Series) -> Series:
+    """:func:`update_ratio` at the sampled steps after step 0 (a zero-initialised tensor's
+    first update is all of its norm)."""
+    weights = dict(zip(weight.steps, weight.values))
+    points = [
+        (s, r)
+        for s, u in zip(update.steps, update.values)
+        if s > 0 and s in weights and (r := update_ratio(u, weights[s])) is not None
+    ]
+    return Series([s for s, _ in points], [r for _, r in points])
+
+
+def update_ratios(h: History) -> dict[str, Series]:
+    """Per weight matrix, its :func:`update_ratio_series`."""
     out: dict[str, Series] = {}
     for p in weight_params(h):
-        upd, w = h.param(p.name, "update_norm"), h.param(p.name, "weight_norm")
-        weights = dict(zip(w.steps, w.values))
-        steps, ratios = [], []
-        for s, u in zip(upd.steps, upd.values):
-            wv = weights.get(s)
-            if s > 0 and wv and math.isfinite(u) and math.isfinite(wv) and wv > 0:
-                steps.append(s)
-                ratios.append(u / wv)
-        if steps:
-            out[p.name] = Series(steps, ratios)
+        ratios = update_ratio_series(h.param(p.name, "update_norm"), h.param(p.name, "weight_norm"))
+        if ratios.steps:
+            out[p.name] = ratios
     return out
 
 
 def fmt(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else repr(x).lower()
+    """A number in a finding's text: :func:`gradoc._text.number`, 3 significant digits."""
+    return number(x, 3)
 
 
 SUMMED_VARIANCE = 0.6

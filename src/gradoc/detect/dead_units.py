@@ -23,29 +23,36 @@ SAMPLES = 3
 RELU_FAMILY = ("ReLU", "ReLU6", "Threshold")
 
 
-def _dead_share(units: list[float]) -> float:
+def dead_share(units: list[float]) -> float:
+    """The share of a layer's units active on fewer than ``ACTIVE`` of the outputs: dead."""
     return sum(1 for u in units if u < ACTIVE) / len(units) if units else 0.0
+
+
+def relu_family(module_type: str | None, name: str, functional: dict[str, str]) -> bool:
+    """Where "dead" means something: a ReLU-family module's output, or a module's output
+    that goes through ``F.relu`` (a linear layer's unit below 0 is fine otherwise)."""
+    return module_type in RELU_FAMILY or functional.get(name) == "relu"
 
 
 def check(h: History) -> list[Finding]:
     flagged = []
     functional = h.meta.get("functional_activations") or {}
     for m in h.modules:
-        if m.type not in RELU_FAMILY and functional.get(m.name) != "relu":
+        if not relu_family(m.type, m.name, functional):
             continue
         samples = h.units.get(m.name, {})
         steps = sorted(samples)
         if not steps:
             continue
         recent = steps[-SAMPLES:]
-        if not all(_dead_share(samples[s]) > LAYER_SHARE for s in recent):
+        if not all(dead_share(samples[s]) > LAYER_SHARE for s in recent):
             continue
         first = next(  # the start of the run of dead samples that reaches the end
             s
             for i, s in enumerate(steps)
-            if all(_dead_share(samples[t]) > LAYER_SHARE for t in steps[i:])
+            if all(dead_share(samples[t]) > LAYER_SHARE for t in steps[i:])
         )
-        flagged.append((m.name, first, _dead_share(samples[steps[-1]]), len(samples[steps[-1]])))
+        flagged.append((m.name, first, dead_share(samples[steps[-1]]), len(samples[steps[-1]])))
     if not flagged:
         return []
     name, first, share, width = flagged[0]

@@ -27,24 +27,24 @@ import math
 from ._util import finite, fmt, median, weight_params
 from .finding import Finding
 from .history import History
+from .zclip import WARMUP, ZClip
 
 SCALE_RATIO = 1e3
 GROWTH = 100.0
 SUSTAIN = 3
 NONFINITE_WITHIN = 20
-EMA_ALPHA = 0.97
 
 
 def _ema_z(values: list[float], upto: int) -> float:
-    """ZClip's z-score of values[upto] against an EMA of the values before it."""
+    """ZClip's z-score of values[upto]: the guard's averages fed the norms before it (the
+    warm-up shortened to the first half of them in a short run)."""
     if upto < 2:
         return math.nan
-    mean, var = values[0], 0.0
-    for v in values[1:upto]:
-        delta = v - mean
-        mean = EMA_ALPHA * mean + (1 - EMA_ALPHA) * v
-        var = EMA_ALPHA * var + (1 - EMA_ALPHA) * delta * delta
-    return (values[upto] - mean) / math.sqrt(var) if var > 0 else math.inf
+    z = ZClip(warmup=max(1, min(WARMUP, upto // 2)))
+    for v in values[:upto]:
+        z.update(v)
+    score = z.zscore(values[upto])
+    return score if score is not None else math.nan
 
 
 def _scale_rule(h: History) -> tuple[int, str, float] | None:

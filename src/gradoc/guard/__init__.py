@@ -5,10 +5,10 @@ is recorded in the run log.
 """
 
 from ..config import GuardConfig
+from ..detect.zclip import ZClip
 from .guard import Decision, Guard, GuardGaveUp, Vitals, agree
 from .lr import scale_lr
 from .snapshots import Snapshot
-from .zclip import ZClip
 
 __all__ = [
     "Decision",

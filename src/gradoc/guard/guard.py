@@ -30,10 +30,10 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ..config import GuardConfig
+from ..detect.zclip import ZClip
 from ..errors import GradocError
 from . import lr
 from .snapshots import Snapshot
-from .zclip import ZClip
 
 
 class GuardGaveUp(GradocError, RuntimeError):

@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .._text import module_label
-from ..detect.dead_units import RELU_FAMILY
+from .._text import module_label, number
+from ..detect._util import update_ratio_series
+from ..detect.dead_units import dead_share, relu_family
 from ..store import RunLog
 from . import charts
 
@@ -32,11 +33,10 @@ def _e(x: object) -> str:
 
 
 def _num(x: object) -> str:
+    """Numbers as :func:`gradoc._text.number` writes them; anything else escaped."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return _e(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    return repr(x).lower() if not math.isfinite(x) else f"{x:.4g}"
+    return number(x)
 
 
 def _even(items: list[Any], n: int) -> list[Any]:
@@ -254,11 +254,9 @@ def _charts(log: RunLog, report: dict[str, Any]) -> list[str]:
     out += _activation_charts(log)
     ratios: dict[str, tuple[list[int], list[float]]] = {}
     for p in _even(weights, MAX_LINES):
-        w, u = table[p.name]["weight_norm"], table[p.name]["update_norm"]
-        wv = dict(zip(w.steps, w.values))
-        pts = [(s, v / wv[s]) for s, v in zip(u.steps, u.values) if wv.get(s)]
-        if pts:
-            ratios[p.name] = ([s for s, _ in pts], [r for _, r in pts])
+        r = update_ratio_series(table[p.name]["update_norm"], table[p.name]["weight_norm"])
+        if r.steps:
+            ratios[p.name] = (r.steps, r.values)
     out.append(
         _figure(
             "chart-update-ratio",
@@ -278,15 +276,11 @@ def _activation_charts(log: RunLog) -> list[str]:
         m for m in log.modules if acts.get(m.name, {}).get("numel") and acts[m.name]["numel"].steps
     ]
     steps = _even(sorted({s for m in modules for s in acts[m.name]["numel"].steps}), MAX_COLS)
-    # "dead" means something for ReLU-family outputs only (a linear layer's unit < 0 is fine)
-    dead_rows = _even([m for m in modules if units.get(m.name) and m.type in RELU_FAMILY], MAX_ROWS)
+    functional = log.meta.get("functional_activations") or {}
+    relu = [m for m in modules if units.get(m.name) and relu_family(m.type, m.name, functional)]
+    dead_rows = _even(relu, MAX_ROWS)
     dead = [
-        [
-            (sum(1 for a in units[m.name][s] if a < 0.01) / len(units[m.name][s]))
-            if s in units[m.name] and units[m.name][s]
-            else None
-            for s in steps
-        ]
+        [dead_share(units[m.name][s]) if units[m.name].get(s) else None for s in steps]
         for m in dead_rows
     ]
     sat_rows = _even([m for m in modules if acts[m.name]["sat_frac"].steps], MAX_ROWS)

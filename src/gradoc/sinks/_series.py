@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..detect._util import update_ratio_series
 from ..store import RunLog
 
 
@@ -25,10 +26,9 @@ def step_rows(log: RunLog) -> dict[int, dict[str, float]]:
     for param, stats in log.param_table().items():
         for step, v in zip(stats["grad_norm"].steps, stats["grad_norm"].values):
             put(step, f"grad_norm/{param}", v)
-        w = dict(zip(stats["weight_norm"].steps, stats["weight_norm"].values))
-        for step, u in zip(stats["update_norm"].steps, stats["update_norm"].values):
-            if w.get(step):
-                put(step, f"update_ratio/{param}", u / w[step])
+        ratios = update_ratio_series(stats["update_norm"], stats["weight_norm"])
+        for step, r in zip(ratios.steps, ratios.values):
+            put(step, f"update_ratio/{param}", r)
     for module, stats in log.activation_table().items():
         for step, v in zip(stats["std"].steps, stats["std"].values):
             put(step, f"output_std/{module or '(model)'}", v)

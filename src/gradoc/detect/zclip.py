@@ -10,7 +10,8 @@ the outlier, the harder it is clipped — and the averages are then updated with
 clipped value, so a spike cannot drag the threshold up after it.
 
 Pure host arithmetic on one float per step: the norm itself is computed on the device
-with the run's other statistics and read with them.
+with the run's other statistics and read with them. The one definition of these
+statistics: the guard clips with it, ``exploding_gradients`` reports its z-score.
 """
 
 from __future__ import annotations
@@ -18,26 +19,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+WARMUP = 25
+"""ZClip's default warm-up (``GuardConfig.zclip_warmup``)."""
+
 
 @dataclass(slots=True)
 class ZClip:
     alpha: float = 0.97
     z_thresh: float = 2.5
-    warmup: int = 25
+    warmup: int = WARMUP
     eps: float = 1e-6
     mean: float | None = None
     var: float = 0.0
     _buffer: list[float] = field(default_factory=list)
 
-    def threshold(self, norm: float) -> float | None:
-        """The norm to clip ``norm`` to, or None when it is not an outlier (or in warm-up)."""
+    def zscore(self, norm: float) -> float | None:
+        """``(norm - mean) / std`` against the averages so far; None in warm-up."""
         if self.mean is None:
             return None
-        std = math.sqrt(self.var)
-        z = (norm - self.mean) / (std + self.eps)
-        if z <= self.z_thresh:
+        return (norm - self.mean) / (math.sqrt(self.var) + self.eps)
+
+    def threshold(self, norm: float) -> float | None:
+        """The norm to clip ``norm`` to, or None when it is not an outlier (or in warm-up)."""
+        z = self.zscore(norm)
+        if z is None or self.mean is None or z <= self.z_thresh:
             return None
-        return self.mean + self.z_thresh * std / (z / self.z_thresh)
+        return self.mean + self.z_thresh * math.sqrt(self.var) / (z / self.z_thresh)
 
     def update(self, norm: float) -> float | None:
         """Account for this step's (finite) global norm; return the clip target, if any."""
