@@ -10,9 +10,12 @@ training loop's loss, in a program that never trains. Like TensorFlow's
 ``enable_check_numerics`` and JAX's ``jax_debug_nans``, with the backward and the user's
 own line.
 
->>> with gradoc.check_numerics():           # doctest: +SKIP
-...     loss = model(x).log().mean()          # FloatingPointError: aten.log ... model.py:12
-...     loss.backward()
+>>> import torch, gradoc
+>>> model = torch.nn.Linear(4, 1)
+>>> with gradoc.check_numerics(raise_error=False) as check:
+...     loss = model(torch.randn(8, 4)).log().mean()  # log of negative outputs: NaN
+>>> check.origin.op, check.origin.phase
+('aten.log.default', 'forward')
 """
 
 from __future__ import annotations

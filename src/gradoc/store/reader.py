@@ -188,11 +188,18 @@ def _resolve(path: str | Path) -> Path:
 class RunLog:
     """A read-only view of one run's log (finished, crashed or still running).
 
-    >>> run = open_run("gradoc-runs/train")           # doctest: +SKIP
-    >>> run.scalar("loss").values[-1]                 # doctest: +SKIP
-    0.31
-    >>> run.param("fc1.weight", "grad_norm").steps    # doctest: +SKIP
-    [0, 1, 2, ...]
+    >>> import torch, gradoc
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> with gradoc.watch(model, opt, out=tmp_path / "train") as done:
+    ...     for _ in range(3):
+    ...         loss = model(torch.randn(8, 4)).pow(2).mean()
+    ...         opt.zero_grad(); loss.backward(); opt.step()
+    >>> run = open_run(done.dir)
+    >>> run.scalar("loss").steps
+    [0, 1, 2]
+    >>> run.param("0.weight", "grad_norm").steps
+    [0, 1, 2]
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -464,9 +471,14 @@ def _event(step: Any, time: Any, kind: Any, message: Any, data: Any) -> Event:
 def open_run(path: str | Path) -> RunLog:
     """Open a run directory (or its ``run.db``) for reading.
 
-    >>> import gradoc
-    >>> run = gradoc.open_run("gradoc-runs/train")    # doctest: +SKIP
-    >>> run.scalar("grad_norm").values[:3]            # doctest: +SKIP
-    [1.92, 1.88, 1.85]
+    >>> import torch, gradoc
+    >>> model = torch.nn.Linear(4, 1)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> with gradoc.watch(model, opt, out=tmp_path / "one-step") as done:
+    ...     loss = model(torch.randn(8, 4)).pow(2).mean()
+    ...     opt.zero_grad(); loss.backward(); opt.step()
+    >>> run = gradoc.open_run(done.dir)
+    >>> len(run.scalar("grad_norm").values)
+    1
     """
     return RunLog(path)
