@@ -98,13 +98,15 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
 @pytest.mark.parametrize("what", ["gradient", "loss"])
+@pytest.mark.parametrize("guard", [True, None], ids=["guard", "default"])
 def test_skipped_step_leaves_weights_and_optimizer_state_bit_identical(
-    tmp_path: Path, name: str, what: str
+    tmp_path: Path, name: str, what: str, guard: bool | None
 ) -> None:
+    """One meaning of skipping, with a guard or without (the default skips too)."""
     model = mlp()
     opt = OPTIMIZERS[name](model.parameters())
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)  # per step
-    with gradoc.watch(model, opt, out=tmp_path / "r", guard=True) as run:
+    with gradoc.watch(model, opt, out=tmp_path / "r", guard=guard) as run:
         for step in range(6):
             x, y = batch(step)
             loss = F.mse_loss(model(x), y)
@@ -121,9 +123,65 @@ def test_skipped_step_leaves_weights_and_optimizer_state_bit_identical(
             if step == 4:
                 assert_same(state(model, opt), before)
                 assert (opt.param_groups[0]["lr"], sched.last_epoch) == (lr, epoch)
-    events = [(e.kind, e.step) for e in gradoc.open_run(run.dir).events]
+    log = gradoc.open_run(run.dir)
+    events = [(e.kind, e.step) for e in log.events]
     assert ("skipped_update", 4) in events
+    assert log.meta["skipped_updates"] == 1  # counted once
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_skipping_off_and_a_guard_that_skips_is_refused() -> None:
+    with pytest.raises(ValueError, match="contradicts"):
+        gradoc.WatchConfig(guard=True, skip_nonfinite_updates=False)
+    assert gradoc.WatchConfig(skip_nonfinite_updates=False).guard_config() is None
+
+
+def test_the_guard_state_carries_across_a_resumed_job(tmp_path: Path) -> None:
+    """A job checkpointed at step 40 and resumed clips exactly as one that never stopped."""
+
+    def job(steps: range, out: Path, state: dict[str, Any] | None) -> tuple[Any, ...]:
+        torch.manual_seed(0)
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+        guard = gradoc.GuardConfig(zclip_warmup=10, divergence_window=5)
+        with gradoc.watch(model, opt, out=out, guard=guard) as run:
+            assert run.guard is not None
+            if state is not None:
+                run.guard.load_state_dict(state["guard"])
+            for step in steps:
+                x, y = batch(step)
+                loss = F.mse_loss(model(x), y) * (50.0 if step in (45, 52) else 1.0)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            saved = {"model": model.state_dict(), "opt": opt.state_dict()}
+            saved["guard"] = run.guard.state_dict()
+        return saved, run.guard_summary(), [p.detach().clone() for p in model.parameters()]
+
+    whole, summary, weights = job(range(60), tmp_path / "whole", None)
+    first, _, _ = job(range(40), tmp_path / "first", None)
+    first = torch.load(_saved(tmp_path, first), weights_only=False)  # through a checkpoint
+    resumed, resumed_summary, resumed_weights = job(range(40, 60), tmp_path / "second", first)
+    assert summary["clipped"] >= 2  # the two spikes were clipped
+    assert resumed_summary["clipped"] == summary["clipped"]  # counters carried over
+    assert resumed["guard"]["zclip"] == whole["guard"]["zclip"]
+    # the divergence window and best carried over (its best step counts the resumed run's
+    # own steps, as every step number in its log does)
+    keys = ("losses", "first", "best")
+    assert [resumed["guard"]["divergence"][k] for k in keys] == [
+        whole["guard"]["divergence"][k] for k in keys
+    ]
+    for a, b in zip(weights, resumed_weights):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _saved(tmp_path: Path, state: dict[str, Any]) -> Path:
+    path = tmp_path / "checkpoint.pt"
+    torch.save(state, path)
+    return path
 
 
 def test_a_per_epoch_scheduler_is_not_held_back(tmp_path: Path) -> None:

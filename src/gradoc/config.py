@@ -32,7 +32,8 @@ class WatchConfig:
     locate: bool = True
     """On the first non-finite step, replay it to find the op, module and line it came from."""
     skip_nonfinite_updates: bool = True
-    """Do not apply an update whose gradients are non-finite (the report counts them)."""
+    """Do not apply a step whose loss or gradients are non-finite (the report counts them):
+    the guard with skipping as its only action (see :meth:`guard_config`)."""
     sinks: dict[str, str] = field(default_factory=dict)
     """Where else the run goes at close, ``{"tensorboard": "tb-logs/run1"}`` (see
     :mod:`gradoc.sinks`)."""
@@ -64,6 +65,12 @@ class WatchConfig:
             self.guard = None
         elif self.guard is not None and not isinstance(self.guard, GuardConfig):
             raise TypeError(f"guard must be True, False or a GuardConfig, not {self.guard!r}")
+        guard_skips = isinstance(self.guard, GuardConfig) and self.guard.skip_nonfinite
+        if guard_skips and not self.skip_nonfinite_updates:
+            raise ValueError(
+                "skip_nonfinite_updates=False contradicts a guard that skips non-finite "
+                "steps; use guard=GuardConfig(skip_nonfinite=False)"
+            )
         for name in ("grads", "params", "activations"):
             setattr(self, name, as_schedule(getattr(self, name)))
         if self.flush_every_s <= 0 or self.flush_every_steps < 1:
@@ -72,6 +79,17 @@ class WatchConfig:
             raise ValueError("queue_size must be >= 1")
         if self.keep_recent_steps < 1 or self.keep_old_steps < 1:
             raise ValueError("keep_recent_steps and keep_old_steps must be >= 1")
+
+    def guard_config(self) -> GuardConfig | None:
+        """What keeps non-finite steps out, one way whichever flag asked: the guard given,
+        else (``skip_nonfinite_updates``) a guard that only skips (no clipping, no
+        rollback, no agreement across ranks), else none. A skipped step changes no
+        weight, momentum or Adam moment, and a per-step LR scheduler does not advance."""
+        if isinstance(self.guard, GuardConfig):
+            return self.guard
+        if self.skip_nonfinite_updates:
+            return GuardConfig(skip_nonfinite=True, clip=None, rollback=False, collective=False)
+        return None
 
     def describe(self) -> dict[str, str]:
         """A JSON-friendly view for the run metadata."""

@@ -292,7 +292,6 @@ class Run:
         self._seen_nonfinite: set[str] = set()
         self._names: dict[nn.Module, str] = {}
         self._locator = Locator(self._names)
-        self._skipped = 0
         self._update_ratios: dict[str, tuple[int, float]] = {}
         self._origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
         # check_amp: device-side sums over the sampled steps, read once at close
@@ -326,8 +325,10 @@ class Run:
         self._lr_scale = lr_scale
         if lr_scale != 1.0:
             guard_lr.install()  # before the script makes its schedulers: scale_lr finds them
-        if isinstance(config.guard, GuardConfig):
-            self._guard = Guard(config.guard, self.event)
+        guard = config.guard_config()  # skipping non-finite steps is the guard's, always
+        self._guard_asked = isinstance(config.guard, GuardConfig)  # asked for, not the default
+        if guard is not None:
+            self._guard = Guard(guard, self.event, every_step=self._guard_asked)
         taps.add_loss_sink(self)
         _open_runs.add(self)
 
@@ -748,8 +749,8 @@ class Run:
     def _pre_step(self, target: _Target) -> None:
         optimizer = target.optimizer
         self._locator.pause()
-        # the guard reads every step's norms (and so records them)
-        want_grads = self.config.grads(target.steps) or self._guard is not None
+        # a guard asked for reads every step's norms (and so records them)
+        want_grads = self.config.grads(target.steps) or self._guard_asked
         want_params = self.config.params(target.steps)
         if want_grads or want_params:
             target.collected_at = target.steps
@@ -766,7 +767,7 @@ class Run:
                 target.before = [w.param.detach().clone() for w in target.present]
                 if self.config.check_amp:
                     self._probe_grads(target)
-        if self.config.locate or self.config.skip_nonfinite_updates or self._guard:
+        if self._decides():
             self._vet(target, optimizer is self._primary)
         if self.config.check_padding and optimizer is self._primary:
             step = target.steps
@@ -857,9 +858,10 @@ class Run:
             target.steps, bad, loss_bad, params, context, self._update_ratios, rerun
         )
         if origin is not None:
-            self._record_origin(origin)
+            self.record_origin(origin)
 
-    def _record_origin(self, origin: Origin) -> None:
+    def record_origin(self, origin: Origin) -> None:
+        """Log where a step's NaN/Inf was born (an event the report reads)."""
         self._origins[origin.step] = origin.to_json()
         where = f" in {module_label(origin.module)}" if origin.module is not None else ""
         at = f" ({origin.file}:{origin.line})" if origin.file else ""
@@ -887,7 +889,7 @@ class Run:
         if norms_ is not None:
             # a sum is finite exactly when every term is (or overflows, which is as bad)
             parts.append(norms_.sum())
-            if self._guard is not None:
+            if self._guard is not None and self._guard.needs_norm:
                 wide = torch.float32 if norms_.device.type == "mps" else torch.float64
                 parts.append(torch.linalg.vector_norm(norms_.to(wide)))
         if not parts:
@@ -963,12 +965,6 @@ class Run:
             return  # the program applies its own update: gradoc cannot skip it
         if self._guard is not None:
             self._guard_step(self._guard, target, primary, v)
-        elif v.bad and self.config.skip_nonfinite_updates:
-            self._drop_grads(target)
-            if self._skipped <= 10:
-                self.event(
-                    "skipped_update", f"non-finite update of step {target.steps} not applied"
-                )
 
     def _drop_grads(self, target: _Target) -> None:
         """The optimizer skips parameters without a gradient: the update does not happen."""
@@ -977,7 +973,6 @@ class Run:
                 target.held[w.id] = w.param.grad  # counted at the transfer
             w.param.grad = None
         target.before = None  # no update to measure: an update not made is not a tiny one
-        self._skipped += 1
 
     def _guard_step(self, guard: Guard, target: _Target, primary: bool, v: Vitals) -> None:
         if guard.collective:
@@ -1137,7 +1132,7 @@ class Run:
     def _decides(self) -> bool:
         """Something is decided at every statistics point (skip, clip, locate), so the step's
         one host read is made there, carrying the previous step's statistics."""
-        return bool(self.config.locate or self.config.skip_nonfinite_updates or self._guard)
+        return self.config.locate or self._guard is not None
 
     def _collected(self) -> bool:
         return bool(self._acts) or any(t.collected() for t in self._targets.values())
@@ -1166,7 +1161,32 @@ class Run:
 
     def guard_summary(self) -> dict[str, Any] | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
-        return self._guard.summary() if self._guard is not None else None
+        return self._guard.summary() if self._guard is not None and self._guard_asked else None
+
+    @property
+    def locator(self) -> Locator:
+        """Where the run's non-finite origins are found (``gradoc run`` arms it)."""
+        return self._locator
+
+    @property
+    def module_names(self) -> dict[nn.Module, str]:
+        """Every watched module's name in the run's layer names."""
+        return self._names
+
+    @property
+    def counts_backward(self) -> bool:
+        """Steps are counted at ``backward()`` calls (a program without an optimizer)."""
+        return self._manual is not None
+
+    def watches(self, optimizer: Optimizer) -> bool:
+        """The optimizer is attached to this run."""
+        return optimizer in self._targets
+
+    @property
+    def guard(self) -> Guard | None:
+        """The run's guard (``state_dict()`` / ``load_state_dict()`` carry it across a
+        resumed job); None when non-finite steps are not skipped."""
+        return self._guard
 
     def set_meta(self, **items: Any) -> None:
         """Record facts about the run (JSON values) in the run log's ``meta`` table."""
@@ -1242,7 +1262,7 @@ class Run:
             try:
                 origin = self._locator.close(self.step)
                 if origin is not None:
-                    self._record_origin(origin)
+                    self.record_origin(origin)
             except Exception as exc:  # the report matters more than the origin
                 self.event("locate_failed", f"could not locate the origin: {exc}")
         for h in self._handles:
@@ -1264,10 +1284,10 @@ class Run:
             ended_at=time.time(),
             duration_s=round(time.monotonic() - self._t0, 3),
             steps=self.step,
-            skipped_updates=self._skipped,
+            skipped_updates=self._guard.skipped if self._guard is not None else 0,
             # without an optimizer a step ends at the next backward(): one may be under way
             ended_mid_step=self._forward_seen or self._manual is not None,
-            guard=self._guard.summary() if self._guard is not None else None,
+            guard=self.guard_summary(),
         )
         if self.config.check_amp and not self._broken:
             self._writer.set_meta(amp=self._amp_summary())

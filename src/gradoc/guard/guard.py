@@ -35,6 +35,9 @@ from ..errors import GradocError
 from . import lr
 from .snapshots import Snapshot
 
+QUIET_EVENTS = 10
+"""Skips the default guard logs as events (the report counts them all)."""
+
 
 class GuardGaveUp(GradocError, RuntimeError):
     """Raised from ``optimizer.step()`` when the guard has rolled back too often
@@ -140,9 +143,17 @@ def agree(vitals: Vitals, device: torch.device | None) -> Vitals:
 class Guard:
     """Decides and acts; owned by a :class:`gradoc.Run` (which logs through ``event``)."""
 
-    def __init__(self, config: GuardConfig, event: Callable[..., None]) -> None:
+    def __init__(
+        self, config: GuardConfig, event: Callable[..., None], *, every_step: bool = True
+    ) -> None:
+        """``every_step=False``: the default guard of a run that did not ask for one (it only
+        skips): it decides on the statistics the run collects anyway and logs its first
+        ``QUIET_EVENTS`` skips."""
         self.config = config
         self.event = event
+        self.every_step = every_step
+        self.needs_norm = config.clip is not None
+        """The global gradient norm is read for clipping."""
         self.collective = _collective(config)
         self.skipped = 0
         self.clipped = 0
@@ -151,6 +162,7 @@ class Guard:
         self.lr_scale = 1.0
         self._bad_streak = 0
         self._zclip: dict[Optimizer, ZClip] = {}
+        self._optimizers: list[Optimizer] = []
         self._divergence = _Divergence(config.divergence_window, config.divergence_factor)
         self._snapshots: deque[Snapshot] = deque(maxlen=config.keep_snapshots)
         self._device = torch.device(config.snapshot_device) if config.snapshot_device else None
@@ -164,6 +176,51 @@ class Guard:
 
     def watch(self, optimizer: Optimizer) -> None:
         lr.tracker(optimizer)
+        if optimizer not in self._optimizers:
+            self._optimizers.append(optimizer)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the guard has learnt, for a job's checkpoint: its counters, the ZClip
+        averages of each watched optimizer (in the order they were watched), the divergence
+        check's window and best. Snapshots are not in it (the job's checkpoint is one); a
+        resumed guard takes its next at the next ``snapshot_every`` step."""
+        zclip = [self._zclip.get(o) for o in self._optimizers]
+        d = self._divergence
+        return {
+            "skipped": self.skipped,
+            "clipped": self.clipped,
+            "rollbacks": self.rollbacks,
+            "lr_scale": self.lr_scale,
+            "bad_streak": self._bad_streak,
+            "zclip": [
+                None if z is None else {"mean": z.mean, "var": z.var, "warmup": list(z._buffer)}
+                for z in zclip
+            ],
+            "divergence": {
+                "losses": list(d.losses),
+                "first": d.first,
+                "best": d.best,
+                "best_step": d.best_step,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from :meth:`state_dict` (call it once the resumed job's optimizers are
+        watched: ZClip's averages go to them in the order they were watched)."""
+        self.skipped, self.clipped = int(state["skipped"]), int(state["clipped"])
+        self.rollbacks, self.lr_scale = int(state["rollbacks"]), float(state["lr_scale"])
+        self._bad_streak = int(state["bad_streak"])
+        c = self.config
+        for optimizer, z in zip(self._optimizers, state["zclip"]):
+            if z is not None:
+                self._zclip[optimizer] = ZClip(
+                    c.zclip_alpha, c.zclip_z, c.zclip_warmup, mean=z["mean"], var=z["var"]
+                )
+                self._zclip[optimizer]._buffer = list(z["warmup"])
+        d = state["divergence"]
+        self._divergence.losses = deque(d["losses"])
+        self._divergence.first, self._divergence.best = d["first"], float(d["best"])
+        self._divergence.best_step = int(d["best_step"])
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -236,6 +293,8 @@ class Guard:
         """Log a skipped step, with where its NaN was born when it was located."""
         lr.tracker(optimizer).skipped = True
         self.skipped += 1
+        if not self.every_step and self.skipped > QUIET_EVENTS:
+            return
         where = f" ({origin['phase']}: {origin.get('op')})" if origin else ""
         data = {"reason": reason, **({"origin": origin} if origin else {})}
         self.event("skipped_update", f"step {step} not applied: {reason}{where}", step=step, **data)
