@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"sinks"},
     {"_finish", "distributed", "tools"},  # what a closed run leaves; applications
     {"__init__"},  # the public API
-    {"integrations", "demo"},  # programs of the API
+    {"integrations", "demo", "_session"},  # programs of the API; gradoc run's runtime
     {"cli"},
     {"__main__"},
 ]

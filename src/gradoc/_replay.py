@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = Run(Path(tempfile.mkdtemp(prefix="gradoc-replay-")), config, script=str(script))
     auto = AutoAttach(run)
-    armed = run._locator._armed
+    armed = run.locator.armed
     written = [False]
 
     def write(found: dict[str, Any] | None) -> None:
@@ -165,11 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         # a step is traced from the end of the one before (without an optimizer, from
         # its statistics point: the next forward comes before the next backward) to its
         # own statistics point
-        manual = run._manual is not None
+        manual = run.counts_backward
         if step == ns.step - 1 and kind == ("stats" if manual else "end"):
             armed.start()
         elif step == ns.step and kind == "stats":
-            finish(armed.stop() if armed.active else run._locator._armed_found)
+            finish(armed.stop() if armed.active else run.locator.armed_found)
 
     run.step_listeners.append(listen)
     seed_everything()

@@ -7,12 +7,12 @@ import contextlib
 import math
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from ._paths import output_file
+from ._session import Replay, after_run, execute, fix
 from ._text import one_line, safe
 from ._version import __version__
 from .errors import GradocError, RunLogError, UsageError
@@ -307,119 +307,25 @@ def _run(args: argparse.Namespace) -> int:
         out = prepare_run_dir(args.out, script.stem)
     guard = GuardConfig() if args.guard else None
     json_path = json_path if rank == 0 else None
-    code, report = _execute(script, list(args.args), out, json_path, guard, args.lr_scale, args)
+    replay = Replay(args.replay_budget, args.replay)
+    checks = list(args.check or [])
+    code, report = execute(
+        script, list(args.args), out, json_path, guard, args.lr_scale, checks, replay
+    )
     # from here on, whatever fails, the script's exit code is the answer
     if world > 1 and report is not None:
         if rank != 0:
             return code
         from .distributed import merge_ranks
 
-        report = _after_run(lambda: merge_ranks(out, world, json_path), "merge the ranks' reports")
+        report = after_run(lambda: merge_ranks(out, world, json_path), "merge the ranks' reports")
     if report is not None:
         from .report import print_run_summary
 
-        _after_run(lambda: print_run_summary(out, report), "print the diagnosis")
+        after_run(lambda: print_run_summary(out, report), "print the diagnosis")
     if args.fix and report is not None:
-        return _fix(out, report, script, list(args.args), None, None)
+        return fix(out, report, script, list(args.args), None, None)
     return code
-
-
-def _after_run(work: Callable[[], Any], what: str) -> Any:
-    """Work after the user's script ended: a failure is one line and keeps its exit code."""
-    try:
-        return work()
-    except KeyboardInterrupt:
-        print(f"gradoc: interrupted; did not {what}", file=sys.stderr)
-    except Exception as exc:
-        if os.environ.get("GRADOC_DEBUG"):
-            raise
-        print(f"gradoc: could not {what}: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
-    return None
-
-
-def _execute(
-    script: Path,
-    script_args: list[str],
-    out: Path,
-    json_path: Path | None,
-    guard: Any,
-    lr_scale: float,
-    args: argparse.Namespace | None,
-) -> tuple[int, dict[str, Any] | None]:
-    """Run the script watched into ``out``; return its exit code and the report."""
-    from ._effects import SideEffects
-    from ._finish import write_outputs
-    from ._replay import script_digest, seed_everything
-    from ._runner import exec_script, scan_output
-    from .collect.auto import AutoAttach
-    from .collect.run import Run
-    from .config import WatchConfig
-
-    checks = getattr(args, "check", []) if args is not None else []
-    config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
-    run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=write_outputs)
-    cwd, started = os.getcwd(), time.time()
-    run.set_meta(
-        launch={
-            "script": os.path.abspath(script),
-            "args": script_args,
-            "cwd": cwd,
-            "sha256": script_digest(script),
-        }
-    )
-    auto = AutoAttach(run)
-    effects = SideEffects([out, *([json_path] if json_path else [])])  # gradoc's own files
-    clues: list[str] = []
-    printed: list[str] = []
-    seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
-    with effects, _numerics(run, "numerics" in checks), scan_output(printed):
-        code = exec_script(script, script_args, clues)
-    auto.remove()
-    status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
-    if run._guard is not None and run._guard.gave_up:
-        status = "gave_up"
-    run.set_meta(
-        exit_clues=clues,
-        printed_nonfinite=printed,
-        side_effects={"count": effects.count, "seen": effects.seen},
-    )
-    try:
-        report = run.close(status=status, exit_code=code, json_path=json_path)
-    except KeyboardInterrupt:  # a second Ctrl-C: the log is complete, close said so
-        return code or 130, None
-    if report is not None and args is not None:
-        replayed = _after_run(
-            lambda: _replay_if_needed(
-                out, script, script_args, cwd, started, code, clues, effects, json_path, args
-            ),
-            "re-run the script to locate the NaN",
-        )
-        report = replayed or report
-    return code, report
-
-
-@contextlib.contextmanager
-def _numerics(run: Any, on: bool) -> Iterator[None]:
-    """``--check numerics``: every op of the program checked; the first birth is the run's
-    origin (the run's own replays are not needed then)."""
-    if not on:
-        yield
-        return
-    from .locate.numerics import CheckNumerics
-
-    def found(origin: Any) -> None:
-        origin.step = run.step
-        run._locator.done = True  # located: no replay of this step needed
-
-    check = CheckNumerics(run._names, raise_error=False, on_found=found)
-    run.set_meta(check_numerics=True)
-    try:
-        with check:
-            yield
-    finally:
-        if check.origin is not None:
-            check.origin.note = "found by --check numerics: every operation's output checked"
-            run._record_origin(check.origin)
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -507,132 +413,7 @@ def _fix_command(args: argparse.Namespace) -> int:
         report = build_report(log)
         before = log.dir
     json_path = _output(args.json, "--json", {script: "the script"})
-    return _fix(before, report, script, list(args.args), args.out, json_path)
-
-
-def _fix(
-    before: Path,
-    report: dict[str, Any],
-    script: Path,
-    script_args: list[str],
-    out: str | None,
-    json_path: Path | None,
-) -> int:
-    """Apply the top no-code fix of ``report``, re-run the script, print before/after."""
-    from rich.console import Console
-    from rich.text import Text
-
-    from .collect import prepare_run_dir
-    from .fix import choose, code_fixes, compare
-    from .fix.remedy import user_sources
-    from .report import print_comparison, to_json_text
-    from .report.json import write_text_file
-
-    console = Console(stderr=True)
-    sources = user_sources(script)
-    remedy = choose(report)
-    fixes = code_fixes(report, sources)
-    if report["status"] == "healthy":
-        console.print("gradoc fix: the run is healthy; nothing to fix")
-        return 0
-    if remedy is None:
-        console.print("gradoc fix: every fix of this diagnosis needs a code change:")
-        print_comparison(None, None, fixes, console)
-        return 0
-    after = prepare_run_dir(out or _sibling(before), script.stem)
-    console.print(
-        Text(f"gradoc fix: re-running {one_line(script.name)} with {remedy.describe()} -> ")
-        + Text(one_line(after))
-    )
-    code, after_report = _execute(
-        script, script_args, after, None, remedy.guard, remedy.lr_scale, None
-    )
-    if after_report is None:
-        return code
-    result = compare(before, report, after, after_report)
-    left = {(f["kind"], f["layer"]) for f in result["remaining"] + result["new"]}
-    fixes = [f for f in fixes if (f.finding, f.layer) in left]  # what the re-run did not cure
-    result["remedy"] = remedy.to_json()
-    result["code_fixes"] = [f.to_json() for f in fixes]
-    text = to_json_text(result)
-    write_text_file(after / "fix.json", text)
-    if json_path:
-        write_text_file(json_path, text)
-    print_comparison(result, remedy, fixes, console)
-    return code
-
-
-def _sibling(before: Path) -> Path:
-    """``RUN_DIR-fixed`` (``-fixed-2``, ... when taken)."""
-    base = before.with_name(before.name + "-fixed")
-    path, i = base, 2
-    while (path / "run.db").exists():
-        path, i = base.with_name(f"{base.name}-{i}"), i + 1
-    return path
-
-
-def _replay_if_needed(
-    out: Path,
-    script: Path,
-    script_args: list[str],
-    cwd: str,
-    started: float,
-    code: int,
-    clues: list[str],
-    effects: Any,
-    json_path: Path | None,
-    args: argparse.Namespace,
-) -> dict[str, Any] | None:
-    """Re-run the script up to a non-finite step that was not located, when that is safe
-    (see gradoc._replay and gradoc._effects); else say how to. Returns the new report."""
-    from ._replay import replay, unlocated_step
-    from .report import write_report
-    from .store import open_run
-    from .store.writer import append_event
-
-    with open_run(out) as log:
-        step = unlocated_step(log.events, log.meta, code, clues)
-        whole = not log.meta.get("steps")
-    if step is None:
-        return None
-    command = f"gradoc replay {_shell(out)}"
-    if args.replay_budget == 0:
-        print(
-            f"gradoc: where the NaN/Inf of step {step} was born is not known; {command} "
-            "re-runs the script to find it",
-            file=sys.stderr,
-        )
-        return None
-    effects.scan(started, [cwd, os.getcwd(), str(script.absolute().parent)])
-    if effects.count and not args.replay:
-        message = (
-            f"not re-running {one_line(script.name)} to find where the NaN/Inf of step {step} "
-            f"was born: the script {effects.summary()} (outside the run directory), and a "
-            "re-run would do that again"
-        )
-        print(f"gradoc: {message}. To re-run it up to step {step}: {command}", file=sys.stderr)
-        append_event(out / "run.db", step, "replay_declined", message, {"command": command})
-        return None
-    how = "with every operation checked" if whole else f"up to step {step}"
-    print(
-        f"gradoc: re-running {one_line(script.name)} {how} to find where the NaN was born "
-        f"(at most {args.replay_budget:g} s; --replay-budget 0 turns this off)",
-        file=sys.stderr,
-    )
-    replay(out, script, script_args, cwd, step, args.replay_budget, whole)
-    return write_report(out, json_path)
-
-
-def _shell(path: Path) -> str:
-    """A path as the user would type it (relative when below the working directory)."""
-    import shlex
-
-    try:
-        rel = os.path.relpath(path)
-        shown = rel if not rel.startswith("..") else str(path)
-    except ValueError:
-        shown = str(path)
-    return shlex.quote(one_line(shown))
+    return fix(before, report, script, list(args.args), args.out, json_path)
 
 
 def _replay_command(args: argparse.Namespace) -> int:

@@ -50,7 +50,7 @@ class AutoAttach:
         if self.run.closed:
             return None
         attach = None
-        if optimizer not in self.run._targets:
+        if not self.run.watches(optimizer):
             attach = lambda: self.run.attach(self._owners(optimizer), optimizer, hooks=False)  # noqa: E731
         return self.run.before_step(optimizer, args, kwargs, attach)
 

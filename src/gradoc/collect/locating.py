@@ -49,10 +49,10 @@ class Locator:
         self.names = names
         self.done = False
         self._forwards: list[_Forward] = []
-        self._armed = ArmedTrace(names)
-        self._armed_left = 0
-        self._armed_from: int | None = None
-        self._armed_found: dict[str, Any] | None = None
+        self.armed = ArmedTrace(names)
+        self.armed_left = 0
+        self.armed_from: int | None = None
+        self.armed_found: dict[str, Any] | None = None
         self.replaying = False
         """True while a step is replayed: the run's own hooks must not see the replay."""
 
@@ -95,8 +95,8 @@ class Locator:
         try:
             if self.done:
                 return None
-            found = self._armed_found
-            self._armed_found = None
+            found = self.armed_found
+            self.armed_found = None
             if found is not None and check_weights(step, params, {}) is not None:
                 # the update before wrote non-finite weights (a hand-written update is never
                 # skipped): what the trace saw is their consequence, not the birth
@@ -105,12 +105,12 @@ class Locator:
             if found is not None:
                 return self._finish(self._from_armed(step, found))
             if not bad:
-                if self._armed_left:
-                    self._armed_left -= 1
-                    if not self._armed_left:
+                if self.armed_left:
+                    self.armed_left -= 1
+                    if not self.armed_left:
                         self.done = True  # it never recurred: give up quietly
                 return None
-            if self._armed_from is not None:  # bad again, but the armed trace missed it
+            if self.armed_from is not None:  # bad again, but the armed trace missed it
                 self.done = True
                 return None
             forwards, self._forwards = self._forwards, []
@@ -125,7 +125,7 @@ class Locator:
             if origin is not None and (origin.op or origin.phase in ("input", "optimizer")):
                 return self._finish(origin)
             # born outside the model (the loss, or the loss's backward): trace whole steps
-            self._armed_left, self._armed_from = ARMED_STEPS, step
+            self.armed_left, self.armed_from = ARMED_STEPS, step
             if origin is not None:  # what the replay could tell, until the trace knows more
                 origin.note = (origin.note or "") + (
                     "; tracing is armed to catch the operation on its next occurrence"
@@ -146,13 +146,13 @@ class Locator:
 
     def pause(self) -> None:
         """At the start of the optimizer's pre-step: stop the armed trace (if any)."""
-        if self._armed.active:
-            self._armed_found = self._armed.stop()
+        if self.armed.active:
+            self.armed_found = self.armed.stop()
 
     def after_step(self) -> None:
         """At the optimizer's post-step: arm the trace over the whole next iteration."""
-        if self._armed_left and not self.done:
-            self._armed.start()
+        if self.armed_left and not self.done:
+            self.armed.start()
 
     def _finish(self, origin: Origin) -> Origin:
         self.done = True
@@ -161,7 +161,7 @@ class Locator:
     def _from_armed(self, step: int, found: dict[str, Any]) -> Origin:
         origin = origin_from(step, found)
         origin.note = (
-            f"the model replayed clean at step {self._armed_from}, so the value was born "
+            f"the model replayed clean at step {self.armed_from}, so the value was born "
             f"outside it; caught at step {step}, its next occurrence, with tracing armed"
         )
         return origin
@@ -198,7 +198,7 @@ class Locator:
         """At the end of the run. A script that stopped in the middle of a step (``if
         torch.isnan(loss): sys.exit()``) left that step's forward unreplayed: replay it now.
         An armed trace that saw the birth before the end reports it too."""
-        found = self._armed.stop() if self._armed.active else None
+        found = self.armed.stop() if self.armed.active else None
         if self.done:
             return None
         if found is not None:
