@@ -47,6 +47,7 @@ def _worker(ns: argparse.Namespace) -> int:
     from .._replay import seed_everything
     from .._runner import Stop, check_script, run_until
     from ..collect import taps
+    from ..collect.models import ModelFinder
 
     script = check_script(ns.script)
     amp = ns.mode == "amp"
@@ -63,8 +64,6 @@ def _worker(ns: argparse.Namespace) -> int:
     scaling = amp and ns.dtype == "fp16"
 
     def pre(m: nn.Module, a: Any) -> None:
-        if state["depth"] == 0 and torch.is_grad_enabled():
-            state["root"] = m
         if state["depth"] == 0 and amp and torch.is_grad_enabled():
             p = next(m.parameters(), None)
             device = p.device.type if p is not None else "cpu"
@@ -115,8 +114,7 @@ def _worker(ns: argparse.Namespace) -> int:
                 for i, p in enumerate(params)
                 if p.grad is not None
             }
-            root = state.get("root")
-            named = {id(p): n for n, p in root.named_parameters()} if root is not None else {}
+            named = {id(p): n for r in models.trained_by(opt) for n, p in r.named_parameters()}
             rec["names"] = [named.get(id(p), f"param {i}") for i, p in enumerate(params)]
 
     def step_post(opt: torch.optim.Optimizer, a: Any, kw: Any) -> None:
@@ -135,6 +133,7 @@ def _worker(ns: argparse.Namespace) -> int:
         register_optimizer_step_post_hook(step_post),
     ]
     sink = Losses()
+    models = ModelFinder()  # which model the step trains: its parameters' names
     taps.add_loss_sink(sink)
     seed_everything()
     try:
@@ -142,6 +141,7 @@ def _worker(ns: argparse.Namespace) -> int:
             run_until(script, list(ns.args))
     finally:
         taps.remove_loss_sink(sink)
+        models.remove()
         for h in handles:
             h.remove()
     cuda = state["device"] == "cuda"

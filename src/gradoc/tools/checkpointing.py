@@ -410,34 +410,22 @@ def capture_first_step(
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     from .._runner import Stop, run_until
+    from ..collect.models import ModelFinder
 
-    calls: dict[int, tuple[nn.Module, tuple[Any, ...], dict[str, Any]]] = {}
-    depth = [0]
-
-    def pre(m: nn.Module, a: Any) -> None:
-        depth[0] += 1
-
-    def post(m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any], out: Any) -> None:
-        depth[0] -= 1
-        if depth[0] == 0 and torch.is_grad_enabled():  # an outermost call: the model's
-            calls[id(m)] = (m, a, kw)
+    finder = ModelFinder(calls=True)
 
     def step(opt: torch.optim.Optimizer, a: Any, kw: Any) -> None:
-        wanted = {id(p) for g in opt.param_groups for p in g["params"]}
-        for m, a_, kw_ in calls.values():
-            if any(id(p) in wanted for p in m.parameters()):
-                raise Stop((m, a_, kw_))
+        for m in finder.trained_by(opt):
+            call = finder.last_call(m)
+            if call is not None:
+                raise Stop((m, *call))
 
-    handles = [
-        nn.modules.module.register_module_forward_pre_hook(pre),
-        nn.modules.module.register_module_forward_hook(post, with_kwargs=True, always_call=True),
-        register_optimizer_step_pre_hook(step),
-    ]
+    handle = register_optimizer_step_pre_hook(step)
     try:
         found = run_until(script, args)
     finally:
-        for h in handles:
-            h.remove()
+        handle.remove()
+        finder.remove()
     if found is None:
         raise GradocError(f"{script} took no optimizer step: nothing to plan")
     return found  # type: ignore[return-value]
