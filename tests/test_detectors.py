@@ -7,6 +7,7 @@ import math
 import pytest
 
 from gradoc.detect import DETECTORS, run_detectors, synthetic
+from gradoc.store.reader import Event
 
 NAN, INF = math.nan, math.inf
 
@@ -148,6 +149,16 @@ def test_loss_spike_recovers_divergence_does_not() -> None:
     diverged = loss[:200] + [loss[199] * (1.2**i) for i in range(1, 101)]
     found = kinds(synthetic(loss=diverged))
     assert "loss_divergence" in found and "loss_spike" not in found
+
+
+def test_a_divergence_the_guard_rolled_back_is_named() -> None:
+    """After a rollback the loss is back down: the curve shows nothing, the event does."""
+    h = synthetic(loss=[1.0 - 0.005 * i for i in range(120)])
+    assert "loss_divergence" not in {f.kind for f in run_detectors(h)}
+    reason = "loss diverged: rolling median 2.06 over 50 steps, 240x its best"
+    h.events = [Event(80, 0.0, "rollback", "...", {"reason": reason, "to_step": 60})]
+    (f,) = [f for f in run_detectors(h) if f.kind == "loss_divergence"]
+    assert (f.step, f.evidence[0]["value"], f.evidence[1]["value"]) == (80, reason, 60)
 
 
 def test_divergence_that_ends_non_finite() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -146,7 +147,8 @@ def test_the_guard_state_carries_across_a_resumed_job(tmp_path: Path) -> None:
         if state is not None:
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
-        guard = gradoc.GuardConfig(zclip_warmup=10, divergence_window=5)
+        # the divergence check runs (its window is state to carry) but does not fire
+        guard = gradoc.GuardConfig(zclip_warmup=10, divergence_window=5, divergence_factor=100)
         with gradoc.watch(model, opt, out=out, guard=guard) as run:
             assert run.guard is not None
             if state is not None:
@@ -312,6 +314,10 @@ def test_a_diverging_loss_is_rolled_back_to_before_the_divergence(tmp_path: Path
     tail = sorted(log.scalar("loss").values[-50:])
     assert tail[25] < 0.5  # it trained on at the lower rate (it was ~10 at the start)
     assert opt.param_groups[0]["lr"] < 1.5
+    # the report names the trouble the guard rolled back (here the blow-up that began it)
+    report = json.loads((run.dir / "report.json").read_text())
+    named = [f for f in report["findings"] if f["kind"] in ("loss_divergence", "loss_blowup")]
+    assert named and named[0]["step"] <= rollbacks[0].step
 
 
 # -- the acceptance run: faults injected into 2,000 steps -----------------------------------

@@ -123,7 +123,8 @@ class GuardConfig:
     """Consecutive non-finite steps that trigger a rollback."""
     rollback_on_divergence: bool = True
     """Also roll back when the loss diverges (rolling median of ``divergence_window`` steps
-    above ``divergence_factor`` x its best, having lost half the ground gained)."""
+    above ``divergence_factor`` x its best, having lost a tenth of the ground gained: the
+    ``loss_divergence`` detector's rule)."""
     divergence_window: int = 50
     divergence_factor: float = 2.0
     snapshot_every: int = 100

@@ -20,6 +20,11 @@ win back at least ``MIN_SHARE`` (10%) of the ground gained since the start: a co
 regression loss wandering between 0.001 and 0.003 (from 0.22) is noise, not divergence.
 A loss that is ever below 0 (an RL objective, a log-likelihood) has no scale for "twice
 its best" and is left alone.
+
+:func:`diverged` is the rule at one point, shared with the guard, which applies it online
+to its rolling median (``GuardConfig.divergence_window``, ``divergence_factor``) and rolls
+back; a divergence the guard rolled back is reported from its ``rollback`` event (after a
+rollback the loss comes back down, so the curve alone no longer shows it).
 """
 
 from __future__ import annotations
@@ -39,7 +44,40 @@ MIN_STEPS = 5
 BEST_WIDTH = 3
 
 
+def diverged(level: float, best: float, start: float, rise: float = RISE) -> bool:
+    """A smoothed loss ``level`` has diverged from its ``best`` level: above ``rise`` times
+    it, having lost at least ``MIN_SHARE`` of the ground gained since ``start``."""
+    return best > 0 and level > rise * best and level - best >= MIN_SHARE * (start - best)
+
+
 def check(h: History) -> list[Finding]:
+    found = _from_the_curve(h)
+    return found or _rolled_back(h)
+
+
+def _rolled_back(h: History) -> list[Finding]:
+    """The guard rolled back a divergence: the report names it too."""
+    for e in h.events:
+        reason = str(e.data.get("reason", "")) if e.kind == "rollback" else ""
+        if reason.startswith("loss diverged") and e.step is not None:
+            to = e.data.get("to_step")
+            return [
+                Finding(
+                    kind="loss_divergence",
+                    severity="error",
+                    step=e.step,
+                    layer=None,
+                    summary=f"loss diverged at step {e.step}; the guard rolled back to step {to}",
+                    evidence=[
+                        {"signal": "the guard's divergence check", "value": reason},
+                        {"signal": "rolled back to the snapshot of step", "value": to},
+                    ],
+                )
+            ]
+    return []
+
+
+def _from_the_curve(h: History) -> list[Finding]:
     trend, _ = loss_trend(h)
     steps, values = finite(trend)
     ends_nonfinite = bool(trend.values) and not math.isfinite(trend.values[-1])
@@ -52,9 +90,7 @@ def check(h: History) -> list[Finding]:
     best = math.inf
     for i, step in enumerate(steps):
         best = min(best, level[i])
-        if best <= 0 or smooth[i] <= RISE * best:
-            continue
-        if smooth[i] - best < MIN_SHARE * (smooth[0] - best):
+        if not diverged(smooth[i], best, smooth[0]):
             continue
         if not all(x > STAY * best for x in smooth[i:]):
             continue

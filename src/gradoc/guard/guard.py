@@ -30,6 +30,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ..config import GuardConfig
+from ..detect.loss_divergence import diverged
 from ..detect.zclip import ZClip
 from ..errors import GradocError
 from . import lr
@@ -92,9 +93,7 @@ class _Divergence:
             self.first = median
         if median < self.best:
             self.best, self.best_step = median, step
-        gained = self.first - self.best
-        lost = median - self.best
-        if median > self.factor * self.best and self.best >= 0 and lost > 0.5 * max(gained, 0):
+        if diverged(median, self.best, self.first, self.factor):  # the detector's rule
             return (
                 f"loss diverged: rolling median {median:.4g} over {self.window} steps, "
                 f"{median / self.best if self.best else float('inf'):.3g}x its best "
