@@ -326,9 +326,9 @@ class Run:
         if lr_scale != 1.0:
             guard_lr.install()  # before the script makes its schedulers: scale_lr finds them
         guard = config.guard_config()  # skipping non-finite steps is the guard's, always
-        self._guard_asked = isinstance(config.guard, GuardConfig)  # asked for, not the default
-        if guard is not None:
-            self._guard = Guard(guard, self.event, every_step=self._guard_asked)
+        if guard is not None:  # every_step: asked for, not the default that only skips
+            asked = isinstance(config.guard, GuardConfig)
+            self._guard = Guard(guard, self.event, every_step=asked)
         taps.add_loss_sink(self)
         _open_runs.add(self)
 
@@ -750,7 +750,7 @@ class Run:
         optimizer = target.optimizer
         self._locator.pause()
         # a guard asked for reads every step's norms (and so records them)
-        want_grads = self.config.grads(target.steps) or self._guard_asked
+        want_grads = self.config.grads(target.steps) or self._guard_asked()
         want_params = self.config.params(target.steps)
         if want_grads or want_params:
             target.collected_at = target.steps
@@ -1129,6 +1129,10 @@ class Run:
             if w.param.dim() >= 2 and rms > 100 and ratio is not None:
                 self._update_ratios[w.name] = (sl.step, ratio)
 
+    def _guard_asked(self) -> bool:
+        """The run was given a guard (not only the default that skips)."""
+        return self._guard is not None and self._guard.every_step
+
     def _decides(self) -> bool:
         """Something is decided at every statistics point (skip, clip, locate), so the step's
         one host read is made there, carrying the previous step's statistics."""
@@ -1161,7 +1165,7 @@ class Run:
 
     def guard_summary(self) -> dict[str, Any] | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
-        return self._guard.summary() if self._guard is not None and self._guard_asked else None
+        return self._guard.summary() if self._guard is not None and self._guard.every_step else None
 
     @property
     def locator(self) -> Locator:
