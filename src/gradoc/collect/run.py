@@ -1165,7 +1165,8 @@ class Run:
 
     def guard_summary(self) -> dict[str, Any] | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
-        return self._guard.summary() if self._guard is not None and self._guard.every_step else None
+        guard = self._guard
+        return guard.summary() if guard is not None and guard.every_step else None
 
     @property
     def locator(self) -> Locator:
