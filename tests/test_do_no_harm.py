@@ -473,8 +473,11 @@ def test_a_disk_that_fills_mid_run_keeps_training_and_the_exit_code(tmp_path: Pa
     assert len(said) == 1 and "stopped recording" in said[0], done.stderr  # said once
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     assert not [name for name in left if name.endswith(".tmp")]  # no half-written files
-    # what was not watched is said, never "healthy"
-    assert "log_incomplete" in done.stderr and "healthy" not in done.stderr
+    # what was not watched is said, and the run is never called healthy (a finding's own
+    # text may name a healthy range: this script's update/weight ratio is ~5e-7, and
+    # whether "learning rate too low" fires depends on how many steps the log kept)
+    assert "log_incomplete" in done.stderr, done.stderr
+    assert "gradoc healthy" not in done.stderr and "gradoc problems found" in done.stderr
 
 
 def test_a_path_that_is_not_utf8_works(tmp_path: Path, script_path: Path) -> None:
