@@ -72,7 +72,7 @@ def test_a_watched_model_and_optimizer_pickle_copy_and_save_as_unwatched(
         # a deepcopy (an EMA model) is not the watched model: its forward is not recorded
         model(torch.randn(2, 4))
         clone(torch.randn(2, 4))
-        assert run._last_forward is not None and run._last_forward[0] is model
+        assert run.watched.last_forward is not None and run.watched.last_forward[0] is model
 
 
 def test_a_model_that_already_has_hooks_keeps_them_removable_and_picklable(

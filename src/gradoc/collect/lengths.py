@@ -14,6 +14,7 @@ is at least twice the longest seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from torch import Tensor
 
 from .._tree import arguments
 from ..locate.padding import mask_pads
+from .probe import Probe
 
 WARMUP = 20
 
@@ -125,3 +127,55 @@ def stats(lengths: Tensor) -> Tensor:
     """min, max, sum of a lengths tensor, as one float64 vector (for the step's host read)."""
     v = lengths.detach()
     return torch.stack([v.min(), v.max(), v.sum()]).double()
+
+
+Batch = tuple[Tensor | None, int, int | None]
+"""A batch's lengths: (per sample, on the device, or None when the width says them),
+samples, padded width."""
+
+
+class Lengths(Probe):
+    """The step's batch lengths, read with the step's vitals, and the ``length_anomaly``
+    events of a :class:`LengthMonitor`."""
+
+    def __init__(self, event: Callable[..., None]) -> None:
+        self.event = event
+        self.monitor = LengthMonitor()
+        self._batch: Batch | None = None
+
+    def on_forward(
+        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
+    ) -> None:
+        lengths, source, padded = batch_lengths(root, args, kwargs)
+        self.monitor.source = self.monitor.source or source
+        if lengths is not None:
+            self._batch = (lengths, lengths.numel(), padded)
+        elif padded is not None and args:  # every sample as long as the batch is wide
+            self._batch = (None, args[0].shape[0], padded)
+
+    def take(self) -> tuple[Batch | None, list[Tensor]]:
+        """The step's batch and what of it the step's host read must carry (min, max, sum)."""
+        batch, self._batch = self._batch, None
+        if batch is None or batch[0] is None:
+            return batch, []
+        return batch, list(stats(batch[0]))
+
+    def observe(self, step: int, batch: Batch | None, read: list[float]) -> None:
+        """Feed the batch's lengths to the monitor: min, max, sum from the step's host read,
+        or, for token ids without a mask, the batch's width (known on the host)."""
+        if batch is None:
+            return
+        _, n, padded = batch
+        if read:
+            lo, hi, total = int(read[0]), int(read[1]), read[2]
+        elif padded is not None:
+            lo, hi, total = padded, padded, float(n * padded)
+        else:
+            return
+        anomaly = self.monitor.observe(step, lo, hi, total, n, padded)
+        if anomaly is not None:
+            message = anomaly.pop("message")
+            self.event("length_anomaly", message, step=step, **anomaly)
+
+    def close(self, step: int) -> dict[str, Any]:
+        return {"lengths": self.monitor.summary()} if self.monitor.batches else {}

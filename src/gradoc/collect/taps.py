@@ -26,9 +26,9 @@ from .._patch import Patch
 
 
 class LossSink(Protocol):
-    def _on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None: ...
+    def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None: ...
 
-    def _after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None: ...
+    def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None: ...
 
 
 _sinks: list[LossSink] = []
@@ -61,12 +61,12 @@ def _tap_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
         inputs, direct = kwargs.get("inputs"), _direct(3)
         for sink in list(_sinks):
-            sink._on_backward(tensors, inputs, direct)
+            sink.on_backward(tensors, inputs, direct)
         if _loss_scale and grad_tensors is None and scalar_loss(tensors) is not None:
             tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
         result = backward(tensors, grad_tensors, *args, **kwargs)
         for sink in list(_sinks):
-            sink._after_backward(tensors, inputs, None, direct)
+            sink.after_backward(tensors, inputs, None, direct)
         return result
 
     return tapped
@@ -78,10 +78,10 @@ def _tap_grad(grad: Callable[..., Any]) -> Callable[..., Any]:
             inputs = kwargs.pop("inputs")
         direct = _direct(3)
         for sink in list(_sinks):
-            sink._on_backward(outputs, inputs, direct)
+            sink.on_backward(outputs, inputs, direct)
         result = grad(outputs, inputs, *args, **kwargs)
         for sink in list(_sinks):
-            sink._after_backward(outputs, inputs, result, direct)
+            sink.after_backward(outputs, inputs, result, direct)
         return result
 
     return tapped

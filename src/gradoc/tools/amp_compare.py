@@ -79,12 +79,12 @@ def _worker(ns: argparse.Namespace) -> int:
             state["ctx"] = None
 
     class Losses:  # the taps' sink: every scalar loss handed to backward()
-        def _on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+        def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
             loss = taps.scalar_loss(tensors)
             if loss is not None:
                 rec["loss"].append(float(loss.float()))
 
-        def _after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
+        def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
             pass
 
     def scaled(loss: torch.Tensor) -> torch.Tensor:

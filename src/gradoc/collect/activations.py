@@ -1,0 +1,179 @@
+"""Probes of the watched modules' outputs: activation statistics and AMP ranges.
+
+On activation steps one global forward hook summarises each watched module's output on its
+device (it exists only on those steps, so other steps pay nothing); the summaries wait in
+the probe until the step's transfer adds them to the packet. The first loss's autograd
+graph says which modules feed an activation function written as a call (``F.relu``, see
+``functional``), so their dead and saturated units are counted as for a module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.nn.modules.module import register_module_forward_hook
+from torch.utils.hooks import RemovableHandle
+
+from .._wrappers import compiling
+from ..stats import activation_stats, unit_dim
+from ..stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_counts, range_counts
+from ._safety import guarded
+from .functional import PRE_ACTIVATION_SATURATION, functional_activations
+from .layers import WatchedModule
+from .locating import first_tensor
+from .packet import Packet
+from .probe import Probe
+from .record import Calls
+
+if TYPE_CHECKING:
+    from .grads import Target
+    from .run import Run
+
+
+class Activations(Probe):
+    """Per watched module and forward call: statistics of its output (see ``stats``)."""
+
+    def __init__(self, run: Run, schedule: Callable[[int], bool], probes: list[Probe]) -> None:
+        self.run, self.schedule, self.probes = run, schedule, probes
+        self._handles: list[RemovableHandle] = []
+        self._calls: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
+        self._scratch: dict[torch.dtype, Tensor] = {}
+        self._produced: dict[Any, WatchedModule] = {}  # output node -> module, one step
+        self._functional: dict[str, str] | None = None  # module -> F.relu/tanh after it
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._handles)
+
+    def arm(self, on: bool) -> None:
+        """One global forward hook, present only on the steps that collect activations."""
+        if on and not self._handles:
+            self._handles = [register_module_forward_hook(self._module_output)]
+        elif not on and self._handles:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+
+    def _module_output(self, module: nn.Module, args: Any, output: Any) -> None:
+        if compiling():  # a compiled model's modules: not watched inside (see README)
+            return
+        watched = self.run.watched.modules.get(module)
+        if watched is not None and torch.is_grad_enabled():
+            self._on_output(watched, module, output)
+
+    @guarded
+    def _on_output(self, watched: WatchedModule, module: nn.Module, output: Any) -> None:
+        x = first_tensor(output)
+        if x is None or x.numel() == 0 or x.is_complex():
+            return
+        self.on_output(watched, module, x)
+        for probe in self.probes:
+            probe.on_output(watched, module, x)
+
+    def on_output(self, watched: WatchedModule, module: nn.Module, x: Tensor) -> None:
+        vec, active = activation_stats(
+            x, watched.saturation, unit_dim(module, x), self._scratch_for(x)
+        )
+        self._calls.setdefault(watched.id, []).append((x.numel(), vec, active))
+        if self._functional is None and x.grad_fn is not None:
+            self._produced[x.grad_fn] = watched  # read at this step's backward
+
+    def _scratch_for(self, x: Tensor) -> Tensor | None:
+        """A reusable CPU buffer as large as the largest watched output.
+
+        NOTE: on the CPU a fresh activation-sized temporary on every activation step costs
+        page faults that showed up as ~2% of step time on the overhead benchmark;
+        accelerators' caching allocators reuse memory already, so they get none.
+        """
+        if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+            return None
+        buf = self._scratch.get(x.dtype)
+        if buf is None or buf.numel() < x.numel():
+            buf = self._scratch[x.dtype] = torch.empty(x.numel(), dtype=x.dtype)
+        return buf
+
+    def on_loss(self, tensors: Any) -> None:
+        """Once, at the first loss after a watched output: which watched modules feed an
+        activation function (see ``functional``)."""
+        if not self._produced or self._functional is not None:
+            return
+        loss = tensors[0] if isinstance(tensors, (list, tuple)) else tensors
+        found = functional_activations(loss, self._produced) if isinstance(loss, Tensor) else []
+        self._produced = {}
+        self._functional = {w.name: kind for w, kind in found}
+        for watched, kind in found:
+            if kind in PRE_ACTIVATION_SATURATION and watched.saturation is None:
+                watched.saturation = PRE_ACTIVATION_SATURATION[kind]
+        if self._functional:
+            self.run.set_meta(functional_activations=self._functional)
+
+    def waiting(self) -> bool:
+        return bool(self._calls)
+
+    def pack(self, pack: Packet) -> dict[int, Calls]:
+        """Add the outputs' statistics to the packet; where they will lie."""
+        acts = {
+            lid: [(n, pack.add(v), pack.add(a) if a is not None else None) for n, v, a in calls]
+            for lid, calls in self._calls.items()
+        }
+        self._calls = {}
+        return acts
+
+
+class AmpRanges(Probe):
+    """``check_amp``: device-side range counts of the sampled steps' outputs and gradients
+    (and the gradients' exponent histograms), read once at close: ``meta['amp']``."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._acts: dict[int, Tensor] = {}
+        self._grads: dict[int, tuple[Tensor, Tensor]] = {}
+        self._steps = [0, 0]  # activation steps, gradient steps sampled
+
+    def on_output(self, watched: WatchedModule, module: nn.Module, x: Tensor) -> None:
+        if x.is_floating_point():
+            self._acts[watched.id] = merge_counts(self._acts.get(watched.id), range_counts(x))
+
+    def at_statistics(self, target: Target, primary: bool) -> None:
+        if target.before is None:  # a parameter step only
+            return
+        self._steps[1] += 1
+        for w in target.present:
+            g = w.param.grad
+            if g is None or not g.is_floating_point():
+                continue
+            counts, hist = range_counts(g), exponent_histogram(g)
+            old = self._grads.get(w.id)
+            self._grads[w.id] = (
+                (merge_counts(old[0], counts), old[1] + hist) if old else (counts, hist)
+            )
+
+    def end_step(self, step: int, activations_seen: bool) -> None:
+        if activations_seen:
+            self._steps[0] += 1  # this step's outputs were probed
+
+    def close(self, step: int) -> dict[str, Any]:
+        run = self.run
+        if run.broken:
+            return {}
+        names = {w.id: w.name for t in run.targets.values() for w in t.params}
+        names |= {m.id: m.name for m in run.watched.modules.values()}
+        acts = {names[i]: dict(zip(RANGE_FIELDS, v.cpu().tolist())) for i, v in self._acts.items()}
+        grads = {}
+        for i, (counts, hist) in self._grads.items():
+            h = hist.cpu().tolist()
+            grads[names[i]] = {
+                **dict(zip(RANGE_FIELDS, counts.cpu().tolist())),
+                "exponents": {str(EXP_MIN + k): int(c) for k, c in enumerate(h) if c},
+            }
+        summary = {
+            "activation_steps": self._steps[0],
+            "gradient_steps": self._steps[1],
+            "activations": acts,
+            "gradients": grads,
+        }
+        return {"amp": summary}

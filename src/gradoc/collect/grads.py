@@ -1,0 +1,182 @@
+"""The gradient, weight and update probe of one watched optimizer.
+
+At the step's statistics point (the optimizer's step pre-hook) it takes the per-tensor
+gradient norms (foreach reductions) and, on parameter steps, the gradients' max-abs and a
+copy of the weights; after the step, the weight and update norms. Everything stays on the
+device until the step's transfer adds it to the packet (:meth:`Target.slices`).
+
+Non-finite counts are computed only for gradients whose norm came back non-finite, so
+only an already-broken step pays for a second (small) host read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from ..stats import max_abs, nonfinite_counts, norms, update_stats
+from .layers import WatchedParam
+from .packet import Packet
+from .record import Slices
+
+
+def sharded(t: Tensor) -> bool:
+    """A DTensor (FSDP2's ``fully_shard`` parameters and gradients)."""
+    return type(t).__name__ == "DTensor" and hasattr(t, "full_tensor")
+
+
+def full_norms(grads: list[Tensor]) -> Tensor:
+    """Per-tensor L2 norms of sharded gradients, of the whole (unsharded) tensors: the
+    foreach norm of DTensors is a DTensor; ``full_tensor()`` completes it across ranks."""
+    return torch.stack([n.full_tensor() for n in torch._foreach_norm(grads)]).float()  # type: ignore[attr-defined]
+
+
+def lr_of(group: dict[str, Any]) -> float | Tensor:
+    """A parameter group's learning rate (a tensor for capturable optimizers)."""
+    lr = group.get("lr", math.nan)
+    return lr.detach() if isinstance(lr, Tensor) else float(lr)
+
+
+@dataclass(slots=True)
+class Target:
+    """One watched optimizer, its parameters and its step's statistics on the device."""
+
+    optimizer: Optimizer
+    params: list[WatchedParam]
+    steps: int = 0
+    """Steps this optimizer has taken; its statistics are recorded under this count."""
+    # per-step scratch, set at the statistics point and consumed after the step
+    present: list[WatchedParam] = field(default_factory=list)
+    collected_at: int = 0
+    grad_norms: Tensor | None = None
+    grad_maxabs: Tensor | None = None
+    before: list[Tensor] | None = None
+    updates: Tensor | None = None
+    held: dict[int, Tensor] = field(default_factory=dict)
+    """Gradients of a skipped (non-finite) update, kept until they are counted."""
+    manual: bool = False
+    """Hand-written updates (no optimizer): nothing is ever skipped or clipped."""
+    given: dict[int, Tensor] = field(default_factory=dict)
+    """Gradients ``torch.autograd.grad`` returned (they are in no ``.grad``)."""
+    counted: dict[int, float] | None = None
+    """Non-finite values per gradient, when counted at the step's statistics point."""
+
+    def grad(self, w: WatchedParam) -> Tensor | None:
+        """The gradient this step uses for ``w``."""
+        g = self.given.get(w.id)
+        if g is None:
+            g = self.held.get(w.id)
+        return g if g is not None else w.param.grad
+
+    def collected(self) -> bool:
+        return self.grad_norms is not None or self.updates is not None
+
+    def reset(self) -> None:
+        self.grad_norms = self.grad_maxabs = self.updates = None
+        self.held, self.counted = {}, None
+
+    def collect(self, want_grads: bool, want_params: bool, device: Any) -> bool:
+        """The statistics point: gradient norms, and on parameter steps max-abs and the
+        weights before the update; True when the gradients are sharded (FSDP2: norms of
+        the full gradients, per-shard statistics skipped)."""
+        if not (want_grads or want_params):
+            return False
+        self.collected_at = self.steps
+        self.present = [w for w in self.params if self.grad(w) is not None]
+        grads: list[Tensor] = [self.grad(w) for w in self.present]  # type: ignore[misc]
+        split = bool(grads) and sharded(grads[0])
+        want_params = want_params and not split
+        if want_grads:
+            self.grad_norms = full_norms(grads) if split else norms(grads, device)
+        if want_params:
+            self.grad_maxabs = max_abs(grads, device)
+            self.before = [w.param.detach().clone() for w in self.present]
+        return split
+
+    def recheck(self, device: Any) -> tuple[bool, float]:
+        """A non-finite norm: NaN/Inf in a gradient, or finite values so large (> ~1e19)
+        that float32 squares overflow. Count the non-finite values and take the norms in
+        float64; return (any value non-finite, the global norm in float64). Only a broken
+        step pays for this second (small) host read.
+
+        NOTE: mistaking enormous finite gradients for NaN would skip updates the user's
+        optimizer makes without gradoc, and hide an explosion behind a "NaN".
+        """
+        grads = [g for g in map(self.grad, self.present) if g is not None]
+        if not grads or sharded(grads[0]):
+            return True, math.inf
+        wide = norms(grads, device, wide=True)
+        counts = nonfinite_counts(grads, device)
+        read = torch.cat([counts.to(wide), torch.linalg.vector_norm(wide)[None]]).tolist()
+        self.grad_norms = wide
+        # counted now: a program that updates by hand zeroes its gradients before the
+        # step's statistics travel (at the next backward)
+        self.counted = {w.id: c for w, c in zip(self.present, read[:-1])}
+        return sum(read[:-1]) > 0, read[-1]
+
+    def drop_grads(self) -> None:
+        """Skip the update: the optimizer skips parameters without a gradient."""
+        for w in self.params:
+            if w.param.grad is not None:
+                self.held[w.id] = w.param.grad  # counted at the transfer
+            w.param.grad = None
+        self.before = None  # no update to measure: an update not made is not a tiny one
+
+    def stepped(self, device: Any) -> None:
+        """After the update: its norms; a skipped step's gradients go back where the user
+        left them."""
+        if self.before is not None:
+            self.updates = update_stats([w.param for w in self.present], self.before, device)
+            self.before = None
+        for w in self.params:
+            if w.id in self.held and w.param.grad is None:
+                w.param.grad = self.held[w.id]
+        self.steps += 1
+
+    def slices(self, pack: Packet, primary: bool) -> Slices:
+        """Add the step's statistics to the packet; where they will lie."""
+        norms_, maxabs, updates = (
+            pack.add(v) if v is not None else None
+            for v in (self.grad_norms, self.grad_maxabs, self.updates)
+        )
+        held = {**self.given, **self.held}
+        present = list(self.present)
+        return Slices(
+            self.collected_at, primary, present, held, self.counted, norms_, maxabs, updates
+        )
+
+
+def received_counts(sl: Slices, host: Tensor) -> dict[int, float]:
+    """Non-finite values per gradient of one optimizer's statistics on the host; a norm
+    that overflowed float32 while every value is finite is measured again in float64."""
+    if sl.counted is not None:  # counted and measured in float64 at the step
+        return {k: v for k, v in sl.counted.items() if v}
+    if sl.norms is None:
+        return {}
+    # A gradient holding NaN/Inf has a non-finite norm; only those are counted.
+    # NOTE: read right after the step when nothing is decided before updates (see
+    # ``steps``): the grads are still there (zero_grad comes later), so the counts
+    # describe exactly the gradients this step used.
+    counts: dict[int, float] = {}
+    bad, grads = [], []
+    for i, v in enumerate(host[sl.norms].tolist()):
+        w = sl.present[i]
+        g = sl.held.get(w.id, w.param.grad)
+        if not math.isfinite(v) and g is not None:
+            bad.append(i)
+            grads.append(g)
+    if grads and not sharded(grads[0]):
+        # counted, and measured again in float64: a norm can overflow float32 while every
+        # value is finite (enormous gradients, not NaN)
+        values = torch.cat([nonfinite_counts(grads), norms(grads, wide=True)]).tolist()
+        n = len(grads)
+        for k, i in enumerate(bad):
+            counts[sl.present[i].id] = values[k]
+            if values[k] == 0:
+                host[sl.norms.start + i] = values[n + k]
+    return counts

@@ -1,0 +1,100 @@
+"""The locate probe: at the first non-finite step, ask the locator where the value was born.
+
+Each forward of a watched root is kept for a replay (see ``locating``); the step whose
+vitals came back non-finite is replayed (a step given a closure, LBFGS, through its
+closure). Updates that made a weight matrix huge are noted on the way: such an update is
+the cause of the overflow that follows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
+from torch import Tensor
+
+from ..detect._util import update_ratio
+from ..locate.replay import rerun_closure
+from .grads import Target, lr_of
+from .probe import Probe
+from .record import Slices
+
+if TYPE_CHECKING:
+    from ..guard import Vitals
+    from .run import Run
+
+
+class Locate(Probe):
+    decides = True
+    wants_rng = True
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.locator = run.locator
+        self._update_ratios: dict[str, tuple[int, float]] = {}
+
+    def on_forward(
+        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
+    ) -> None:
+        self.locator.on_forward(root, args, kwargs, rng)
+        self.locator.on_output(root, output)
+
+    def decided(self, target: Target, vitals: Vitals) -> None:
+        try:
+            self._locate(target, vitals.bad, vitals.loss_bad)
+        except Exception as exc:
+            self.locator.done = True
+            self.run.event(
+                "locate_failed", f"could not locate the origin: {type(exc).__name__}: {exc}"
+            )
+
+    def _locate(self, target: Target, bad: bool, loss_bad: bool) -> None:
+        run = self.run
+        params: list[tuple[str, str, Any]] = []
+        context: dict[str, Any] = {}
+        if bad:  # what a replay needs, gathered only when there is one to make
+            params = [(w.name, w.module, w.param) for t in run.targets.values() for w in t.params]
+            lr = lr_of(target.optimizer.param_groups[0])
+            context = {"learning rate": lr} if isinstance(lr, float) and math.isfinite(lr) else {}
+        rerun = None
+        if bad and run.steps.rerun is not None:
+            closure, rng = run.steps.rerun
+            roots = list(run.watched.prefixes)
+            rerun = functools.partial(
+                rerun_closure, target.steps, closure, rng, roots, run.watched.names, params
+            )
+        origin = self.locator.step(
+            target.steps, bad, loss_bad, params, context, self._update_ratios, rerun
+        )
+        if origin is not None:
+            run.record_origin(origin)
+
+    def received(self, sl: Slices, host: Tensor) -> None:
+        """Keep the update/weight ratio of weight matrices an update made huge (host values
+        we have anyway)."""
+        if sl.updates is None:
+            return
+        values = host[sl.updates].tolist()
+        n = len(sl.present)
+        for i, w in enumerate(sl.present):
+            weight, update = values[i], values[n + i]  # weight: before the update
+            # NOTE: only updates that made the weights huge count (update RMS > 100; healthy
+            # weights ~0.01-1), so a zero-initialised matrix's first update does not
+            rms = update / math.sqrt(max(1, w.param.numel()))
+            ratio = update_ratio(update, weight)
+            if w.param.dim() >= 2 and rms > 100 and ratio is not None:
+                self._update_ratios[w.name] = (sl.step, ratio)
+
+    def close(self, step: int) -> dict[str, Any]:
+        """What is still unlocated (a value born outside the model, traced since)."""
+        if self.run.broken:
+            return {}
+        try:
+            origin = self.locator.close(step)
+            if origin is not None:
+                self.run.record_origin(origin)
+        except Exception as exc:  # the report matters more than the origin
+            self.run.event("locate_failed", f"could not locate the origin: {exc}")
+        return {}

@@ -1,0 +1,69 @@
+"""The probe protocol: one live statistic, called by the step protocol (see ``steps``).
+
+A probe watches one thing (activations, AMP ranges, sequence lengths, padding, the
+origin of a NaN) and does nothing on the steps its schedule leaves out. The step protocol
+calls every probe of the run at the same points, in the order they were given; which
+probes a run has is decided once, from its configuration (``probes_for``), so the run and
+its steps never ask the configuration what to watch.
+
+Points, in the order a step meets them:
+
+- ``on_output``: a watched module returned ``x`` (activation steps only: the hook that
+  calls it exists only then);
+- ``on_forward``: a watched root's forward returned (``rng``: the RNG state before it,
+  kept when some probe ``wants_rng``);
+- ``at_statistics``: the step's statistics point, gradients present, before anything is
+  decided (the guard may drop the gradients after it);
+- ``decided``: after the step's one host read, with its vitals;
+- ``after_statistics``: once the guard acted;
+- ``received``: an optimizer's statistics reached the host (at the next read);
+- ``end_step``: the primary optimizer's step ended;
+- ``close``: the run closes; what it returns goes to the run log's ``meta``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch.nn as nn
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from ..guard import Vitals
+    from .grads import Target
+    from .layers import WatchedModule
+    from .record import Slices
+
+
+class Probe:
+    decides = False
+    """Something is decided at every statistics point (so the step's one host read is made
+    there, carrying the previous step's statistics)."""
+    wants_rng = False
+    """The RNG state before each forward of a watched root is kept for it."""
+
+    def on_output(self, watched: WatchedModule, module: nn.Module, x: Tensor) -> None:
+        pass
+
+    def on_forward(
+        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
+    ) -> None:
+        pass
+
+    def at_statistics(self, target: Target, primary: bool) -> None:
+        pass
+
+    def decided(self, target: Target, vitals: Vitals) -> None:
+        pass
+
+    def after_statistics(self, target: Target, primary: bool) -> None:
+        pass
+
+    def received(self, sl: Slices, host: Tensor) -> None:
+        pass
+
+    def end_step(self, step: int, activations_seen: bool) -> None:
+        pass
+
+    def close(self, step: int) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,362 @@
+"""The step protocol: what a watched run does at each point of a training step.
+
+Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
+
+1. forward: the watched roots' hooks (see ``watched``) and, on activation steps, the
+   activation probe's global forward hook (see ``activations``);
+2. ``backward()``: the loss is captured by the backward tap (a detached scalar):
+   :meth:`Steps.on_backward`;
+3. :meth:`Steps.pre_step` (the optimizer's step pre-hook): the statistics point. The
+   gradient probe takes its norms (``grads``), the probes theirs; when something is
+   decided before the update (skip, clip, locate: the guard or a probe that ``decides``),
+   the step's one host read is made here: the loss and the global norm, together with
+   the previous step's statistics;
+4. :meth:`Steps.post_step` (the step post-hook): weight and update norms; everything the
+   step produced, plus the losses of steps not collected since, is added to the run's
+   packet (see ``packet``), read then only when nothing was decided at 3.; the writer
+   thread turns it into rows (see ``record``).
+
+``gradoc run``, Lightning and the Hugging Face callback drive the same points:
+:meth:`Steps.before_step` (a step that may take a closure), :meth:`Steps.pre_step`,
+:meth:`Steps.post_step` and :meth:`Steps.begin_step` (a step whose forward does not go
+through the watched model's ``forward()``).
+
+An optimizer step given a closure (LBFGS) has its statistics read after the closure's
+first call, inside the step. A program with no optimizer has its steps counted at its
+``backward()`` / ``torch.autograd.grad`` calls (see ``manual``): the statistics point is
+when the call returns, the step ends at the next call.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from .._state import RngState, rng_state
+from ..guard import Guard, Vitals, agree
+from . import taps
+from ._safety import guarded
+from .activations import Activations
+from .grads import Target, lr_of, received_counts
+from .layers import WatchedParam
+from .lengths import Lengths
+from .manual import ManualSteps
+from .packet import Packet
+from .probe import Probe
+from .record import Layout, StepRecord, StepRow
+
+if TYPE_CHECKING:
+    from .run import Run
+
+
+class Steps:
+    def __init__(self, run: Run, probes: list[Probe], activations: Activations) -> None:
+        self.run, self.config, self.guard = run, run.config, run.guard
+        self.locator, self.watched = run.locator, run.watched
+        self.probes, self.activations = probes, activations
+        self.lengths = next(p for p in probes if isinstance(p, Lengths))
+        self.decides = self.guard is not None or any(p.decides for p in probes)
+        """The step's host read is made at its statistics point (see the module's 3.)."""
+        self.count = 0
+        """Steps completed so far (of the first optimizer attached)."""
+        self.targets: dict[Optimizer, Target] = {}
+        self.primary: Optimizer | None = None
+        self.device: torch.device | None = None
+        self.manual = ManualSteps(run, self)
+        self.listeners: list[Callable[[str, int], None]] = []
+        self.rerun: tuple[Callable[[], Any], RngState] | None = None
+        """A step given a closure, while its statistics are read: what replays it."""
+        self._packet = Packet()
+        """The device tensors waiting for the step's one host read (see ``packet``)."""
+        self._losses: list[Tensor] = []
+        self._n_backward = 0
+        self._loss_fn_seen = False
+        self._closure_open = False
+        self._pending: list[StepRow] = []
+        self._last_transfer = time.monotonic()
+        self._seen_nonfinite: set[str] = set()
+
+    def add(self, optimizer: Any, params: list[WatchedParam], manual: bool = False) -> Target:
+        """Watch an optimizer's steps; the first one attached counts the run's steps."""
+        target = self.targets[optimizer] = Target(optimizer, params, manual=manual)
+        if self.primary is None:
+            self.primary = optimizer
+            self.activations.arm(self.config.activations(self.count))
+        if self.device is None and params:
+            self.device = params[0].param.device
+        return target
+
+    def remove(self, optimizer: Any) -> None:
+        self.targets.pop(optimizer, None)
+        self.primary = None if self.primary is optimizer else self.primary
+
+    # -- loss (the backward tap) ----------------------------------------------------------
+    @guarded
+    def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+        if not direct:
+            return  # PyTorch's own call (a reentrant checkpoint), not a step of the program
+        self.manual.on_backward(tensors, inputs)
+        # With several runs open, a run takes only losses computed after its own model ran
+        # (a run attached later by `gradoc run` takes everything until it knows its model).
+        if self.watched.prefixes and not self.watched.forward_seen:
+            return
+        self._n_backward += 1
+        if self._closure_open:
+            return  # a closure called again within its step (LBFGS): the first loss counts
+        loss = taps.scalar_loss(tensors)
+        if loss is not None:
+            self._losses.append(loss)
+            self.activations.on_loss(tensors)
+            if not self._loss_fn_seen:  # what the loss is says what its chance level is
+                self._loss_fn_seen = True
+                kind = taps.loss_kind(tensors)
+                if kind is not None:
+                    self.run.set_meta(loss_fn=kind)
+
+    def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
+        if direct:
+            self.manual.after_backward(grads)
+
+    def begin_step(self) -> None:
+        """Mark the start of a step whose forward pass does not go through the watched
+        model's ``forward()`` (Lightning's ``training_step``): its loss belongs to this run."""
+        self.watched.forward_seen = True
+
+    # -- the statistics point -------------------------------------------------------------
+    def before_step(
+        self,
+        optimizer: Optimizer,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        attach: Callable[[], None] | None = None,
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The optimizer step pre-hook (``attach``: attach the optimizer first). A step
+        given a closure (LBFGS) computes its gradients inside the step, by calling it: the
+        closure is wrapped so that the statistics are read after its first call, when the
+        gradients (and, for ``attach``, the modules that own the parameters) exist."""
+        # the hooks' ``args`` are the step's: (optimizer, closure?)
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if not callable(closure) or self.run.closed:
+            if attach is not None:
+                attach()
+            self.pre_step(optimizer)
+            return None
+        wrapped = self._wrap_closure(optimizer, closure, attach)
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": wrapped}
+        return (args[0], wrapped, *args[2:]), kwargs
+
+    def _wrap_closure(
+        self, optimizer: Optimizer, closure: Callable[[], Any], attach: Callable[[], None] | None
+    ) -> Callable[[], Any]:
+        called = [False]
+
+        @functools.wraps(closure)
+        def first_call_read() -> Any:
+            if called[0] or self.run.closed:
+                return closure()
+            called[0] = True
+            rng = rng_state()
+            result = closure()
+            if attach is not None:
+                attach()
+            self.rerun = (closure, rng)  # a replay of this step calls it again, traced
+            try:
+                self.pre_step(optimizer)
+            finally:
+                self.rerun = None
+            self._closure_open = True  # its next calls' losses are not the step's
+            return result
+
+        return first_call_read
+
+    @guarded
+    @torch.no_grad()  # statistics need no autograd graph
+    def pre_step(self, optimizer: Optimizer) -> None:
+        target = self.targets.get(optimizer)
+        if target is not None:
+            self.statistics(target)
+
+    def statistics(self, target: Target) -> None:
+        primary = target.optimizer is self.primary
+        self.locator.pause()
+        # a guard asked for reads every step's norms (and so records them)
+        want_grads = self.config.grads(target.steps) or self._guard_asked()
+        if target.collect(want_grads, self.config.params(target.steps), self.device):
+            self.locator.done = True  # sharded (FSDP2): a replay on one rank would hang
+        for probe in self.probes:
+            probe.at_statistics(target, primary)
+        if self.decides:
+            self._vet(target, primary)
+        for probe in self.probes:
+            probe.after_statistics(target, primary)
+        if target.manual:  # the next forward comes before the next backward: arm now
+            self.locator.after_step()
+        if primary:
+            for listener in self.listeners:
+                listener("stats", self.count)
+
+    def _guard_asked(self) -> bool:
+        """The run was given a guard (not only the default that skips)."""
+        return self.guard is not None and self.guard.every_step
+
+    def _vet(self, target: Target, primary: bool) -> None:
+        """The first non-finite step is located; the guard (or the default skip) acts."""
+        v = self._vitals(target, primary)
+        for probe in self.probes:
+            probe.decided(target, v)
+        if target.manual:
+            return  # the program applies its own update: gradoc cannot skip it
+        if self.guard is not None:
+            self._guard_step(self.guard, target, primary, v)
+
+    def _vitals(self, target: Target, primary: bool) -> Vitals:
+        """This step's loss, finiteness and global gradient norm: the step's one host read,
+        which carries the previous step's statistics too."""
+        losses = self._losses if primary else []
+        norms_ = target.grad_norms
+        parts = []
+        if losses:
+            parts.append(torch.stack(losses).sum())
+        batch, lengths = self.lengths.take() if primary else (None, [])
+        parts += lengths
+        if norms_ is not None:
+            # a sum is finite exactly when every term is (or overflows, which is as bad)
+            parts.append(norms_.sum())
+            if self.guard is not None and self.guard.needs_norm:
+                wide = torch.float32 if norms_.device.type == "mps" else torch.float64
+                parts.append(torch.linalg.vector_norm(norms_.to(wide)))
+        if not parts:
+            self.lengths.observe(target.steps, batch, [])
+            return Vitals(False, False, None, None)
+        at = [self._packet.add(p) for p in parts]
+        values = self._packet.read()[at[0].start : at[-1].stop].tolist()
+        loss = values.pop(0) / len(losses) if losses else None
+        self.lengths.observe(target.steps, batch, values[: len(lengths)])
+        del values[: len(lengths)]
+        grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
+        norm = values[1] if len(values) > 1 else None
+        if grads_bad:
+            grads_bad, global_norm = target.recheck(self.device)
+            norm = global_norm if norm is not None else None
+        return Vitals(loss is not None and not math.isfinite(loss), grads_bad, loss, norm)
+
+    def _guard_step(self, guard: Guard, target: Target, primary: bool, v: Vitals) -> None:
+        if guard.collective:
+            v = agree(v, self.device)
+        step = target.steps
+        d = guard.decide(target.optimizer, step, primary, v)
+        if d.skip or d.rollback:
+            target.drop_grads()
+            if v.bad:
+                reason = d.reason if d.skip else "non-finite"
+                guard.skipped_step(target.optimizer, step, reason, self.run.origins.get(step))
+        models, optimizers = list(self.watched.prefixes), list(self.targets)
+        if d.rollback:
+            guard.rollback(d.to, step, d.reason, models, optimizers)
+        elif d.clip_to is not None and v.norm is not None:
+            grads = [w.param.grad for w in target.present if w.param.grad is not None]
+            guard.clip(grads, v.norm, d.clip_to, step)
+        if primary and not (d.skip or d.rollback):
+            guard.maybe_snapshot(step, models, optimizers)
+
+    # -- the step's end -------------------------------------------------------------------
+    @guarded
+    @torch.no_grad()  # statistics need no autograd graph
+    def post_step(self, optimizer: Any) -> None:
+        target = self.targets.get(optimizer)
+        if target is None:
+            return
+        target.stepped(self.device)
+        if self.guard is not None:
+            self.guard.stepped(optimizer)
+        if optimizer is not self.primary:
+            return
+        loss = torch.stack(self._losses).float().mean() if self._losses else None
+        lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
+        samples = self.watched.samples or None
+        t = time.monotonic() - self.run.t0
+        self._pending.append(StepRow(self.count, t, self._n_backward, samples, lrs, loss))
+        self._losses, self._n_backward, self.watched.forward_seen = [], 0, False
+        self.watched.samples, self._closure_open = 0, False
+        waiting = len(self._packet) > 0  # a step's statistics not read yet
+        if (
+            self._collected()
+            or len(self._pending) >= self.config.flush_every_steps
+            or time.monotonic() - self._last_transfer >= self.config.flush_every_s
+        ):
+            self._transfer()
+        if waiting or not self.decides:
+            # read now: nothing before the next update needs the host (or a step read
+            # nothing at its statistics point, so two steps' statistics wait)
+            self._packet.read()
+        for probe in self.probes:
+            probe.end_step(self.count, self.activations.armed)
+        self.count += 1
+        self.activations.arm(self.config.activations(self.count))
+        if not target.manual:
+            self.locator.after_step()
+        for listener in self.listeners:
+            listener("end", self.count - 1)
+
+    def _transfer(self) -> None:
+        """Add this step's statistics and pending losses to the packet; the step's rows are
+        made when it is read (at the next step's statistics point, or now, see post_step)."""
+        pack = self._packet
+        rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
+        lrs = {
+            (k, i): pack.add(lr)
+            for k, r in enumerate(self._pending)
+            for i, lr in enumerate(r.lrs)
+            if isinstance(lr, Tensor)
+        }
+        targets = [
+            t.slices(pack, t.optimizer is self.primary)
+            for t in self.targets.values()
+            if t.collected()
+        ]
+        layout = Layout(self.count, rows, lrs, targets, self.activations.pack(pack))
+        self._pending = []
+        for t in self.targets.values():
+            t.reset()
+        self._last_transfer = time.monotonic()
+        pack.on_read(lambda host: self._received(host, layout))
+
+    def _received(self, host: Tensor, layout: Layout) -> None:
+        """A step's statistics reached the host: hand them to the writer thread."""
+        counts: dict[int, float] = {}
+        for sl in layout.targets:
+            counts.update(received_counts(sl, host))
+            for probe in self.probes:
+                probe.received(sl, host)
+        self.run.put(StepRecord(host, layout, counts, self._seen_nonfinite, self.run.t0))
+
+    def _collected(self) -> bool:
+        return self.activations.waiting() or any(t.collected() for t in self.targets.values())
+
+    def unsent(self) -> bool:
+        return bool(self._pending) or self._collected() or len(self._packet) > 0
+
+    def send(self) -> None:
+        """Everything collected so far, to the writer thread (one host read)."""
+        if self._pending or self._collected():
+            self._transfer()
+        self._packet.read()
+
+    def close(self) -> dict[str, Any]:
+        """The last step ends (a program without an optimizer ends one here), the probes
+        close; what they leave for the run log's ``meta``."""
+        if self.manual.open:
+            self.manual.end(None)
+        self.activations.arm(False)
+        meta: dict[str, Any] = {}
+        for probe in self.probes:
+            meta |= probe.close(self.count)
+        return meta

@@ -1,0 +1,120 @@
+"""The watched models: their names, their modules' rows and what their forwards did.
+
+Each watched root gets hooks that stay out of the model's pickles and copies (see
+``_hooks``; a root that has forward hooks of its own is watched through a global hook that
+filters), recording for the step whether a forward ran with gradients, how many samples it
+saw, its last call (the padding audit replays it) and, for the probes, each call's inputs.
+DDP, DataParallel and ``torch.compile`` wrappers are seen through: layer names have no
+``module.`` or ``_orig_mod.`` and a replay runs eagerly on one rank.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+from torch.utils.hooks import RemovableHandle
+
+from .._state import RngState, rng_state
+from .._wrappers import compiled, compiling, unwrap
+from ..store.writer import insert_rows
+from ._hooks import global_hooks, local_hooks
+from ._safety import guarded
+from .layers import WatchedModule, assign_prefixes, module_rows, qualified
+from .lengths import batch_size
+from .probe import Probe
+
+if TYPE_CHECKING:
+    from .run import Run
+
+
+class Watched:
+    def __init__(self, run: Run, probes: list[Probe], names: dict[nn.Module, str]) -> None:
+        self.run, self.probes = run, probes
+        self.keep_rng = any(p.wants_rng for p in probes)
+        self.prefixes: dict[nn.Module, str] = {}  # watched root modules -> name prefix
+        self.names = names
+        """Every watched module's name in the run's layer names (filled here)."""
+        self.modules: dict[nn.Module, WatchedModule] = {}
+        self.next_id = 0
+        """The next layer id (parameters' and modules' rows share them)."""
+        self.handles: list[RemovableHandle] = []
+        self._roots: dict[int, nn.Module] = {}  # id -> watched root (the hooks' filter)
+        self._global: list[RemovableHandle] = []
+        self._calls: dict[int, list[tuple[tuple[Any, ...], RngState]]] = {}
+        """Per watched root, its forward calls in progress: (args, RNG state before)."""
+        self.last_forward: tuple[nn.Module, Any, Any] | None = None
+        # this step's forwards (the step protocol resets them when the step ends)
+        self.forward_seen = False
+        self.samples = 0
+
+    def roots(self, given: list[nn.Module]) -> list[nn.Module]:
+        """Name the new roots' modules and watch their forwards; the new roots."""
+        # a compiled model's forward is seen where the user calls it (its wrapper runs
+        # eagerly, the inside not)
+        callee = {unwrap(r): (r if compiled(r) else unwrap(r)) for r in given}
+        new_roots = [r for r in callee if r not in self.prefixes]
+        assign_prefixes(self.prefixes, new_roots)
+        for root in new_roots:
+            for name, m in root.named_modules():
+                self.names.setdefault(m, qualified(self.prefixes[root], name))
+        if any(compiled(r) for r in callee.values()):
+            self.run.set_meta(compiled=True)  # its inner modules' outputs are not watched
+        # NOTE: a deepcopy of the model (an EMA or target network) is not the watched model
+        self._roots.update((id(callee[r]), callee[r]) for r in new_roots)
+        for root in new_roots:
+            handles = local_hooks(callee[root], self._module_pre, self._module_post)
+            if handles is None and not self._global:  # the root has hooks of its own
+                handles = self._global = global_hooks(self._module_pre, self._module_post)
+            self.handles += handles or []
+        return new_roots
+
+    def module_rows(self, roots: list[nn.Module]) -> list[tuple[object, ...]]:
+        """Watch the outputs of the roots' modules; their layer rows (ids after the
+        parameters', as they always were)."""
+        modules, rows = module_rows(roots, self.prefixes, self.next_id, self.run.config.modules)
+        self.next_id += len(rows)
+        self.modules.update(modules)
+        return rows
+
+    def watch_modules(self, roots: list[nn.Module]) -> None:
+        rows = self.module_rows(roots)
+        self.run.put(lambda conn: insert_rows(conn, "layers", rows))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+    def _module_pre(self, module: nn.Module, args: Any) -> None:
+        """Forward pre-hook (a global one: every module of the process calls it, so it
+        returns at once unless ``module`` is a watched root)."""
+        if compiling():
+            return
+        if id(module) in self._roots and self._roots[id(module)] is module:
+            self._root_called(module, args)
+
+    def _module_post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if compiling():
+            return
+        if id(module) in self._roots and self._roots[id(module)] is module:
+            self._root_returned(module, kwargs, output)
+
+    @guarded
+    def _root_called(self, module: nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            self.forward_seen = True
+            rng = rng_state() if self.keep_rng else {}
+            self._calls.setdefault(id(module), []).append((args, rng))
+
+    @guarded
+    def _root_returned(self, module: nn.Module, kwargs: Any, output: Any) -> None:
+        calls = self._calls.get(id(module))
+        if not calls:  # called with grad disabled, or a forward that began before attach
+            return
+        args, rng = calls.pop()
+        self.last_forward = (module, args, kwargs)
+        self.samples += batch_size(args, kwargs)
+        for probe in self.probes:
+            probe.on_forward(module, args, kwargs, output, rng)
