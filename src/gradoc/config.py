@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Any, Literal
 
 import torch.nn as nn
 
@@ -90,6 +90,16 @@ class WatchConfig:
         if self.skip_nonfinite_updates:
             return GuardConfig(skip_nonfinite=True, clip=None, rollback=False, collective=False)
         return None
+
+    def writer_options(self) -> dict[str, Any]:
+        """The run log writer's settings (``store.writer.RunWriter``'s keywords)."""
+        return {
+            "flush_every_s": self.flush_every_s,
+            "flush_every_steps": self.flush_every_steps,
+            "queue_size": self.queue_size,
+            "keep_recent_steps": self.keep_recent_steps,
+            "keep_old_steps": self.keep_old_steps,
+        }
 
     def describe(self) -> dict[str, str]:
         """A JSON-friendly view for the run metadata."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._text import safe
+from .._text import one_line, safe
 from ..guard import GuardGaveUp
 from ..locate.replay import own_work
 
@@ -41,9 +43,23 @@ def guarded(method: Callable[..., None]) -> Callable[..., None]:
 
 
 @contextlib.contextmanager
-def sigint_deferred() -> Iterator[list[bool]]:
-    """Hold Ctrl-C back until the block is done; the list says whether one came. Only the
-    main thread can take signals; elsewhere this does nothing."""
+def sigint_deferred(run_dir: Any) -> Iterator[None]:
+    """Hold Ctrl-C back until the block (closing the run log of ``run_dir``) is done; then,
+    if one came, say so and raise KeyboardInterrupt. Only the main thread can take
+    signals; elsewhere this only runs the block."""
+    with _deferred() as came:
+        yield
+    if came:
+        print(
+            f"gradoc: interrupted; the run log is complete ({one_line(run_dir)}), the "
+            "report was not written: gradoc report DIR writes it",
+            file=sys.stderr,
+        )
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _deferred() -> Iterator[list[bool]]:
     came: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
         yield came
@@ -57,3 +73,37 @@ def sigint_deferred() -> Iterator[list[bool]]:
         yield came
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def finish_safely(run: Any, write: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """``write()`` the closed run's report and sinks; a failure is said, never raised (the
+    user's program goes on and keeps its exit code), except Ctrl-C."""
+    try:
+        return write()
+    except KeyboardInterrupt:
+        print(
+            f"gradoc: interrupted while writing the report; the run log is complete: "
+            f"gradoc report {one_line(run.dir)}",
+            file=sys.stderr,
+        )
+        raise
+    except Exception as exc:
+        if os.environ.get("GRADOC_DEBUG"):
+            raise
+        print(
+            f"gradoc: could not write the report ({type(exc).__name__}: {one_line(exc)}); "
+            f"the run log is at {one_line(run.dir)}",
+            file=sys.stderr,
+        )
+        return None
+
+
+open_runs: set[Any] = set()
+"""Runs not closed yet: the program's exit closes them."""
+
+
+@atexit.register
+def _close_open_runs() -> None:
+    """A script that never closed its run still leaves a complete log and report."""
+    for run in list(open_runs):
+        run.close(status="exited")

@@ -160,7 +160,7 @@ class AmpRanges(Probe):
         run = self.run
         if run.broken:
             return {}
-        names = {w.id: w.name for t in run.targets.values() for w in t.params}
+        names = {w.id: w.name for t in run.steps.targets.values() for w in t.params}
         names |= {m.id: m.name for m in run.watched.modules.values()}
         acts = {names[i]: dict(zip(RANGE_FIELDS, v.cpu().tolist())) for i, v in self._acts.items()}
         grads = {}

@@ -55,7 +55,9 @@ class Locate(Probe):
         params: list[tuple[str, str, Any]] = []
         context: dict[str, Any] = {}
         if bad:  # what a replay needs, gathered only when there is one to make
-            params = [(w.name, w.module, w.param) for t in run.targets.values() for w in t.params]
+            params = [
+                (w.name, w.module, w.param) for t in run.steps.targets.values() for w in t.params
+            ]
             lr = lr_of(target.optimizer.param_groups[0])
             context = {"learning rate": lr} if isinstance(lr, float) and math.isfinite(lr) else {}
         rerun = None

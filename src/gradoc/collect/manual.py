@@ -242,7 +242,7 @@ class ManualSteps:
         if target is None:
             target = self.target = self.steps.add(HandWritten(), [], manual=True)
             self.steps.primary = target.optimizer
-        run.counted_by("torch.autograd.grad()" if grads is not None else "backward()")
+        self.steps.counted_by("torch.autograd.grad()" if grads is not None else "backward()")
         params, rows = [], []
         owners: dict[int, tuple[str, str, str]] | None = None
         taken = {w.name for w in target.params}

@@ -11,7 +11,6 @@ packet's (``packet``), once per step.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
@@ -24,41 +23,23 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from .._text import module_label, one_line, safe
+from .._text import one_line
 from .._version import __version__
-from ..config import GuardConfig, WatchConfig
+from ..config import WatchConfig
 from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
-from ..locate import Origin
 from ..store.writer import RunWriter, insert_rows
 from . import taps
-from ._safety import sigint_deferred
-from .activations import Activations, AmpRanges
+from ._safety import finish_safely, open_runs, sigint_deferred
 from .layers import param_rows
-from .lengths import Lengths
-from .locate_probe import Locate
 from .locating import Locator
-from .padding import PaddingAudit
-from .probe import Probe
-from .steps import Steps
+from .steps import Steps, probes_for
 from .watched import Watched
 
 Finish = Callable[
     [Path, "str | Path | None", "dict[str, Any] | None", dict[str, str]], "dict[str, Any]"
 ]
 """What writes a closed run's report and sinks (see ``Run(finish=...)``)."""
-
-
-def probes_for(run: Run, config: WatchConfig) -> list[Probe]:
-    """The probes a configuration asks for, in the order the step protocol calls them."""
-    probes: list[Probe] = [Lengths(run.event)]
-    if config.check_amp:
-        probes.append(AmpRanges(run))
-    if config.check_padding:
-        probes.append(PaddingAudit(run))
-    if config.locate:
-        probes.append(Locate(run))
-    return probes
 
 
 class Run:
@@ -86,14 +67,7 @@ class Run:
         self.config, self._finish, self._lr_scale = config, finish, lr_scale
         self.closed = self.broken = False
         self.t0 = time.monotonic()
-        self._writer = RunWriter(
-            self.dir / "run.db",
-            flush_every_s=config.flush_every_s,
-            flush_every_steps=config.flush_every_steps,
-            queue_size=config.queue_size,
-            keep_recent_steps=config.keep_recent_steps,
-            keep_old_steps=config.keep_old_steps,
-        )
+        self._writer = RunWriter(self.dir / "run.db", **config.writer_options())
         self.put = self._writer.put
         self.set_meta(
             gradoc=__version__,
@@ -108,33 +82,27 @@ class Run:
         )
         self.find_owners: Callable[[set[int]], list[nn.Module]] | None = None
         """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
-        self.origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
-        self._counting: list[str] = []
         self._handles: list[Any] = []
         if lr_scale != 1.0:
             guard_lr.install()  # before the script makes its schedulers: scale_lr finds them
-        self.guard: Guard | None = None
+        self.guard = Guard.of(config, self.event)  # skipping non-finite steps is its, always
         """The run's guard (``state_dict()`` / ``load_state_dict()`` carry it across a
         resumed job); None when non-finite steps are not skipped."""
-        guard = config.guard_config()  # skipping non-finite steps is the guard's, always
-        if guard is not None:  # every_step: asked for, not the default that only skips
-            self.guard = Guard(guard, self.event, every_step=isinstance(config.guard, GuardConfig))
         self.module_names: dict[nn.Module, str] = {}
         """Every watched module's name in the run's layer names."""
         self.locator = Locator(self.module_names)
         """Where the run's non-finite origins are found (``gradoc run`` arms it)."""
         self.watched = Watched(self, probes := probes_for(self, config), self.module_names)
-        activations = Activations(self, config.activations, probes)
-        self.steps = Steps(self, probes, activations)
-        self.targets = self.steps.targets
+        self.steps = Steps(self, probes)
         # the step protocol (used by gradoc run, Lightning and the Hugging Face callback)
         self.before_step, self.pre_step = self.steps.before_step, self.steps.pre_step
         self.post_step, self.begin_step = self.steps.post_step, self.steps.begin_step
+        self.record_origin = self.steps.record_origin
         self.step_listeners = self.steps.listeners
         """Called with ("stats", step) once a step's statistics are read and with ("end",
         step) once it ended (``gradoc._replay`` arms its trace from them)."""
         taps.add_loss_sink(self.steps)
-        _open_runs.add(self)
+        open_runs.add(self)
 
     @property
     def step(self) -> int:
@@ -148,7 +116,7 @@ class Run:
 
     def watches(self, optimizer: Optimizer) -> bool:
         """The optimizer is attached to this run."""
-        return optimizer in self.targets
+        return optimizer in self.steps.targets
 
     def attach(
         self,
@@ -166,7 +134,7 @@ class Run:
         """
         if self.closed:
             raise RuntimeError("this gradoc run is closed")
-        if optimizer in self.targets:
+        if optimizer in self.steps.targets:
             return
         new_roots = self.watched.roots([models] if isinstance(models, nn.Module) else list(models))
         if optimizer is None:
@@ -175,11 +143,13 @@ class Run:
         taps.note_optimizer(optimizer)
         self.steps.manual.stop()  # steps were counted at backward() until an optimizer stepped
         watched = self.watched
-        params, rows = param_rows(watched.prefixes, optimizer, len(self.targets), watched.next_id)
+        params, rows = param_rows(
+            watched.prefixes, optimizer, len(self.steps.targets), watched.next_id
+        )
         watched.next_id += len(rows)
         rows += watched.module_rows(new_roots)
         self.steps.add(optimizer, params)
-        self.counted_by("optimizer.step()")
+        self.steps.counted_by("optimizer.step()")
         if self.guard is not None:
             self.guard.watch(optimizer)
         if self._lr_scale != 1.0:
@@ -187,26 +157,7 @@ class Run:
             self.event("lr_scaled", f"learning rates x{self._lr_scale:g} (applied by gradoc)")
         self.put(lambda conn: insert_rows(conn, "layers", rows))
         if hooks:
-            self._handles.append(
-                optimizer.register_step_pre_hook(lambda o, a, k: self.before_step(o, a, k))
-            )
-            self._handles.append(
-                optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o))
-            )
-
-    def counted_by(self, how: str) -> None:
-        """Say once in the log how steps are counted (the report shows it)."""
-        if how not in self._counting:
-            self._counting.append(how)
-            self.set_meta(steps_counted_by=list(self._counting))
-
-    def record_origin(self, origin: Origin) -> None:
-        """Log where a step's NaN/Inf was born (an event the report reads)."""
-        self.origins[origin.step] = origin.to_json()
-        where = f" in {module_label(origin.module)}" if origin.module is not None else ""
-        at = f" ({origin.file}:{origin.line})" if origin.file else ""
-        message = f"{origin.phase}: {origin.op}{where}{at}"
-        self.event("nonfinite_origin", message, step=origin.step, origin=origin.to_json())
+            self._handles += self.steps.hook(optimizer)
 
     def guard_summary(self) -> dict[str, Any] | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
@@ -239,39 +190,16 @@ class Run:
         """
         if self.closed:
             return None
-        with sigint_deferred() as interrupted:  # a second Ctrl-C must not cost the log
+        with sigint_deferred(self.dir):  # a second Ctrl-C must not cost the log
             self._complete_log(status, exit_code)
-        if interrupted:
-            print(
-                f"gradoc: interrupted; the run log is complete ({one_line(self.dir)}), the "
-                "report was not written: gradoc report DIR writes it",
-                file=sys.stderr,
-            )
-            raise KeyboardInterrupt
         if self._finish is None:
             return None
         stopped = None
         if self._writer.error is not None:  # the log lacks the end of the run: say so
             error = one_line(self._writer.error)
             stopped = {"error": error, "steps": self.step, "status": status, "exit_code": exit_code}
-        try:
-            return self._finish(self.dir, json_path, stopped, dict(self.config.sinks))
-        except KeyboardInterrupt:
-            print(
-                f"gradoc: interrupted while writing the report; the run log is complete: "
-                f"gradoc report {one_line(self.dir)}",
-                file=sys.stderr,
-            )
-            raise
-        except Exception as exc:  # the user's program goes on (and keeps its exit code)
-            if os.environ.get("GRADOC_DEBUG"):
-                raise
-            print(
-                f"gradoc: could not write the report ({type(exc).__name__}: {one_line(exc)}); "
-                f"the run log is at {one_line(self.dir)}",
-                file=sys.stderr,
-            )
-            return None
+        finish, sinks = self._finish, dict(self.config.sinks)
+        return finish_safely(self, lambda: finish(self.dir, json_path, stopped, sinks))
 
     def _complete_log(self, status: str, exit_code: int | None) -> None:
         """Unhook, let the probes finish, send the last statistics and close the run log."""
@@ -285,11 +213,7 @@ class Run:
             self.guard.close()
         if self._lr_scale != 1.0:
             guard_lr.uninstall()
-        if self.steps.unsent() and not self.broken:
-            try:
-                self.steps.send()
-            except Exception as exc:  # the log so far is still written and reported
-                print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
+        self.steps.send_last()
         self.set_meta(
             status=status,
             exit_code=exit_code,
@@ -304,7 +228,7 @@ class Run:
         )
         self.closed = True
         self._writer.close()
-        _open_runs.discard(self)
+        open_runs.discard(self)
 
     def __enter__(self) -> Run:
         return self
@@ -322,13 +246,3 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<gradoc.Run {str(self.dir)!r} step={self.step}{' closed' if self.closed else ''}>"
-
-
-_open_runs: set[Run] = set()
-
-
-@atexit.register
-def _close_open_runs() -> None:
-    """A script that never closed its run still leaves a complete log and report."""
-    for run in list(_open_runs):
-        run.close(status="exited")

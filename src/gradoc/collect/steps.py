@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,27 +41,44 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .._state import RngState, rng_state
+from .._text import module_label, safe
 from ..guard import Guard, Vitals, agree
+from ..locate import Origin
 from . import taps
 from ._safety import guarded
-from .activations import Activations
+from .activations import Activations, AmpRanges
 from .grads import Target, lr_of, received_counts
 from .layers import WatchedParam
 from .lengths import Lengths
+from .locate_probe import Locate
 from .manual import ManualSteps
 from .packet import Packet
+from .padding import PaddingAudit
 from .probe import Probe
 from .record import Layout, StepRecord, StepRow
 
 if TYPE_CHECKING:
+    from ..config import WatchConfig
     from .run import Run
 
 
+def probes_for(run: Run, config: WatchConfig) -> list[Probe]:
+    """The probes a configuration asks for, in the order the step protocol calls them."""
+    probes: list[Probe] = [Lengths(run.event)]
+    if config.check_amp:
+        probes.append(AmpRanges(run))
+    if config.check_padding:
+        probes.append(PaddingAudit(run))
+    if config.locate:
+        probes.append(Locate(run))
+    return probes
+
+
 class Steps:
-    def __init__(self, run: Run, probes: list[Probe], activations: Activations) -> None:
+    def __init__(self, run: Run, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
-        self.locator, self.watched = run.locator, run.watched
-        self.probes, self.activations = probes, activations
+        self.locator, self.watched, self.probes = run.locator, run.watched, probes
+        self.activations = Activations(run, run.config.activations, probes)
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
         self.decides = self.guard is not None or any(p.decides for p in probes)
         """The step's host read is made at its statistics point (see the module's 3.)."""
@@ -82,6 +100,8 @@ class Steps:
         self._pending: list[StepRow] = []
         self._last_transfer = time.monotonic()
         self._seen_nonfinite: set[str] = set()
+        self._counting: list[str] = []
+        self.origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
 
     def add(self, optimizer: Any, params: list[WatchedParam], manual: bool = False) -> Target:
         """Watch an optimizer's steps; the first one attached counts the run's steps."""
@@ -92,6 +112,27 @@ class Steps:
         if self.device is None and params:
             self.device = params[0].param.device
         return target
+
+    def hook(self, optimizer: Optimizer) -> list[Any]:
+        """Route the optimizer's steps here, through its own step hooks; their handles."""
+        return [
+            optimizer.register_step_pre_hook(lambda o, a, k: self.before_step(o, a, k)),
+            optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o)),
+        ]
+
+    def counted_by(self, how: str) -> None:
+        """Say once in the log how steps are counted (the report shows it)."""
+        if how not in self._counting:
+            self._counting.append(how)
+            self.run.set_meta(steps_counted_by=list(self._counting))
+
+    def record_origin(self, origin: Origin) -> None:
+        """Log where a step's NaN/Inf was born (an event the report reads)."""
+        self.origins[origin.step] = origin.to_json()
+        where = f" in {module_label(origin.module)}" if origin.module is not None else ""
+        at = f" ({origin.file}:{origin.line})" if origin.file else ""
+        message = f"{origin.phase}: {origin.op}{where}{at}"
+        self.run.event("nonfinite_origin", message, step=origin.step, origin=origin.to_json())
 
     def remove(self, optimizer: Any) -> None:
         self.targets.pop(optimizer, None)
@@ -257,7 +298,7 @@ class Steps:
             target.drop_grads()
             if v.bad:
                 reason = d.reason if d.skip else "non-finite"
-                guard.skipped_step(target.optimizer, step, reason, self.run.origins.get(step))
+                guard.skipped_step(target.optimizer, step, reason, self.origins.get(step))
         models, optimizers = list(self.watched.prefixes), list(self.targets)
         if d.rollback:
             guard.rollback(d.to, step, d.reason, models, optimizers)
@@ -349,6 +390,14 @@ class Steps:
         if self._pending or self._collected():
             self._transfer()
         self._packet.read()
+
+    def send_last(self) -> None:
+        """At close: what is still unsent; a failure costs the last step, not the log."""
+        if self.unsent() and not self.run.broken:
+            try:
+                self.send()
+            except Exception as exc:  # the log so far is still written and reported
+                print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
 
     def close(self) -> dict[str, Any]:
         """The last step ends (a program without an optimizer ends one here), the probes

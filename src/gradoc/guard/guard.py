@@ -29,7 +29,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ..config import GuardConfig
+from ..config import GuardConfig, WatchConfig
 from ..detect.loss_divergence import diverged
 from ..detect.zclip import ZClip
 from ..errors import GradocError
@@ -167,6 +167,16 @@ class Guard:
         self._device = torch.device(config.snapshot_device) if config.snapshot_device else None
         lr.install()
         self._open = True
+
+    @classmethod
+    def of(cls, config: WatchConfig, event: Callable[..., None]) -> Guard | None:
+        """The guard a run's configuration asks for (``WatchConfig.guard_config``): the one
+        given, acting on every step, else the default that only skips; None when
+        non-finite steps are not skipped."""
+        guard = config.guard_config()
+        if guard is None:
+            return None
+        return cls(guard, event, every_step=isinstance(config.guard, GuardConfig))
 
     def close(self) -> None:
         if self._open:
