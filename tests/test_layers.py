@@ -89,3 +89,41 @@ def test_the_walk_reads_every_kind_of_import() -> None:
     assert "demo" not in imports(ROOT / "cli.py") or "cli" not in imports(
         ROOT / "demo" / "gallery.py"
     )
+
+
+def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
+    """The run and its step protocol never ask the configuration what to watch: the probes
+    are chosen once (``probes_for``), and each watches what it was made for."""
+    import ast as _ast
+
+    from gradoc.collect.activations import AmpRanges
+    from gradoc.collect.lengths import Lengths
+    from gradoc.collect.locate_probe import Locate
+    from gradoc.collect.padding import PaddingAudit
+    from gradoc.collect.run import Run
+    from gradoc.config import WatchConfig
+
+    chosen = {}
+    for name, config in {
+        "plain": WatchConfig(locate=False),
+        "all": WatchConfig(check_amp=True, check_padding=True),
+    }.items():
+        (tmp_path / name).mkdir()
+        run = Run(tmp_path / name, config)
+        chosen[name] = [type(p) for p in run.steps.probes]
+        run.close()
+    assert chosen == {"plain": [Lengths], "all": [Lengths, AmpRanges, PaddingAudit, Locate]}
+    for file in ("run.py", "steps.py"):
+        tree = _ast.parse((ROOT / "collect" / file).read_text())
+        asked = [
+            node.attr
+            for fn in _ast.walk(tree)
+            if isinstance(fn, _ast.FunctionDef) and fn.name != "probes_for"
+            for node in _ast.walk(fn)
+            if isinstance(node, _ast.Attribute)
+            and node.attr.startswith(("check_", "locate"))
+            and isinstance(node.value, _ast.Attribute)
+            and node.value.attr == "config"
+        ]
+        assert not asked, f"collect/{file} asks config.{asked}: choose a probe in probes_for"
+    assert len((ROOT / "collect" / "run.py").read_text().splitlines()) < 250

@@ -41,6 +41,18 @@ def set_rng_state(state: RngState) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+Anomaly = tuple[bool, bool]
+"""Anomaly mode's flags: (on, its NaN check on)."""
+
+
+def anomaly_state() -> Anomaly:
+    return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+
+
+def set_anomaly_state(state: Anomaly) -> None:
+    torch.set_anomaly_enabled(*state)
+
+
 @contextlib.contextmanager
 def kept(
     modules: Sequence[nn.Module],
@@ -51,7 +63,7 @@ def kept(
     states, the ``modules``' buffers and the ``tensors``' gradients are as before. With
     ``start``, the block begins from that RNG state (a replay draws the dropout masks the
     step drew)."""
-    anomaly = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+    anomaly = anomaly_state()
     rng = rng_state()
     buffers = [(m, k, b.detach().clone()) for m in modules for k, b in m.named_buffers()]
     grads = [(t, t.grad) for t in tensors]
@@ -60,7 +72,7 @@ def kept(
             set_rng_state(start)
         yield
     finally:
-        torch.set_anomaly_enabled(*anomaly)
+        set_anomaly_state(anomaly)
         set_rng_state(rng)
         with torch.no_grad():
             for m, k, saved in buffers:  # by name: a forward may rebind a buffer

@@ -57,17 +57,35 @@ _loss_scale: list[Callable[[Tensor], Tensor]] = []
 """``gradoc amp-compare``'s simulated fp16 loss scaling (see :func:`scaling_losses`)."""
 
 
+def _around(
+    tensors: Any,
+    inputs: Any,
+    direct: bool,
+    call: Callable[[Any], Any],
+    *,
+    scaled: bool,
+    gives: bool,
+) -> Any:
+    """One tapped call, ``call(tensors)``: the sinks hear of it before and after.
+    ``scaled``: amp-compare's loss scaling applies (no gradients given); ``gives``: the
+    result is the gradients (``autograd.grad``), which the sinks are handed."""
+    for sink in list(_sinks):
+        sink.on_backward(tensors, inputs, direct)
+    if _loss_scale and scaled and scalar_loss(tensors) is not None:
+        tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
+    result = call(tensors)
+    for sink in list(_sinks):
+        sink.after_backward(tensors, inputs, result if gives else None, direct)
+    return result
+
+
 def _tap_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(tensors: Any, grad_tensors: Any = None, *args: Any, **kwargs: Any) -> Any:
-        inputs, direct = kwargs.get("inputs"), _direct(3)
-        for sink in list(_sinks):
-            sink.on_backward(tensors, inputs, direct)
-        if _loss_scale and grad_tensors is None and scalar_loss(tensors) is not None:
-            tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
-        result = backward(tensors, grad_tensors, *args, **kwargs)
-        for sink in list(_sinks):
-            sink.after_backward(tensors, inputs, None, direct)
-        return result
+        def call(t: Any) -> Any:
+            return backward(t, grad_tensors, *args, **kwargs)
+
+        scaled = grad_tensors is None
+        return _around(tensors, kwargs.get("inputs"), _direct(3), call, scaled=scaled, gives=False)
 
     return tapped
 
@@ -76,13 +94,11 @@ def _tap_grad(grad: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(outputs: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
         if inputs is None and "inputs" in kwargs:
             inputs = kwargs.pop("inputs")
-        direct = _direct(3)
-        for sink in list(_sinks):
-            sink.on_backward(outputs, inputs, direct)
-        result = grad(outputs, inputs, *args, **kwargs)
-        for sink in list(_sinks):
-            sink.after_backward(outputs, inputs, result, direct)
-        return result
+
+        def call(o: Any) -> Any:
+            return grad(o, inputs, *args, **kwargs)
+
+        return _around(outputs, inputs, _direct(3), call, scaled=False, gives=True)
 
     return tapped
 

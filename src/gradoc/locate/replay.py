@@ -22,7 +22,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._state import RngState, kept
+from .._state import Anomaly, RngState, anomaly_state, kept, set_anomaly_state
 from .._tree import arguments
 from .._tree import floats as _floats
 from .._wrappers import unwrap
@@ -439,21 +439,18 @@ class ArmedTrace:
             self.tracer.__exit__(None, None, None)
             self.modules.__exit__()
             anomaly, stance = self._saved
-            anomaly_restore(anomaly)
+            set_anomaly_state(anomaly)
             _stance_restore(stance)
             self.active = False
         return self.tracer.found
 
 
-def anomaly_on() -> tuple[bool, bool]:
-    """Anomaly mode on without its NaN check; returns the user's setting to restore."""
-    before = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+def anomaly_on() -> Anomaly:
+    """Anomaly mode on without its NaN check; returns the user's setting to restore
+    (``kept`` restores it around a replay; a trace of live steps, with ``stop``)."""
+    before = anomaly_state()
     torch.set_anomaly_enabled(True, False)
     return before
-
-
-def anomaly_restore(before: tuple[bool, bool]) -> None:
-    torch.set_anomaly_enabled(*before)
 
 
 def rerun_closure(
