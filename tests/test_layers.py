@@ -83,7 +83,7 @@ def test_every_module_imports_only_lower_layers() -> None:
 
 def test_the_walk_reads_every_kind_of_import() -> None:
     """The check itself: a relative import two levels up is read as the unit it names."""
-    assert {"stats", "store"} <= imports(ROOT / "collect" / "record.py")
+    assert {"stats", "store"} <= imports(ROOT / "collect" / "activations.py")
     assert {"detect", "locate"} <= imports(ROOT / "collect" / "locate_probe.py")
     assert "report" not in imports(ROOT / "collect" / "run.py")
     assert "demo" not in imports(ROOT / "cli.py") or "cli" not in imports(
@@ -94,8 +94,6 @@ def test_the_walk_reads_every_kind_of_import() -> None:
 def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
     """The run and its step protocol never ask the configuration what to watch: the probes
     are chosen once (``probes_for``), and each watches what it was made for."""
-    import ast as _ast
-
     from gradoc.collect.activations import AmpRanges
     from gradoc.collect.lengths import Lengths
     from gradoc.collect.locate_probe import Locate
@@ -114,15 +112,15 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
         run.close()
     assert chosen == {"plain": [Lengths], "all": [Lengths, AmpRanges, PaddingAudit, Locate]}
     for file in ("run.py", "steps.py"):
-        tree = _ast.parse((ROOT / "collect" / file).read_text())
+        tree = ast.parse((ROOT / "collect" / file).read_text())
         asked = [
             node.attr
-            for fn in _ast.walk(tree)
-            if isinstance(fn, _ast.FunctionDef) and fn.name != "probes_for"
-            for node in _ast.walk(fn)
-            if isinstance(node, _ast.Attribute)
+            for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef) and fn.name != "probes_for"
+            for node in ast.walk(fn)
+            if isinstance(node, ast.Attribute)
             and node.attr.startswith(("check_", "locate"))
-            and isinstance(node.value, _ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
             and node.value.attr == "config"
         ]
         assert not asked, f"collect/{file} asks config.{asked}: choose a probe in probes_for"

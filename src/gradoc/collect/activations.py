@@ -9,6 +9,7 @@ graph says which modules feed an activation function written as a call (``F.relu
 
 from __future__ import annotations
 
+import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,19 +20,23 @@ from torch.nn.modules.module import register_module_forward_hook
 from torch.utils.hooks import RemovableHandle
 
 from .._wrappers import compiling
-from ..stats import activation_stats, unit_dim
+from ..stats import activation_stats, combine, unit_dim
 from ..stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_counts, range_counts
+from ..store.writer import real
 from ._safety import guarded
 from .functional import PRE_ACTIVATION_SATURATION, functional_activations
 from .layers import WatchedModule
 from .locating import first_tensor
 from .packet import Packet
 from .probe import Probe
-from .record import Calls
 
 if TYPE_CHECKING:
     from .grads import Target
     from .run import Run
+
+
+Calls = list[tuple[int, slice, slice | None]]
+"""One module's activation statistics per forward call: (numel, stats, per-unit activity)."""
 
 
 class Activations(Probe):
@@ -177,3 +182,30 @@ class AmpRanges(Probe):
             "gradients": grads,
         }
         return {"amp": summary}
+
+
+def activation_rows(step: int, acts: dict[int, Calls], values: list[float]) -> list[Any]:
+    """The ``act_stats`` rows of a transfer (on the writer thread): each module's calls
+    of the step, combined."""
+    return [_act_row(step, lid, calls, values) for lid, calls in acts.items()]
+
+
+def _act_row(step: int, lid: int, calls: Calls, values: list[float]) -> tuple[Any, ...]:
+    s = combine(
+        [(n, values[v]) for n, v, _ in calls],
+        [values[a] if a is not None else None for _, _, a in calls],
+    )
+    blob = array.array("f", s.unit_active).tobytes() if s.unit_active is not None else None
+    return (
+        step,
+        lid,
+        len(calls),
+        s.numel,
+        real(s.mean),
+        real(s.std),
+        real(s.zero_frac),
+        real(s.sat_frac),
+        s.nonfinite,
+        s.positions,
+        blob,
+    )

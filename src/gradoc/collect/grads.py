@@ -20,9 +20,9 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ..stats import max_abs, nonfinite_counts, norms, update_stats
+from ..store.writer import real
 from .layers import WatchedParam
 from .packet import Packet
-from .record import Slices
 
 
 def sharded(t: Tensor) -> bool:
@@ -40,6 +40,20 @@ def lr_of(group: dict[str, Any]) -> float | Tensor:
     """A parameter group's learning rate (a tensor for capturable optimizers)."""
     lr = group.get("lr", math.nan)
     return lr.detach() if isinstance(lr, Tensor) else float(lr)
+
+
+@dataclass(slots=True)
+class Slices:
+    """Where one optimizer's gradient, weight and update statistics lie in the host vector."""
+
+    step: int
+    primary: bool
+    present: list[WatchedParam]
+    held: dict[int, Tensor]
+    counted: dict[int, float] | None
+    norms: slice | None
+    maxabs: slice | None
+    updates: slice | None
 
 
 @dataclass(slots=True)
@@ -180,3 +194,28 @@ def received_counts(sl: Slices, host: Tensor) -> dict[int, float]:
             if values[k] == 0:
                 host[sl.norms.start + i] = values[n + k]
     return counts
+
+
+def grad_rows(
+    targets: list[Slices], counts: dict[int, float], values: list[float]
+) -> tuple[list[tuple[Any, ...]], float, int, int | None]:
+    """The ``param_stats`` rows of a transfer (on the writer thread); the first optimizer's
+    squared global norm, non-finite count and step (the ``steps`` table's)."""
+    rows = []
+    sumsq, nonfinite, primary_step = 0.0, 0, None
+    for sl in targets:
+        n = len(sl.present)
+        gv = values[sl.norms] if sl.norms is not None else [None] * n
+        mv = values[sl.maxabs] if sl.maxabs is not None else [None] * n
+        uv = values[sl.updates] if sl.updates is not None else [None] * 2 * n
+        if sl.primary and sl.norms is not None:
+            primary_step = sl.step
+        for i, w in enumerate(sl.present):
+            norm = gv[i]
+            # counts were taken only where the norm was non-finite; elsewhere they are 0
+            bad = None if norm is None else int(counts.get(w.id, 0))
+            rows.append((sl.step, w.id, real(norm), real(mv[i]), bad, real(uv[i]), real(uv[n + i])))
+            if sl.primary and norm is not None:
+                sumsq += norm * norm
+                nonfinite += bad or 0
+    return rows, sumsq, nonfinite, primary_step

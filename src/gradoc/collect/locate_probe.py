@@ -17,9 +17,8 @@ from torch import Tensor
 
 from ..detect._util import update_ratio
 from ..locate.replay import rerun_closure
-from .grads import Target, lr_of
+from .grads import Slices, Target, lr_of
 from .probe import Probe
-from .record import Slices
 
 if TYPE_CHECKING:
     from ..guard import Vitals

@@ -30,9 +30,8 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from ..guard import Vitals
-    from .grads import Target
+    from .grads import Slices, Target
     from .layers import WatchedModule
-    from .record import Slices
 
 
 class Probe:
