@@ -11,7 +11,9 @@ only an already-broken step pays for a second (small) host read.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ..stats import max_abs, nonfinite_counts, norms, update_stats
+from ..stats import large, max_abs, nonfinite_counts, norms, update_stats
 from ..store.writer import real
 from .layers import WatchedParam
 from .packet import Packet
@@ -79,6 +81,8 @@ class Target:
     """Gradients ``torch.autograd.grad`` returned (they are in no ``.grad``)."""
     counted: dict[int, float] | None = None
     """Non-finite values per gradient, when counted at the step's statistics point."""
+    _big: tuple[int, bool] | None = None
+    """(id of the parameter list, whether its tensors are few and large: ``stats.large``)."""
 
     def grad(self, w: WatchedParam) -> Tensor | None:
         """The gradient this step uses for ``w``."""
@@ -86,6 +90,26 @@ class Target:
         if g is None:
             g = self.held.get(w.id)
         return g if g is not None else w.param.grad
+
+    def with_grads(self) -> tuple[list[WatchedParam], list[Tensor]]:
+        """The parameters that have a gradient this step, and those gradients.
+
+        NOTE: the common step (every gradient in ``.grad``) costs one pass of attribute
+        reads and no Python call per tensor (see ``tests/test_width.py``)."""
+        if self.given or self.held:
+            pairs = [(w, g) for w in self.params if (g := self.grad(w)) is not None]
+            return [w for w, _ in pairs], [g for _, g in pairs]
+        grads = [w.param.grad for w in self.params]
+        if not [i for i, g in enumerate(grads) if g is None]:
+            return self.params, grads  # type: ignore[return-value]
+        present = [w for w, g in zip(self.params, grads) if g is not None]
+        return present, [g for g in grads if g is not None]
+
+    def big(self, tensors: list[Tensor]) -> bool:
+        """Whether this optimizer's tensors are few and large (asked once per parameter set)."""
+        if self._big is None or self._big[0] != id(self.params):
+            self._big = (id(self.params), large(tensors))
+        return self._big[1]
 
     def collected(self) -> bool:
         return self.grad_norms is not None or self.updates is not None
@@ -101,15 +125,16 @@ class Target:
         if not (want_grads or want_params):
             return False
         self.collected_at = self.steps
-        self.present = [w for w in self.params if self.grad(w) is not None]
-        grads: list[Tensor] = [self.grad(w) for w in self.present]  # type: ignore[misc]
+        self.present, grads = self.with_grads()
         split = bool(grads) and sharded(grads[0])
         want_params = want_params and not split
         if want_grads:
             self.grad_norms = full_norms(grads) if split else norms(grads, device)
         if want_params:
-            self.grad_maxabs = max_abs(grads, device)
-            self.before = [w.param.detach().clone() for w in self.present]
+            self.grad_maxabs = max_abs(grads, device, self.big(grads))
+            with torch.no_grad():  # copies that record no graph
+                weights = [w.param for w in self.present]
+                self.before = torch._foreach_mul(weights, 1.0) if weights else []
         return split
 
     def recheck(self, device: Any) -> tuple[bool, float]:
@@ -147,9 +172,10 @@ class Target:
         if self.before is not None:
             self.updates = update_stats([w.param for w in self.present], self.before, device)
             self.before = None
-        for w in self.params:
-            if w.id in self.held and w.param.grad is None:
-                w.param.grad = self.held[w.id]
+        if self.held:
+            for w in self.params:
+                if w.id in self.held and w.param.grad is None:
+                    w.param.grad = self.held[w.id]
         self.steps += 1
 
     def slices(self, pack: Packet, primary: bool) -> Slices:
@@ -178,10 +204,11 @@ def received_counts(sl: Slices, host: Tensor) -> dict[int, float]:
     # describe exactly the gradients this step used.
     counts: dict[int, float] = {}
     bad, grads = [], []
-    for i, v in enumerate(host[sl.norms].tolist()):
+    # one vectorised test; only the non-finite norms (a broken step's) are looked at
+    for i in (~torch.isfinite(host[sl.norms])).nonzero().flatten().tolist():
         w = sl.present[i]
         g = sl.held.get(w.id, w.param.grad)
-        if not math.isfinite(v) and g is not None:
+        if g is not None:
             bad.append(i)
             grads.append(g)
     if grads and not sharded(grads[0]):
@@ -200,22 +227,38 @@ def grad_rows(
     targets: list[Slices], counts: dict[int, float], values: list[float]
 ) -> tuple[list[tuple[Any, ...]], float, int, int | None]:
     """The ``param_stats`` rows of a transfer (on the writer thread); the first optimizer's
-    squared global norm, non-finite count and step (the ``steps`` table's)."""
-    rows = []
+    squared global norm, non-finite count and step (the ``steps`` table's).
+
+    NOTE: built column by column (list slices, ``zip``): no Python call per tensor, so a
+    wide model's rows do not hold the GIL against the training thread per tensor."""
+    rows: list[tuple[Any, ...]] = []
     sumsq, nonfinite, primary_step = 0.0, 0, None
     for sl in targets:
         n = len(sl.present)
-        gv = values[sl.norms] if sl.norms is not None else [None] * n
-        mv = values[sl.maxabs] if sl.maxabs is not None else [None] * n
-        uv = values[sl.updates] if sl.updates is not None else [None] * 2 * n
+        ids = [w.id for w in sl.present]
+        none: list[Any] = [None] * n
+        gv = values[sl.norms] if sl.norms is not None else none
+        mv = values[sl.maxabs] if sl.maxabs is not None else none
+        uv = values[sl.updates] if sl.updates is not None else none * 2
+        # counts were taken only where the norm was non-finite; elsewhere they are 0
+        if sl.norms is None:
+            bad = none
+        elif counts:
+            bad = [int(counts.get(i, 0)) for i in ids]
+        else:
+            bad = [0] * n
         if sl.primary and sl.norms is not None:
             primary_step = sl.step
-        for i, w in enumerate(sl.present):
-            norm = gv[i]
-            # counts were taken only where the norm was non-finite; elsewhere they are 0
-            bad = None if norm is None else int(counts.get(w.id, 0))
-            rows.append((sl.step, w.id, real(norm), real(mv[i]), bad, real(uv[i]), real(uv[n + i])))
-            if sl.primary and norm is not None:
-                sumsq += norm * norm
-                nonfinite += bad or 0
+            sumsq += sum(map(operator.mul, gv, gv))
+            nonfinite += sum(bad)
+        cols = (reals(gv), reals(mv), reals(uv[:n]), reals(uv[n:]))
+        rows += zip(itertools.repeat(sl.step, n), ids, cols[0], cols[1], bad, cols[2], cols[3])
     return rows, sumsq, nonfinite, primary_step
+
+
+def reals(column: list[Any]) -> list[Any]:
+    """A column of floats (or ``None``) as stored: NaN as the text 'NaN' (see ``real``); a
+    column without NaN (a sum that is not NaN) is stored as it is."""
+    if not column or column[0] is None or not math.isnan(sum(column)):
+        return column
+    return [real(v) for v in column]

@@ -85,7 +85,9 @@ class StepRecord:
             if loss is not None and not math.isfinite(loss):
                 self._first(conn, "nonfinite_loss", r.step, f"loss is {loss} at step {r.step}")
         bad_steps = [
-            sl.step for sl in layout.targets if any(self.counts.get(w.id) for w in sl.present)
+            sl.step
+            for sl in (layout.targets if self.counts else [])
+            if any(self.counts.get(w.id) for w in sl.present)
         ]
         if bad_steps:
             total = int(sum(self.counts.values()))

@@ -6,12 +6,13 @@ transfer per step. Every function is tested against the obvious slow implementat
 """
 
 from .activations import ActivationStats, activation_stats, combine, saturation_rule, unit_dim
-from .tensors import max_abs, nonfinite_counts, norms, update_stats
+from .tensors import large, max_abs, nonfinite_counts, norms, update_stats
 
 __all__ = [
     "ActivationStats",
     "activation_stats",
     "combine",
+    "large",
     "max_abs",
     "nonfinite_counts",
     "norms",

@@ -1,0 +1,239 @@
+"""Cost against the number of parameter tensors: does monitoring grow with the model's width?
+
+Four models with the same number of parameters (~400k) split into 10, 100, 1,000 and 5,000
+parameter tensors (chains of ``Linear`` layers, weight + bias each), each trained plain,
+under ``gradoc.watch`` with the defaults, and with ``guard=True``; the variants run
+interleaved step by step (shuffled order), and the table shows the median over rounds of
+each one's ms per step and its ratio to plain. The slope is gradoc's added time per extra
+tensor, from the 10- and 5,000-tensor rows.
+
+``--long`` also measures what a long, wide run costs after training: a 20,000-step
+(``--long-steps``) run of 2,000 tensors is logged, then its ``close()``, ``gradoc report``
+and ``gradoc report --html`` are timed, each in a fresh process that reports its own peak
+memory (``ru_maxrss``), with the run log's size in bytes per step per tensor.
+
+    python benchmarks/width.py
+    python benchmarks/width.py --quick
+    python benchmarks/width.py --long
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+import gradoc
+
+PARAMS = 400_000
+
+
+def chain(tensors: int, params: int = PARAMS) -> tuple[nn.Sequential, int]:
+    """``tensors // 2`` Linear layers (weight + bias) holding about ``params`` parameters."""
+    layers = max(1, tensors // 2)
+    width = max(2, round(math.sqrt(params / layers)))
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]), width
+
+
+def peak_mb() -> float:
+    """This process's peak resident memory (MB). ``VmHWM`` rather than ``ru_maxrss``: Linux
+    carries the parent's ``ru_maxrss`` across ``fork``/``exec``, so a child of a large
+    benchmark process would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource  # not Linux: the best there is
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+VARIANTS = ("plain", "default", "guard")
+
+
+def per_step(counts: list[int], rounds: int, steps: int, batch: int) -> list[dict[str, float]]:
+    """Median ms per step of each variant for each tensor count."""
+    torch.manual_seed(0)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            base, width = chain(n)
+            models = {}
+            runs = []
+            for v in VARIANTS:
+                model = copy.deepcopy(base)
+                opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+                if v != "plain":
+                    out = Path(tmp) / f"{n}-{v}"
+                    runs.append(gradoc.watch(model, opt, out=out, guard=v == "guard"))
+                models[v] = (model, opt)
+            x = torch.randn(batch, width)
+            rng = random.Random(n)
+            medians: dict[str, list[float]] = {v: [] for v in VARIANTS}
+            for _ in range(rounds):
+                times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+                for _ in range(steps):
+                    order = list(VARIANTS)
+                    rng.shuffle(order)  # no variant always runs first (caches, allocator)
+                    for v in order:
+                        model, opt = models[v]
+                        t = time.perf_counter()
+                        opt.zero_grad()
+                        model(x).pow(2).mean().backward()
+                        opt.step()
+                        times[v].append(time.perf_counter() - t)
+                for v in VARIANTS:
+                    # a mean over the round: activation and parameter steps (1 in 10) count
+                    medians[v].append(statistics.fmean(times[v]))
+            for run in runs:
+                run.close()
+            keep = slice(1, None) if rounds > 1 else slice(None)  # the first round warms up
+            row = {"tensors": float(n)}
+            for v in VARIANTS:
+                row[v] = statistics.median(medians[v][keep]) * 1e3
+            rows.append(row)
+            print(_line(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def _line(row: dict[str, float]) -> str:
+    p = row["plain"]
+    return (
+        f"{int(row['tensors']):>8}{p:>10.2f}{row['default']:>10.2f}{row['default'] / p:>8.3f}x"
+        f"{row['guard']:>10.2f}{row['guard'] / p:>8.3f}x"
+    )
+
+
+HEADER = f"{'tensors':>8}{'plain ms':>10}{'default':>10}{'ratio':>9}{'guard':>10}{'ratio':>9}"
+
+# The long run, in its own process: log it, then time its close.
+_LOG = """
+import sys, time, torch, torch.nn as nn, gradoc
+sys.path.insert(0, {bench!r})
+from width import chain, peak_mb
+torch.manual_seed(0)
+model, width = chain({tensors}, {params})
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+run = gradoc.watch(model, opt, out={out!r})
+x = torch.randn(4, width)
+t = time.perf_counter()
+for step in range({steps}):
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+train = time.perf_counter() - t
+t = time.perf_counter()
+run.close()
+close = time.perf_counter() - t
+print("RESULT", train, close, peak_mb())
+"""
+
+# A command timed with its own peak memory (ru_maxrss of the child that ran it).
+_PEAK = """
+import runpy, sys, time
+sys.path.insert(0, {bench!r})
+from width import peak_mb
+sys.argv = sys.argv[1:]
+t = time.perf_counter()
+try:
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+took = time.perf_counter() - t
+print("RESULT", took, peak_mb(), file=sys.stderr)
+"""
+
+
+def _result(proc: subprocess.CompletedProcess[str], stream: str) -> list[float]:
+    text = proc.stdout if stream == "stdout" else proc.stderr
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            return [float(v) for v in line.split()[1:]]
+    raise SystemExit(f"benchmark child failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def long_run(tensors: int, steps: int) -> dict[str, float]:
+    """Close, report and HTML report of a long, wide run: seconds and peak MB each."""
+    bench = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "run")
+        code = _LOG.format(bench=bench, tensors=tensors, params=PARAMS, out=out, steps=steps)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        train, close, close_peak = _result(proc, "stdout")
+        log = Path(out) / "run.db"
+        size = sum(p.stat().st_size for p in Path(out).glob("run.db*"))
+        res = {"steps": steps, "tensors": tensors, "train_s": train, "close_s": close}
+        res |= {"close_peak_mb": close_peak, "log_bytes": size}
+        res["bytes_per_step_tensor"] = size / (steps * tensors)
+        for name, extra in (("report", []), ("html", ["--html", str(Path(tmp) / "r.html")])):
+            cmd = [sys.executable, "-c", _PEAK.format(bench=bench), "gradoc", "report", str(log), *extra]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            took, peak = _result(proc, "stderr")
+            res[f"{name}_s"], res[f"{name}_peak_mb"] = took, peak
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="a smoke run (seconds)")
+    ap.add_argument("--counts", default="10,100,1000,5000")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--long", action="store_true", help="also time close/report of a long run")
+    ap.add_argument("--long-steps", type=int, default=20_000)
+    ap.add_argument("--long-tensors", type=int, default=2_000)
+    ap.add_argument("--json", metavar="PATH")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.counts, args.rounds, args.steps = "10,100", 2, 10
+        args.long_steps, args.long_tensors = 30, 20
+    counts = [int(c) for c in args.counts.split(",")]
+    print(HEADER, file=sys.stderr)
+    rows = per_step(counts, args.rounds, args.steps, args.batch)
+    print(HEADER)
+    for row in rows:
+        print(_line(row))
+    lo, hi = rows[0], rows[-1]
+    result: dict[str, object] = {"rows": rows}
+    if len(rows) > 1:
+        slope = {
+            v: (hi[v] - hi["plain"] - (lo[v] - lo["plain"])) / (hi["tensors"] - lo["tensors"])
+            for v in ("default", "guard")
+        }
+        result["slope_us_per_tensor"] = {v: s * 1e3 for v, s in slope.items()}
+        print(
+            f"added per extra tensor: default {slope['default'] * 1e3:.2f} us, "
+            f"guard {slope['guard'] * 1e3:.2f} us"
+        )
+    if args.long or args.quick:
+        res = long_run(args.long_tensors, args.long_steps)
+        result["long"] = res
+        print(
+            f"{res['steps']:,} steps x {res['tensors']:,} tensors: log {res['log_bytes'] / 1e6:.1f}"
+            f" MB ({res['bytes_per_step_tensor']:.2f} B/step/tensor); close {res['close_s']:.1f} s"
+            f" ({res['close_peak_mb']:.0f} MB peak); report {res['report_s']:.1f} s"
+            f" ({res['report_peak_mb']:.0f} MB); --html {res['html_s']:.1f} s"
+            f" ({res['html_peak_mb']:.0f} MB)"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
