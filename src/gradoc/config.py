@@ -26,6 +26,11 @@ class WatchConfig:
     """Per-parameter gradient max-abs, weight norm (before the step) and update norm."""
     activations: Schedule = field(default_factory=lambda: every(10))
     """Per-module output statistics, hooked only on these steps."""
+    activation_modules: int = 100
+    """A model with more watched modules than this has its activation steps spaced out (every
+    k-th step of ``activations``, k = modules / this, rounded up), so that activation
+    statistics cost per step the same for 100 or 10,000 modules; every module is summarised
+    on the steps that remain."""
     modules: Callable[[str, nn.Module], bool] | None = None
     """Which modules' outputs to watch (name, module) -> bool; default: all but containers
     and dropout."""
@@ -75,6 +80,8 @@ class WatchConfig:
             setattr(self, name, as_schedule(getattr(self, name)))
         if self.flush_every_s <= 0 or self.flush_every_steps < 1:
             raise ValueError("flush_every_s must be > 0 and flush_every_steps >= 1")
+        if self.activation_modules < 1:
+            raise ValueError("activation_modules must be >= 1")
         if self.queue_size < 1:
             raise ValueError("queue_size must be >= 1")
         if self.keep_recent_steps < 1 or self.keep_old_steps < 1:

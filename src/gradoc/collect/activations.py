@@ -42,8 +42,12 @@ Calls = list[tuple[int, slice, slice | None]]
 class Activations(Probe):
     """Per watched module and forward call: statistics of its output (see ``stats``)."""
 
-    def __init__(self, run: Run, schedule: Callable[[int], bool], probes: list[Probe]) -> None:
-        self.run, self.schedule, self.probes = run, schedule, probes
+    def __init__(
+        self, run: Run, schedule: Callable[[int], bool], budget: int, probes: list[Probe]
+    ) -> None:
+        self.run, self.schedule, self.budget, self.probes = run, schedule, budget, probes
+        self._scheduled = 0  # steps of the schedule so far
+        self._asked: tuple[int, bool] | None = None  # the last step asked about, its answer
         self._handles: list[RemovableHandle] = []
         self._calls: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
         self._scratch: dict[torch.dtype, Tensor] = {}
@@ -53,6 +57,21 @@ class Activations(Probe):
     @property
     def armed(self) -> bool:
         return bool(self._handles)
+
+    def wanted(self, step: int) -> bool:
+        """Whether ``step`` collects activations: a step of the schedule, and for a model with
+        more watched modules than the budget only every k-th of those (see
+        ``WatchConfig.activation_modules``): the cost per step stays that of ``budget``
+        modules, and every module is summarised on the same steps."""
+        if self._asked is not None and self._asked[0] == step:
+            return self._asked[1]
+        on = self.schedule(step)
+        if on:
+            every = -(-len(self.run.watched.modules) // self.budget)
+            on = self._scheduled % max(1, every) == 0
+            self._scheduled += 1
+        self._asked = (step, on)
+        return on
 
     def arm(self, on: bool) -> None:
         """One global forward hook, present only on the steps that collect activations."""

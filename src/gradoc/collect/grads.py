@@ -204,11 +204,13 @@ def received_counts(sl: Slices, host: Tensor) -> dict[int, float]:
     # describe exactly the gradients this step used.
     counts: dict[int, float] = {}
     bad, grads = [], []
-    # one vectorised test; only the non-finite norms (a broken step's) are looked at
-    for i in (~torch.isfinite(host[sl.norms])).nonzero().flatten().tolist():
+    values = host[sl.norms].tolist()
+    if math.isfinite(sum(values)):
+        return counts  # every norm finite (one C-level pass: no Python call per tensor)
+    for i, v in enumerate(values):
         w = sl.present[i]
         g = sl.held.get(w.id, w.param.grad)
-        if g is not None:
+        if not math.isfinite(v) and g is not None:
             bad.append(i)
             grads.append(g)
     if grads and not sharded(grads[0]):

@@ -270,7 +270,7 @@ class ManualSteps:
             pairs = zip(params, grads if isinstance(grads, (tuple, list)) else [grads])
             target.given = {w.id: g for w, g in pairs if isinstance(g, Tensor)}
         activations = self.steps.activations
-        if not activations.armed and run.config.activations(self.steps.count):
+        if not activations.armed and activations.wanted(self.steps.count):
             activations.arm(True)
         self.open = True
         self.steps.statistics(target)

@@ -78,7 +78,8 @@ class Steps:
     def __init__(self, run: Run, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
         self.locator, self.watched, self.probes = run.locator, run.watched, probes
-        self.activations = Activations(run, run.config.activations, probes)
+        config = run.config
+        self.activations = Activations(run, config.activations, config.activation_modules, probes)
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
         self.decides = self.guard is not None or any(p.decides for p in probes)
         """The step's host read is made at its statistics point (see the module's 3.)."""
@@ -108,7 +109,7 @@ class Steps:
         target = self.targets[optimizer] = Target(optimizer, params, manual=manual)
         if self.primary is None:
             self.primary = optimizer
-            self.activations.arm(self.config.activations(self.count))
+            self.activations.arm(self.activations.wanted(self.count))
         if self.device is None and params:
             self.device = params[0].param.device
         return target
@@ -341,7 +342,7 @@ class Steps:
         for probe in self.probes:
             probe.end_step(self.count, self.activations.armed)
         self.count += 1
-        self.activations.arm(self.config.activations(self.count))
+        self.activations.arm(self.activations.wanted(self.count))
         if not target.manual:
             self.locator.after_step()
         for listener in self.listeners:
