@@ -79,10 +79,12 @@ class Locate(Probe):
             return
         values = host[sl.updates].tolist()
         n = len(sl.present)
-        for i, w in enumerate(sl.present):
+        # NOTE: only updates that made the weights huge count (update RMS > 100; healthy
+        # weights ~0.01-1), so a zero-initialised matrix's first update does not. An RMS
+        # over 100 needs a norm over 100: one pass without a call per tensor finds those.
+        for i in [i for i, update in enumerate(values[n:]) if update > 100]:
+            w = sl.present[i]
             weight, update = values[i], values[n + i]  # weight: before the update
-            # NOTE: only updates that made the weights huge count (update RMS > 100; healthy
-            # weights ~0.01-1), so a zero-initialised matrix's first update does not
             rms = update / math.sqrt(max(1, w.param.numel()))
             ratio = update_ratio(update, weight)
             if w.param.dim() >= 2 and rms > 100 and ratio is not None:

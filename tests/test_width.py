@@ -1,0 +1,116 @@
+"""Monitoring cost that does not grow with the model's width (issue 17).
+
+The device side reduces per-tensor statistics with foreach kernels; these tests hold the
+host side to the same standard: the Python calls gradoc adds to a training step (counted
+with ``sys.setprofile`` on the training thread, Python and C functions alike) are the same
+for a model of 10 parameter tensors and one of 1,000. Timings are the benchmark's business
+(``benchmarks/width.py``); calls are deterministic.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+
+import gradoc
+
+
+def chain(tensors: int) -> nn.Sequential:
+    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(tensors // 2)])
+
+
+def calls_per_step(model: nn.Module, opt: torch.optim.Optimizer, steps: list[int]) -> list[int]:
+    """Python-level calls (``call`` and ``c_call`` events) of each of ``steps`` (0-based)."""
+    x = torch.randn(2, 4)
+    counts = []
+    n = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            n[0] += 1
+
+    for step in range(max(steps) + 1):
+        n[0] = 0
+        if step in steps:
+            sys.setprofile(profile)
+        try:
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        finally:
+            sys.setprofile(None)
+        if step in steps:
+            counts.append(n[0])
+    return counts
+
+
+def added_calls(tmp_path: Path, tensors: int, steps: list[int], **config: Any) -> list[int]:
+    """The calls gradoc adds to each step: watched minus the same model trained plain."""
+    torch.manual_seed(0)
+    plain = chain(tensors)
+    base = calls_per_step(plain, torch.optim.SGD(plain.parameters(), lr=1e-3), steps)
+    model = chain(tensors)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    # the writer thread's commit timing must not decide when a transfer happens
+    config = {"flush_every_s": 1e6, **config}
+    with gradoc.watch(model, opt, out=tmp_path / f"run{tensors}", **config):
+        watched = calls_per_step(model, opt, steps)
+    return [w - b for w, b in zip(watched, base)]
+
+
+def same_cost(narrow: list[int], wide: list[int]) -> bool:
+    """The same calls, but for a few of the writer queue's locking (which waits on the
+    writer thread's timing): a call per tensor would add about a thousand."""
+    return abs(max(wide) - max(narrow)) <= 10 and abs(min(wide) - min(narrow)) <= 10
+
+
+def test_a_gradient_step_costs_the_same_python_calls_for_10_or_1000_tensors(
+    tmp_path: Path,
+) -> None:
+    # the default configuration; steps 3..6 collect gradient norms only (weights and
+    # activations are every 10th step), and the step's one host read decides the skip
+    steps = [3, 4, 5, 6]
+    narrow = added_calls(tmp_path, 10, steps)
+    wide = added_calls(tmp_path, 1000, steps)
+    assert min(narrow) > 0  # gradoc was watching: the count measures its work
+    assert same_cost(narrow, wide), (narrow, wide)
+
+
+@pytest.mark.parametrize("guard", [False, True])
+def test_a_weight_step_costs_the_same_python_calls_for_10_or_1000_tensors(
+    tmp_path: Path, guard: bool
+) -> None:
+    # every step collects gradient max-abs, weights and updates (activations off: a
+    # forward hook is, by PyTorch's design, a call per module)
+    config = {"params": gradoc.every(1), "activations": gradoc.never(), "guard": guard}
+    narrow = added_calls(tmp_path / "n", 10, [3, 4, 5], **config)
+    wide = added_calls(tmp_path / "w", 1000, [3, 4, 5], **config)
+    assert min(narrow) > 0
+    assert same_cost(narrow, wide), (narrow, wide)
+
+
+def test_activation_steps_of_a_wide_model_are_spaced_out(tmp_path: Path) -> None:
+    # 500 modules over a budget of 100: every 5th step of the schedule, all modules at once
+    torch.manual_seed(0)
+    model = chain(1000)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with gradoc.watch(model, opt, out=tmp_path / "run", activations=gradoc.every(2)) as run:
+        calls_per_step(model, opt, [0])
+        for _ in range(20):
+            opt.zero_grad()
+            model(torch.randn(2, 4)).pow(2).mean().backward()
+            opt.step()
+    log = gradoc.open_run(run.dir)
+    assert log.activation("0", "mean").steps == [0, 10, 20]
+    assert log.activation("499", "mean").steps == [0, 10, 20]
+    # within the budget nothing changes: every scheduled step
+    small = chain(20)
+    opt = torch.optim.SGD(small.parameters(), lr=1e-3)
+    with gradoc.watch(small, opt, out=tmp_path / "small", activations=gradoc.every(2)) as run:
+        calls_per_step(small, opt, [6])
+    assert gradoc.open_run(run.dir).activation("9", "mean").steps == [0, 2, 4, 6]
