@@ -113,8 +113,16 @@ EDITS = [
     ("UPDATE layers SET name=x'00ff' WHERE id=0", "a layer name"),
     ("UPDATE layers SET kind='weird' WHERE id=0", "a layer of kind"),
     ("UPDATE layers SET shape='[1, \"a\"]' WHERE id=0", "a layer shape"),
-    ("UPDATE param_stats SET grad_norm='abc' WHERE step=3", "a statistic holds"),
-    ("UPDATE param_stats SET layer_id=999 WHERE step=3 AND layer_id=0", "does not list"),
+    ("UPDATE param_arrays SET grad_norm='abc' WHERE step=3", "a statistic holds"),
+    ("UPDATE param_arrays SET grad_norm=x'00ff' WHERE step=3", "a statistic holds"),
+    ("UPDATE param_arrays SET grad_norm=zeroblob(8) WHERE step=3", "does not match"),
+    ("UPDATE param_arrays SET grad_nonfinite=zeroblob(24) WHERE step=3", "does not match"),
+    (
+        "UPDATE param_arrays SET layer_ids=CAST(x'e7030000' || substr(layer_ids, 5) AS BLOB) "
+        "WHERE step=3",
+        "does not list",
+    ),
+    ("UPDATE param_arrays SET layer_ids=x'00' WHERE step=3", "a layer-id array"),
     ("UPDATE steps SET loss=x'ff00' WHERE step=2", "a statistic holds"),
     ("UPDATE steps SET lr='[\"a\"]' WHERE step=2", "a learning rate"),
     ("UPDATE events SET data='{' WHERE id=1", "not valid JSON"),
@@ -164,7 +172,7 @@ def test_an_empty_gradient_table_is_never_printed(real_log: Path, tmp_path: Path
     """The finding's step had its per-layer rows thinned: show the nearest kept step."""
     shutil.copy(real_log, tmp_path / "run.db")
     with contextlib.closing(sqlite3.connect(tmp_path / "run.db")) as conn:
-        conn.execute("DELETE FROM param_stats WHERE step=7")
+        conn.execute("DELETE FROM param_arrays WHERE step=7")
         conn.commit()
     code, out, err = _report(tmp_path)
     assert code == 0, err

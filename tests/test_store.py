@@ -122,3 +122,67 @@ def test_reader_series_and_errors(tmp_path: Path) -> None:
         log.param("nope", "grad_norm")
     with pytest.raises(KeyError, match="unknown statistic"):
         log.param("weight", "colour")
+
+
+def _nan_poisoned_run(out: Path, tensors: int = 6, steps: int = 24) -> Path:
+    """A run whose step 5 has a NaN gradient in one tensor (skipped and counted)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(tensors // 2)])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradoc.watch(model, opt, out=out, params=gradoc.every(4)) as run:
+        for step in range(steps):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            if step == 5:
+                model[0].bias.grad[1] = float("nan")
+            opt.step()
+    return run.dir
+
+
+def test_per_parameter_statistics_are_one_packed_row_per_step(tmp_path: Path) -> None:
+    run = _nan_poisoned_run(tmp_path / "run", tensors=400)
+    db = sqlite3.connect(run / "run.db")
+    assert db.execute("select count(*) from param_arrays").fetchone()[0] == 24
+    (size,) = db.execute(
+        "select sum(length(layer_ids) + coalesce(length(grad_norm), 0) + "
+        "coalesce(length(grad_nonfinite), 0)) from param_arrays "
+        "where weight_norm is null"
+    ).fetchone()
+    # a gradient-norm step: 4 bytes of layer id and 8 of norm per tensor, counts only when
+    # some are non-finite (step 5: 8 more per tensor)
+    assert size == 18 * 400 * 12 + 400 * 8  # 24 steps, 6 of them weight steps
+    log = gradoc.open_run(run)
+    assert log.param("0.bias", "grad_nonfinite").at(5) == 1
+    assert log.param("0.weight", "grad_nonfinite").at(5) == 0
+    assert log.steps_with("weight_norm") == [0, 4, 8, 12, 16, 20]
+    assert len(log.param("199.weight", "grad_norm")) == 24
+
+
+def test_a_version_2_log_of_one_row_per_parameter_reads_the_same(tmp_path: Path) -> None:
+    run = _nan_poisoned_run(tmp_path / "run")
+    log = gradoc.open_run(run)
+    table, at5 = log.param_table(), log.param_stats_at(5)
+    rows = log._param_rows()
+    log.close()
+    shutil.copytree(run, tmp_path / "v2")
+    db = sqlite3.connect(tmp_path / "v2" / "run.db")
+    db.executescript(
+        """
+        DROP TABLE param_arrays;
+        CREATE TABLE param_stats (step INTEGER NOT NULL, layer_id INTEGER NOT NULL,
+            grad_norm REAL, grad_maxabs REAL, grad_nonfinite INTEGER, weight_norm REAL,
+            update_norm REAL, PRIMARY KEY (step, layer_id)) WITHOUT ROWID;
+        PRAGMA user_version=2;
+        """
+    )
+    nan = [tuple("NaN" if v != v else v for v in r) for r in rows]  # v2 stores NaN as text
+    db.executemany("INSERT INTO param_stats VALUES (?,?,?,?,?,?,?)", nan)
+    db.commit()
+    db.close()
+    old = gradoc.open_run(tmp_path / "v2")
+    assert old.version == 2 and not old._arrays
+    same = old.param_table()
+    assert str(same) == str(table) and str(old.param_stats_at(5)) == str(at5)
+    assert old.steps_with("update_norm") == [0, 4, 8, 12, 16, 20]

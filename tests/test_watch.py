@@ -262,7 +262,7 @@ def test_bounded_queue_and_thinning_keep_everything_needed(tmp_path: Path) -> No
             model.fc1.bias.data.nan_to_num_(0.0)
     db = sqlite3.connect(tmp_path / "run" / "run.db")
     assert db.execute("select count(*) from steps").fetchone()[0] == 300
-    kept = [r[0] for r in db.execute("select distinct step from param_stats order by step")]
+    kept = [r[0] for r in db.execute("select distinct step from param_arrays order by step")]
     old = [s for s in kept if s < 300 - 40 - 10]
     assert 77 in kept and 0 in kept
     assert len(old) <= 16 + 2  # bounded, whatever the run length

@@ -11,18 +11,16 @@ only an already-broken step pays for a second (small) host read.
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
 from ..stats import large, max_abs, nonfinite_counts, norms, update_stats
-from ..store.writer import real
 from .layers import WatchedParam
 from .packet import Packet
 
@@ -226,41 +224,42 @@ def received_counts(sl: Slices, host: Tensor) -> dict[int, float]:
 
 
 def grad_rows(
-    targets: list[Slices], counts: dict[int, float], values: list[float]
+    targets: list[Slices], counts: dict[int, float], host: np.ndarray[Any, Any]
 ) -> tuple[list[tuple[Any, ...]], float, int, int | None]:
-    """The ``param_stats`` rows of a transfer (on the writer thread); the first optimizer's
-    squared global norm, non-finite count and step (the ``steps`` table's).
+    """The ``param_arrays`` rows of a transfer (on the writer thread): one per optimizer,
+    its statistics as packed arrays; the first optimizer's squared global norm, non-finite
+    count and step (the ``steps`` table's).
 
-    NOTE: built column by column (list slices, ``zip``): no Python call per tensor, so a
-    wide model's rows do not hold the GIL against the training thread per tensor."""
+    NOTE: slices of the host vector written as they are: no Python object per tensor, so
+    a wide model's rows cost one insert and do not hold the GIL against the training
+    thread per tensor."""
     rows: list[tuple[Any, ...]] = []
     sumsq, nonfinite, primary_step = 0.0, 0, None
     for sl in targets:
         n = len(sl.present)
+        if not n:
+            continue
         ids = [w.id for w in sl.present]
-        none: list[Any] = [None] * n
-        gv = values[sl.norms] if sl.norms is not None else none
-        mv = values[sl.maxabs] if sl.maxabs is not None else none
-        uv = values[sl.updates] if sl.updates is not None else none * 2
+        norms_, maxabs, updates = (
+            host[at] if at is not None else None for at in (sl.norms, sl.maxabs, sl.updates)
+        )
         # counts were taken only where the norm was non-finite; elsewhere they are 0
-        if sl.norms is None:
-            bad = none
-        elif counts:
-            bad = [int(counts.get(i, 0)) for i in ids]
-        else:
-            bad = [0] * n
-        if sl.primary and sl.norms is not None:
-            primary_step = sl.step
-            sumsq += sum(map(operator.mul, gv, gv))
-            nonfinite += sum(bad)
-        cols = (reals(gv), reals(mv), reals(uv[:n]), reals(uv[n:]))
-        rows += zip(itertools.repeat(sl.step, n), ids, cols[0], cols[1], bad, cols[2], cols[3])
+        bad: bytes | None = None
+        if norms_ is not None:
+            mine = [counts.get(i, 0.0) for i in ids] if counts else []
+            bad = _blob(np.array(mine)) if any(mine) else b""
+            if sl.primary:
+                primary_step = sl.step
+                sumsq += float(np.dot(norms_, norms_))
+                nonfinite += int(sum(mine))
+        weights, deltas = (updates[:n], updates[n:]) if updates is not None else (None, None)
+        ids_blob = np.array(ids, dtype="<i4").tobytes()
+        rows.append(
+            (sl.step, ids[0], ids_blob, _blob(norms_), _blob(maxabs), bad, _blob(weights), _blob(deltas))
+        )
     return rows, sumsq, nonfinite, primary_step
 
 
-def reals(column: list[Any]) -> list[Any]:
-    """A column of floats (or ``None``) as stored: NaN as the text 'NaN' (see ``real``); a
-    column without NaN (a sum that is not NaN) is stored as it is."""
-    if not column or column[0] is None or not math.isnan(sum(column)):
-        return column
-    return [real(v) for v in column]
+def _blob(values: np.ndarray[Any, Any] | None) -> bytes | None:
+    """A float64 little-endian array as stored (``None``: not collected)."""
+    return None if values is None else np.ascontiguousarray(values, dtype="<f8").tobytes()

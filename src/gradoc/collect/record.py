@@ -3,7 +3,7 @@
 A transfer (see ``steps``) adds the pending steps' losses and learning rates and each probe's
 device tensors to the packet and keeps a :class:`Layout` of where they lie; when the packet
 is read, :class:`StepRecord` turns the host vector into the ``steps`` rows, the probes'
-rows (``param_stats``: ``grads.grad_rows``; ``act_stats``: ``activations.activation_rows``)
+rows (``param_arrays``: ``grads.grad_rows``; ``act_stats``: ``activations.activation_rows``)
 and the first ``nonfinite_loss`` / ``nonfinite_grad`` events.
 """
 
@@ -60,7 +60,8 @@ class StepRecord:
     def __call__(self, conn: Any) -> int:
         values = self.host.tolist()
         layout = self.layout
-        param_rows, sumsq, nonfinite, primary_step = grad_rows(layout.targets, self.counts, values)
+        host = self.host.numpy()
+        param_rows, sumsq, nonfinite, primary_step = grad_rows(layout.targets, self.counts, host)
         act_rows = activation_rows(layout.step, layout.acts, values)
         step_rows = []
         for k, (r, loss_at) in enumerate(layout.rows):
@@ -98,7 +99,7 @@ class StepRecord:
                 f"{total} non-finite gradient values at step {min(bad_steps)}",
             )
         insert_rows(conn, "steps", step_rows)
-        insert_rows(conn, "param_stats", param_rows)
+        insert_rows(conn, "param_arrays", param_rows)
         insert_rows(conn, "act_stats", act_rows)
         return max([layout.step, *(sl.step for sl in layout.targets)])
 

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._text import one_line
 from ..errors import RunLogError
-from .schema import READABLE
+from .schema import PARAM_STATS, READABLE
 
 _STEP_COLUMNS = ("time", "loss", "n_backward", "grad_norm", "grad_nonfinite", "samples")
-_PARAM_STATS = ("grad_norm", "grad_maxabs", "grad_nonfinite", "weight_norm", "update_norm")
+_PARAM_STATS = PARAM_STATS
 _ACT_STATS = ("mean", "std", "zero_frac", "sat_frac", "nonfinite", "numel", "calls", "positions")
 
 
@@ -227,6 +229,9 @@ class RunLog:
             self.close()
             raise
         self._by_name = {(layer.kind, layer.name): layer for layer in self.layers}
+        tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type='table'")}
+        self._arrays = "param_arrays" in tables
+        """Per-parameter statistics as packed arrays (schema 3), else one row each (1, 2)."""
 
     def _unreadable(self, exc: BaseException) -> str:
         return f"{one_line(self.path)} is not a readable gradoc run log: {one_line(exc)}"
@@ -333,7 +338,43 @@ class RunLog:
     def param(self, name: str, stat: str) -> Series:
         """One parameter's series: ``grad_norm``, ``grad_maxabs``, ``grad_nonfinite``,
         ``weight_norm`` or ``update_norm``."""
-        return self._layer_series("param_stats", _PARAM_STATS, self.layer(name, "param"), stat)
+        layer = self.layer(name, "param")
+        if not self._arrays:
+            return self._layer_series("param_stats", _PARAM_STATS, layer, stat)
+        steps, values = [], []
+        for step, ids, arrays in self._param_arrays(f"{_param_stat(stat)} IS NOT NULL", (), [stat]):
+            at = np.flatnonzero(ids == layer.id)
+            if at.size:
+                steps.append(step)
+                values.append(arrays[stat][at[0]].item())
+        return Series(steps, values)
+
+    def _param_arrays(
+        self, where: str, args: tuple[Any, ...], stats: list[str] | tuple[str, ...]
+    ) -> list[tuple[int, np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any] | None]]]:
+        """Decoded ``param_arrays`` rows: (step, layer ids, {stat: values or None})."""
+        rows = self._query(
+            f"SELECT step, layer_ids, {', '.join(stats)} FROM param_arrays "
+            f"WHERE {where} ORDER BY step, part",
+            args,
+        )
+        out = []
+        for step, ids_blob, *blobs in rows:
+            ids = _array(ids_blob, "<i4", "a layer-id array")
+            arrays = {}
+            for stat, blob in zip(stats, blobs):
+                values = None if blob is None else _array(blob, "<f8", "a statistic")
+                if values is not None and stat == "grad_nonfinite" and not values.size:
+                    values = np.zeros(ids.size)  # an empty array: every count 0
+                if values is not None and values.size != ids.size:
+                    raise DamagedLog("a statistic array does not match its layer ids")
+                if values is not None and stat == "grad_nonfinite":
+                    if not np.isfinite(values).all():
+                        raise DamagedLog("a non-finite count is not a number of values")
+                    values = values.astype(np.int64)  # counts, as versions 1 and 2 read
+                arrays[stat] = values
+            out.append((_step(step), ids, arrays))
+        return out
 
     def activation(self, name: str, stat: str) -> Series:
         """One module output's series: ``mean``, ``std``, ``zero_frac``, ``sat_frac``,
@@ -366,21 +407,38 @@ class RunLog:
         """The steps at which a per-parameter statistic was collected."""
         if stat not in _PARAM_STATS:
             raise KeyError(f"unknown statistic {stat!r}; one of {_PARAM_STATS}")
+        table = "param_arrays" if self._arrays else "param_stats"
         rows = self._query(
-            f"SELECT DISTINCT step FROM param_stats WHERE {stat} IS NOT NULL ORDER BY step"
+            f"SELECT DISTINCT step FROM {table} WHERE {stat} IS NOT NULL ORDER BY step"
         )
         return [_step(r[0]) for r in rows]
 
     def param_stats_at(self, step: int) -> dict[str, dict[str, float | None]]:
         """Every parameter's statistics at one step, by parameter name."""
         names = {layer.id: layer.name for layer in self.params}
-        rows = self._query(
-            f"SELECT layer_id, {', '.join(_PARAM_STATS)} FROM param_stats WHERE step=?", (step,)
+        rows = (
+            self._param_rows("step=?", (step,))
+            if self._arrays
+            else self._query(
+                f"SELECT step, layer_id, {', '.join(_PARAM_STATS)} FROM param_stats WHERE step=?",
+                (step,),
+            )
         )
-        return {_name_of(names, r[0]): dict(zip(_PARAM_STATS, map(_maybe, r[1:]))) for r in rows}
+        return {_name_of(names, r[1]): dict(zip(_PARAM_STATS, map(_maybe, r[2:]))) for r in rows}
+
+    def _param_rows(self, where: str = "1", args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """``param_arrays`` as the rows of ``param_stats``: (step, layer id, stats...)."""
+        out: list[tuple[Any, ...]] = []
+        for step, ids, arrays in self._param_arrays(where, args, _PARAM_STATS):
+            n = ids.size
+            columns = [[None] * n if a is None else a.tolist() for a in arrays.values()]
+            out += zip([step] * n, ids.tolist(), *columns)
+        return out
 
     def param_table(self) -> dict[str, dict[str, Series]]:
         """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query)."""
+        if self._arrays:
+            return self._table("param_stats", _PARAM_STATS, self.params, self._param_rows())
         return self._table("param_stats", _PARAM_STATS, self.params)
 
     def activation_table(self) -> dict[str, dict[str, Series]]:
@@ -400,14 +458,21 @@ class RunLog:
         return out
 
     def _table(
-        self, table: str, stats: tuple[str, ...], layers: list[Layer]
+        self,
+        table: str,
+        stats: tuple[str, ...],
+        layers: list[Layer],
+        rows: list[tuple[Any, ...]] | None = None,
     ) -> dict[str, dict[str, Series]]:
         names = {layer.id: layer.name for layer in layers}
         out: dict[str, dict[str, Series]] = {
             name: {s: Series([], []) for s in stats} for name in names.values()
         }
-        rows = self._query(f"SELECT layer_id, step, {', '.join(stats)} FROM {table} ORDER BY step")
-        for lid, step, *values in rows:
+        if rows is None:
+            rows = self._query(
+                f"SELECT step, layer_id, {', '.join(stats)} FROM {table} ORDER BY step"
+            )
+        for step, lid, *values in rows:
             series = out[_name_of(names, lid)]
             step = _step(step)
             for stat, value in zip(stats, values):
@@ -431,6 +496,21 @@ def _step(x: Any) -> int:
     if type(x) is not int:
         raise DamagedLog(f"a step is {type(x).__name__}, not an integer")
     return x
+
+
+def _param_stat(stat: str) -> str:
+    if stat not in _PARAM_STATS:
+        raise KeyError(f"unknown statistic {stat!r}; one of {_PARAM_STATS}")
+    return stat
+
+
+def _array(blob: Any, dtype: str, what: str) -> np.ndarray[Any, Any]:
+    """A packed array as stored (``param_arrays``)."""
+    size = np.dtype(dtype).itemsize
+    if not isinstance(blob, bytes) or len(blob) % size:
+        kind = type(blob).__name__ if not isinstance(blob, bytes) else "bytes of another size"
+        raise DamagedLog(f"{what} holds {kind}, not {dtype[1:]} data")
+    return np.frombuffer(blob, dtype=dtype)
 
 
 def _maybe(x: Any) -> float | None:

@@ -11,15 +11,27 @@ Conventions:
   stored as a REAL (``Inf`` / ``-Inf`` in the sqlite3 tool).
 - ``layers`` lists parameters (``kind='param'``) and module outputs (``kind='module'``);
   the statistics tables refer to it by ``layer_id``.
+- Per-parameter statistics are one ``param_arrays`` row per step (and optimizer): packed
+  little-endian arrays, so that a step of a 5,000-tensor model is one insert, not 5,000
+  (12 bytes per tensor on a gradient-norm step, 36 on a weight step). Reading them::
+
+      import sqlite3, numpy as np
+      db = sqlite3.connect("runs/x/run.db")
+      for step, ids, norms in db.execute("select step, layer_ids, grad_norm from param_arrays"):
+          ids, norms = np.frombuffer(ids, "<i4"), np.frombuffer(norms or b"", "<f8")
+
+  (``gradoc.open_run(...).param(name, stat)`` returns one parameter's series.)
 - Per-layer rows of old steps are thinned as the run grows (see ``RunWriter``); the
   ``steps`` table keeps every step.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-"""2: ``steps.samples``. Version 1 logs are read too (no samples)."""
-READABLE = (1, 2)
+SCHEMA_VERSION = 3
+"""3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
+2: ``steps.samples``. Versions 1 and 2 (one ``param_stats`` row per parameter and step)
+are read too."""
+READABLE = (1, 2, 3)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -47,15 +59,17 @@ CREATE TABLE IF NOT EXISTS steps (
     lr          TEXT,              -- JSON list: learning rate of each param group
     samples     INTEGER            -- samples the watched model saw (batch sizes summed)
 );
-CREATE TABLE IF NOT EXISTS param_stats (
+CREATE TABLE IF NOT EXISTS param_arrays (
     step           INTEGER NOT NULL,
-    layer_id       INTEGER NOT NULL REFERENCES layers(id),
-    grad_norm      REAL,
-    grad_maxabs    REAL,
-    grad_nonfinite INTEGER,
-    weight_norm    REAL,           -- before the step's update
-    update_norm    REAL,           -- of (weights after - weights before)
-    PRIMARY KEY (step, layer_id)
+    part           INTEGER NOT NULL, -- the first layer id of the row (one row per optimizer)
+    layer_ids      BLOB NOT NULL,  -- int32 array: the parameters the arrays below describe
+    -- float64 arrays, one value per layer_ids entry (NaN is NaN); NULL: not collected
+    grad_norm      BLOB,
+    grad_maxabs    BLOB,
+    grad_nonfinite BLOB,           -- non-finite values per gradient; empty: all 0
+    weight_norm    BLOB,           -- before the step's update
+    update_norm    BLOB,           -- of (weights after - weights before)
+    PRIMARY KEY (step, part)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS act_stats (
     step      INTEGER NOT NULL,
@@ -82,4 +96,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_step ON events(step);
 """
 
-PER_LAYER_TABLES = ("param_stats", "act_stats")
+PER_LAYER_TABLES = ("param_arrays", "act_stats")
+
+PARAM_STATS = ("grad_norm", "grad_maxabs", "grad_nonfinite", "weight_norm", "update_norm")
+"""The per-parameter statistics (``param_arrays``' arrays; v1/v2: ``param_stats`` columns)."""
