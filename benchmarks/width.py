@@ -2,9 +2,9 @@
 
 Four models with the same number of parameters (~400k) split into 10, 100, 1,000 and 5,000
 parameter tensors (chains of ``Linear`` layers, weight + bias each), each trained plain,
-under ``gradoc.watch`` with the defaults, and with ``guard=True``; the variants run
-interleaved step by step (shuffled order), and the table shows the median over rounds of
-each one's ms per step and its ratio to plain. The slope is gradoc's added time per extra
+under ``gradoc.watch`` with the defaults, and with ``guard=True``, each in its own process;
+blocks of ``--steps`` steps run interleaved (shuffled order), and the table shows the
+median over rounds of each one's ms per step and its ratio to plain. The slope is gradoc's added time per extra
 tensor, from the 10- and 5,000-tensor rows.
 
 ``--long`` also measures what a long, wide run costs after training: a 20,000-step
@@ -20,7 +20,6 @@ memory (``ru_maxrss``), with the run log's size in bytes per step per tensor.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -63,48 +62,82 @@ VARIANTS = ("plain", "default", "guard")
 
 
 def per_step(counts: list[int], rounds: int, steps: int, batch: int) -> list[dict[str, float]]:
-    """Median ms per step of each variant for each tensor count."""
-    torch.manual_seed(0)
+    """Median ms per step of each variant for each tensor count.
+
+    NOTE: each variant trains in its own process, the rounds interleaved (shuffled order)
+    by the parent: gradoc's activation hook is global to a process (PyTorch's
+    ``register_module_forward_hook``), so a plain model trained beside a watched one would
+    pay for it, and two watched runs would pay for each other's writer thread."""
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in counts:
-            base, width = chain(n)
-            models = {}
-            runs = []
-            for v in VARIANTS:
-                model = copy.deepcopy(base)
-                opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-                if v != "plain":
-                    out = Path(tmp) / f"{n}-{v}"
-                    runs.append(gradoc.watch(model, opt, out=out, guard=v == "guard"))
-                models[v] = (model, opt)
-            x = torch.randn(batch, width)
-            rng = random.Random(n)
-            medians: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for n in counts:
+        workers = {v: _Worker(n, v, batch) for v in VARIANTS}
+        rng = random.Random(n)
+        means: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        try:
             for _ in range(rounds):
-                times: dict[str, list[float]] = {v: [] for v in VARIANTS}
-                for _ in range(steps):
-                    order = list(VARIANTS)
-                    rng.shuffle(order)  # no variant always runs first (caches, allocator)
-                    for v in order:
-                        model, opt = models[v]
-                        t = time.perf_counter()
-                        opt.zero_grad()
-                        model(x).pow(2).mean().backward()
-                        opt.step()
-                        times[v].append(time.perf_counter() - t)
-                for v in VARIANTS:
-                    # a mean over the round: activation and parameter steps (1 in 10) count
-                    medians[v].append(statistics.fmean(times[v]))
-            for run in runs:
-                run.close()
-            keep = slice(1, None) if rounds > 1 else slice(None)  # the first round warms up
-            row = {"tensors": float(n)}
-            for v in VARIANTS:
-                row[v] = statistics.median(medians[v][keep]) * 1e3
-            rows.append(row)
-            print(_line(row), file=sys.stderr, flush=True)
+                order = list(VARIANTS)
+                rng.shuffle(order)  # no variant always runs first (caches, frequency)
+                for v in order:
+                    means[v].append(workers[v].run(steps))
+        finally:
+            for w in workers.values():
+                w.stop()
+        keep = slice(1, None) if rounds > 1 else slice(None)  # the first round warms up
+        row = {"tensors": float(n)}
+        for v in VARIANTS:
+            row[v] = statistics.median(means[v][keep]) * 1e3
+        rows.append(row)
+        print(_line(row), file=sys.stderr, flush=True)
     return rows
+
+
+class _Worker:
+    """One variant training in its own process: ``run(steps)`` returns its mean s/step."""
+
+    def __init__(self, tensors: int, variant: str, batch: int) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        cmd = [sys.executable, __file__, "--worker", str(tensors), variant, str(batch)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+
+    def run(self, steps: int) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{steps}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"benchmark worker failed (rc {self.proc.wait()})")
+        return float(line)
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=300)
+
+
+def worker(tensors: int, variant: str, batch: int) -> None:
+    """Train one variant, ``steps`` at a time as the parent asks (a line on stdin)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model, width = chain(tensors)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, width)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = None
+        if variant != "plain":
+            run = gradoc.watch(model, opt, out=Path(tmp) / "run", guard=variant == "guard")
+        for line in sys.stdin:
+            steps = int(line)
+            t = time.perf_counter()
+            for _ in range(steps):
+                opt.zero_grad()
+                model(x).pow(2).mean().backward()
+                opt.step()
+            # a mean over the block: activation and weight steps (1 in 10) count
+            print((time.perf_counter() - t) / steps, flush=True)
+        if run is not None:
+            run.close()
 
 
 def _line(row: dict[str, float]) -> str:
@@ -186,13 +219,17 @@ def long_run(tensors: int, steps: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        worker(int(argv[1]), argv[2], int(argv[3]))
+        return 0
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="a smoke run (seconds)")
     ap.add_argument("--counts", default="10,100,1000,5000")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--long", action="store_true", help="also time close/report of a long run")
     ap.add_argument("--long-steps", type=int, default=20_000)

@@ -73,11 +73,15 @@ def test_bucketing_benchmark_smoke(tmp_path: Path) -> None:
     assert "real tok/s" in done.stdout
 
 
-def test_many_tensors_benchmark_smoke(tmp_path: Path) -> None:
-    out = tmp_path / "many.json"
-    done = smoke("many_tensors", "--json", str(out))
-    assert set(json.loads(out.read_text())["added_s"]) == {"many", "few"}
-    assert "per extra tensor" in done.stdout
+def test_width_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "width.json"
+    done = smoke("width", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert [r["tensors"] for r in data["rows"]] == [10, 100]
+    assert all(r["plain"] > 0 and r["default"] > 0 and r["guard"] > 0 for r in data["rows"])
+    long = data["long"]  # the long run's close, report and --html were timed
+    assert long["steps"] == 30 and long["log_bytes"] > 0 and long["html_s"] > 0
+    assert "per extra tensor" in done.stdout and "B/step/tensor" in done.stdout
 
 
 def test_accuracy_benchmark_quick_slice(tmp_path: Path) -> None:

@@ -1,7 +1,11 @@
 """Writes the run log off the training thread.
 
 The training thread only puts records on a bounded queue (``put`` blocks when the
-writer falls ``queue_size`` records behind: back-pressure instead of unbounded memory).
+writer falls ``queue_size`` records behind: back-pressure instead of unbounded memory),
+a few at a time: records are staged and handed over together (every ``STAGE_S`` seconds
+or ``flush_every_steps // 2`` records, at most ``STAGE_MAX``), so the writer thread wakes,
+and takes the GIL from the training thread, a few times a second rather than every step;
+when training pauses, the writer takes what is staged itself.
 A daemon thread decodes them, writes them in batches and commits at least every
 ``flush_every_s`` seconds or ``flush_every_steps`` steps, so a ``kill -9`` loses at most
 that much. WAL mode keeps every committed batch through a crash of the process.
@@ -78,6 +82,11 @@ class _Flush:
 
 _CLOSE = object()
 
+STAGE_S = 0.1
+"""Longest a record waits staged on the training thread before the writer sees it."""
+STAGE_MAX = 16
+"""Most records handed to the writer thread at once."""
+
 
 class RunWriter:
     """Owns the database connection and the writer thread of one run."""
@@ -99,7 +108,15 @@ class RunWriter:
         self.keep_old_steps = keep_old_steps
         self.error: BaseException | None = None
         self._conn = create(path)
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._stage_max = max(1, min(STAGE_MAX, flush_every_steps // 2, queue_size))
+        self._stage_s = min(STAGE_S, flush_every_s / 4)
+        self._staged: list[Write] = []
+        self._staged_at = time.monotonic()
+        self._stage_lock = threading.Lock()
+        # bounded in records: queue_size records wait at most, in batches
+        self._queue: queue.Queue[Any] = queue.Queue(
+            maxsize=max(1, queue_size // self._stage_max)
+        )
         self._max_step = -1
         self._thinned_at = 0
         self._closed = False
@@ -109,8 +126,28 @@ class RunWriter:
     # -- training-thread side -------------------------------------------------------
     def put(self, record: Write) -> None:
         """Queue a record; blocks while the writer is ``queue_size`` records behind."""
-        if not self._closed:
-            self._queue.put(record)
+        if self._closed:
+            return
+        # NOTE: handed over under the lock, so that the writer, which takes staged records
+        # itself when the queue is empty, never applies them before an earlier batch
+        with self._stage_lock:
+            self._staged.append(record)
+            if len(self._staged) >= self._stage_max or self._due():
+                self._queue.put(self._take())
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._staged_at >= self._stage_s
+
+    def _take(self) -> list[Write]:
+        """The staged records (under the stage lock)."""
+        batch, self._staged = self._staged, []
+        self._staged_at = time.monotonic()
+        return batch
+
+    def _hand_over(self) -> None:
+        with self._stage_lock:
+            if self._staged:
+                self._queue.put(self._take())
 
     def set_meta(self, **items: Any) -> None:
         rows = [(k, json.dumps(v, default=str)) for k, v in items.items()]
@@ -124,6 +161,7 @@ class RunWriter:
         """Wait until everything queued so far is committed."""
         if self._closed:
             return
+        self._hand_over()
         marker = _Flush()
         self._queue.put(marker)
         marker.done.wait(timeout)
@@ -132,6 +170,7 @@ class RunWriter:
         """Commit what is queued and stop the writer thread."""
         if self._closed:
             return
+        self._hand_over()
         self._closed = True
         self._queue.put(_CLOSE)
         self._thread.join()
@@ -149,11 +188,15 @@ class RunWriter:
         while True:
             timeout = max(0.0, last_commit + self.flush_every_s - time.monotonic())
             try:
-                item = self._queue.get(timeout=timeout if pending else None)
+                # staged records are fetched when training pauses (STAGE_S at the latest)
+                poll = self._stage_s * 2
+                item = self._queue.get(timeout=min(timeout, poll) if pending else poll)
             except queue.Empty:
-                item = None
-            if item is not None and item is not _CLOSE and not isinstance(item, _Flush):
-                pending += self._apply(item)
+                with self._stage_lock:
+                    item = self._take() if self._staged and self._due() else None
+            if isinstance(item, list):
+                for record in item:
+                    pending += self._apply(record)
             due = pending and (
                 pending >= self.flush_every_steps
                 or time.monotonic() - last_commit >= self.flush_every_s
