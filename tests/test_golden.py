@@ -42,6 +42,10 @@ VOLATILE = {
 
 
 def _normal(x: Any) -> Any:
+    if isinstance(x, float):
+        # NOTE: 6 significant digits: CPUs with other vector units reduce float32 in another
+        # order (the last bits of a norm differ); a change of diagnosis differs far more
+        return float(f"{x:.6g}")
     if isinstance(x, dict):
         return {k: "*" if k in VOLATILE else _normal(v) for k, v in x.items()}
     if isinstance(x, list):

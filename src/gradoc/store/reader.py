@@ -12,6 +12,7 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -148,6 +149,100 @@ class Series:
     def first_nonfinite(self) -> int | None:
         """The first step whose value is NaN or ±Inf."""
         return next((s for s, v in zip(self.steps, self.values) if not math.isfinite(v)), None)
+
+
+class _Block:
+    """The ``param_arrays`` rows of one parameter set: per statistic, its steps and one
+    matrix (steps x parameters)."""
+
+    def __init__(self, ids: np.ndarray[Any, Any]) -> None:
+        self.ids = ids
+        self.rows: dict[str, tuple[list[int], list[np.ndarray[Any, Any] | None]]] = {
+            stat: ([], []) for stat in PARAM_STATS
+        }
+        self.stats: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+
+    def add(self, step: int, stat: str, values: np.ndarray[Any, Any] | None) -> None:
+        steps, rows = self.rows[stat]
+        steps.append(step)
+        rows.append(values)
+
+    def done(self) -> None:
+        """Stack each statistic's rows (an empty non-finite array: every count 0)."""
+        for stat, (steps, rows) in self.rows.items():
+            if not steps:
+                continue
+            matrix = np.zeros((len(rows), self.ids.size))
+            for i, row in enumerate(rows):
+                if row is not None:
+                    matrix[i] = row
+            if stat == "grad_nonfinite":
+                if not np.isfinite(matrix).all():
+                    raise DamagedLog("a non-finite count is not a number of values")
+                matrix = matrix.astype(np.int64)  # counts, as versions 1 and 2 read
+            self.stats[stat] = (np.array(steps, dtype=np.int64), matrix)
+        self.rows = {}
+
+
+class ParamTable(Mapping[str, dict[str, Series]]):
+    """Every parameter's statistics from a schema-3 log (``param_arrays``), decoded when
+    a parameter is asked for: memory holds the log's arrays, one float64 per value, not a
+    Python object per value and per step (a 2,000-tensor run's report would otherwise
+    hold tens of millions)."""
+
+    def __init__(self, log: RunLog) -> None:
+        names = {layer.id: layer.name for layer in log.params}
+        blocks: dict[tuple[int, bytes], _Block] = {}
+        stats = ", ".join(_PARAM_STATS)
+        sql = f"SELECT step, part, layer_ids, {stats} FROM param_arrays ORDER BY step, part"
+        for step, part, ids_blob, *blobs in log._cursor(sql):
+            ids = _array(ids_blob, "<i4", "a layer-id array")
+            block = blocks.get((part, ids_blob))
+            if block is None:
+                block = blocks[(part, ids_blob)] = _Block(ids)
+            for stat, blob in zip(_PARAM_STATS, blobs):
+                if blob is None:
+                    continue
+                values = _array(blob, "<f8", "a statistic")
+                if stat == "grad_nonfinite" and not values.size:
+                    block.add(_step(step), stat, None)  # every count 0
+                    continue
+                if values.size != ids.size:
+                    raise DamagedLog("a statistic array does not match its layer ids")
+                block.add(_step(step), stat, values)
+        self._names = list(names.values())
+        self._where: dict[str, list[tuple[_Block, int]]] = {}
+        for block in blocks.values():
+            block.done()
+            for col, lid in enumerate(block.ids.tolist()):
+                self._where.setdefault(_name_of(names, lid), []).append((block, col))
+
+    def __getitem__(self, name: str) -> dict[str, Series]:
+        if name not in self._where and name not in self._names:
+            raise KeyError(name)
+        out = {}
+        for stat in _PARAM_STATS:
+            parts = [
+                (block.stats[stat][0], block.stats[stat][1][:, col])
+                for block, col in self._where.get(name, [])
+                if stat in block.stats
+            ]
+            if not parts:
+                out[stat] = Series([], [])
+                continue
+            steps = np.concatenate([p[0] for p in parts])
+            values = np.concatenate([p[1] for p in parts])
+            if len(parts) > 1:  # parameter sets that changed: in step order
+                order = np.argsort(steps, kind="stable")
+                steps, values = steps[order], values[order]
+            out[stat] = Series(steps.tolist(), values.tolist())
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,11 +530,19 @@ class RunLog:
             out += zip([step] * n, ids.tolist(), *columns)
         return out
 
-    def param_table(self) -> dict[str, dict[str, Series]]:
-        """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query)."""
+    def param_table(self) -> Mapping[str, dict[str, Series]]:
+        """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query). From
+        a schema-3 log, a :class:`ParamTable`: the series are decoded when asked for."""
         if self._arrays:
-            return self._table("param_stats", _PARAM_STATS, self.params, self._param_rows())
+            return ParamTable(self)
         return self._table("param_stats", _PARAM_STATS, self.params)
+
+    def _cursor(self, sql: str) -> Iterator[tuple[Any, ...]]:
+        """Rows one at a time (memory: one row, not the table)."""
+        try:
+            yield from self._conn.execute(sql)
+        except (sqlite3.Error, OverflowError, MemoryError) as exc:
+            raise RunLogError(self._unreadable(exc)) from None
 
     def activation_table(self) -> dict[str, dict[str, Series]]:
         """Every module output's every statistic: ``{name: {stat: Series}}`` (one query)."""
