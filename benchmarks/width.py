@@ -4,8 +4,8 @@ Four models with the same number of parameters (~400k) split into 10, 100, 1,000
 parameter tensors (chains of ``Linear`` layers, weight + bias each), each trained plain,
 under ``gradoc.watch`` with the defaults, and with ``guard=True``, each in its own process;
 blocks of ``--steps`` steps run interleaved (shuffled order), and the table shows the
-median over rounds of each one's ms per step and its ratio to plain. The slope is gradoc's added time per extra
-tensor, from the 10- and 5,000-tensor rows.
+median over rounds of each one's ms per step and its ratio to plain. The slope is gradoc's
+added time per extra tensor, from the first and last rows.
 
 ``--long`` also measures what a long, wide run costs after training: a 20,000-step
 (``--long-steps``) run of 2,000 tensors is logged, then its ``close()``, ``gradoc report``
@@ -179,12 +179,13 @@ sys.path.insert(0, {bench!r})
 from width import peak_mb
 sys.argv = sys.argv[1:]
 t = time.perf_counter()
+code = 0
 try:
     runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-except SystemExit:
-    pass
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
 took = time.perf_counter() - t
-print("RESULT", took, peak_mb(), file=sys.stderr)
+print("RESULT", took, peak_mb(), code, file=sys.stderr)
 """
 
 
@@ -211,9 +212,12 @@ def long_run(tensors: int, steps: int) -> dict[str, float]:
         res |= {"close_peak_mb": close_peak, "log_bytes": size}
         res["bytes_per_step_tensor"] = size / (steps * tensors)
         for name, extra in (("report", []), ("html", ["--html", str(Path(tmp) / "r.html")])):
-            cmd = [sys.executable, "-c", _PEAK.format(bench=bench), "gradoc", "report", str(log), *extra]
+            peak = _PEAK.format(bench=bench)
+            cmd = [sys.executable, "-c", peak, "gradoc", "report", str(log), *extra]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            took, peak = _result(proc, "stderr")
+            took, peak, code = _result(proc, "stderr")
+            if code:  # a report that failed measures nothing
+                raise SystemExit(f"gradoc report failed (exit {code}):\n{proc.stderr[-3000:]}")
             res[f"{name}_s"], res[f"{name}_peak_mb"] = took, peak
     return res
 
@@ -239,15 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.counts, args.rounds, args.steps = "10,100", 2, 10
         args.long_steps, args.long_tensors = 30, 20
-    counts = [int(c) for c in args.counts.split(",")]
-    print(HEADER, file=sys.stderr)
-    rows = per_step(counts, args.rounds, args.steps, args.batch)
-    print(HEADER)
-    for row in rows:
-        print(_line(row))
-    lo, hi = rows[0], rows[-1]
-    result: dict[str, object] = {"rows": rows}
+    counts = [int(c) for c in args.counts.split(",") if c.strip()]
+    result: dict[str, object] = {}
+    rows = []
+    if counts:
+        print(HEADER, file=sys.stderr)
+        rows = per_step(counts, args.rounds, args.steps, args.batch)
+        print(HEADER)
+        for row in rows:
+            print(_line(row))
+        result["rows"] = rows
     if len(rows) > 1:
+        lo, hi = rows[0], rows[-1]
         slope = {
             v: (hi[v] - hi["plain"] - (lo[v] - lo["plain"])) / (hi["tensors"] - lo["tensors"])
             for v in ("default", "guard")

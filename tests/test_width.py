@@ -64,17 +64,18 @@ def added_calls(tmp_path: Path, tensors: int, steps: list[int], **config: Any) -
 
 
 def same_cost(narrow: list[int], wide: list[int]) -> bool:
-    """The same calls, but for a few of the writer queue's locking (which waits on the
-    writer thread's timing): a call per tensor would add about a thousand."""
-    return abs(max(wide) - max(narrow)) <= 10 and abs(min(wide) - min(narrow)) <= 10
+    """The same calls on the cheapest of the steps: a step that hands the writer thread its
+    staged records (every 0.1 s, a timing of the machine) costs a few calls more; a call
+    per tensor would add about a thousand to every step."""
+    return abs(min(wide) - min(narrow)) <= 10 and max(wide) - min(wide) <= 100
 
 
 def test_a_gradient_step_costs_the_same_python_calls_for_10_or_1000_tensors(
     tmp_path: Path,
 ) -> None:
-    # the default configuration; steps 3..6 collect gradient norms only (weights and
+    # the default configuration; steps 3..9 collect gradient norms only (weights and
     # activations are every 10th step), and the step's one host read decides the skip
-    steps = [3, 4, 5, 6]
+    steps = [3, 4, 5, 6, 7, 8, 9]
     narrow = added_calls(tmp_path, 10, steps)
     wide = added_calls(tmp_path, 1000, steps)
     assert min(narrow) > 0  # gradoc was watching: the count measures its work
@@ -88,8 +89,8 @@ def test_a_weight_step_costs_the_same_python_calls_for_10_or_1000_tensors(
     # every step collects gradient max-abs, weights and updates (activations off: a
     # forward hook is, by PyTorch's design, a call per module)
     config = {"params": gradoc.every(1), "activations": gradoc.never(), "guard": guard}
-    narrow = added_calls(tmp_path / "n", 10, [3, 4, 5], **config)
-    wide = added_calls(tmp_path / "w", 1000, [3, 4, 5], **config)
+    narrow = added_calls(tmp_path / "n", 10, [3, 4, 5, 6, 7], **config)
+    wide = added_calls(tmp_path / "w", 1000, [3, 4, 5, 6, 7], **config)
     assert min(narrow) > 0
     assert same_cost(narrow, wide), (narrow, wide)
 

@@ -131,8 +131,8 @@ class Target:
         if want_params:
             self.grad_maxabs = max_abs(grads, device, self.big(grads))
             with torch.no_grad():  # copies that record no graph
-                weights = [w.param for w in self.present]
-                self.before = torch._foreach_mul(weights, 1.0) if weights else []
+                weights: list[Tensor] = [w.param for w in self.present]
+                self.before = list(torch._foreach_mul(weights, 1.0)) if weights else []
         return split
 
     def recheck(self, device: Any) -> tuple[bool, float]:
@@ -254,9 +254,8 @@ def grad_rows(
                 nonfinite += int(sum(mine))
         weights, deltas = (updates[:n], updates[n:]) if updates is not None else (None, None)
         ids_blob = np.array(ids, dtype="<i4").tobytes()
-        rows.append(
-            (sl.step, ids[0], ids_blob, _blob(norms_), _blob(maxabs), bad, _blob(weights), _blob(deltas))
-        )
+        stats = (_blob(norms_), _blob(maxabs), bad, _blob(weights), _blob(deltas))
+        rows.append((sl.step, ids[0], ids_blob, *stats))
     return rows, sumsq, nonfinite, primary_step
 
 

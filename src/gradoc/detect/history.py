@@ -29,7 +29,7 @@ class History:
     """Samples the watched model saw per step (absent from logs before schema 2)."""
     params: list[Layer] = field(default_factory=list)
     modules: list[Layer] = field(default_factory=list)
-    param_stats: Mapping[str, dict[str, Series]] = field(default_factory=dict)
+    param_stats: Mapping[str, Mapping[str, Series]] = field(default_factory=dict)
     act_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
     units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)

@@ -10,7 +10,9 @@ messages, source lines) goes through ``html.escape`` or the SVG writer's XML esc
 from __future__ import annotations
 
 import html
+import itertools
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ MAX_ROWS = 48
 """Layers shown in a heatmap (evenly chosen in network order when there are more)."""
 MAX_COLS = 240
 """Steps shown in a heatmap (evenly chosen)."""
+MAX_BARS = 64
+"""Bars in the gradient-flow chart (consecutive layers share one when there are more)."""
 MAX_LINES = 12
 """Layers drawn in the update/weight chart."""
 
@@ -37,6 +41,32 @@ def _num(x: object) -> str:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return _e(x)
     return number(x)
+
+
+def _bars(
+    names: list[str], at: dict[int, tuple[list[float], list[float]]]
+) -> tuple[list[str], dict[int, tuple[list[float], list[float]]]]:
+    """At most ``MAX_BARS`` bars: consecutive layers together (median RMS, largest max;
+    non-finite when any member is), so a wide model's chart stays readable and quick."""
+    if len(names) <= MAX_BARS:
+        return names, at
+    edges = [round(i * len(names) / MAX_BARS) for i in range(MAX_BARS + 1)]
+    spans = [(a, b) for a, b in itertools.pairwise(edges) if b > a]
+    labels = [names[a] if b - a == 1 else f"{names[a]} … {names[b - 1]}" for a, b in spans]
+
+    def pool(values: list[float], a: int, b: int, how: Any) -> float:
+        part = values[a:b]
+        bad = [v for v in part if not math.isfinite(v)]  # marked as one layer's would be
+        return bad[0] if bad else float(how(part))
+
+    out = {
+        s: (
+            [pool(rms, a, b, statistics.median) for a, b in spans],
+            [pool(mx, a, b, max) for a, b in spans],
+        )
+        for s, (rms, mx) in at.items()
+    }
+    return labels, out
 
 
 def _even(items: list[Any], n: int) -> list[Any]:
@@ -220,14 +250,21 @@ def _charts(log: RunLog, report: dict[str, Any]) -> list[str]:
                 rms.append(g / math.sqrt(p.numel) if g is not None and p.numel else math.nan)
                 mx.append(m if m is not None else math.nan)
             at[s] = (rms, mx)
-        flow = charts.gradient_flow_chart([p.name for p in weights], at)
+        names, at = _bars([p.name for p in weights], at)
+        flow = charts.gradient_flow_chart(names, at)
     out.append(
         _figure(
             "chart-grad-flow",
             "Gradient flow",
             flow,
             "RMS |grad| (norm/√n, dark) and max |grad| (light) per weight, input side first, at "
-            "the first, middle and last healthy collected steps (and the first bad one).",
+            "the first, middle and last healthy collected steps (and the first bad one)"
+            + (
+                f"; {len(weights)} weights in {MAX_BARS} bars of consecutive ones (median RMS, "
+                "largest max; NaN/Inf when any is)."
+                if len(weights) > MAX_BARS
+                else "."
+            ),
         )
     )
     rows = _even(params, MAX_ROWS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import functools
 import json
 import math
 import os
@@ -10,9 +11,9 @@ import shutil
 import sqlite3
 import tempfile
 import urllib.parse
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -184,7 +185,7 @@ class _Block:
         self.rows = {}
 
 
-class ParamTable(Mapping[str, dict[str, Series]]):
+class ParamTable(Mapping[str, Mapping[str, Series]]):
     """Every parameter's statistics from a schema-3 log (``param_arrays``), decoded when
     a parameter is asked for: memory holds the log's arrays, one float64 per value, not a
     Python object per value and per step (a 2,000-tensor run's report would otherwise
@@ -217,32 +218,56 @@ class ParamTable(Mapping[str, dict[str, Series]]):
             for col, lid in enumerate(block.ids.tolist()):
                 self._where.setdefault(_name_of(names, lid), []).append((block, col))
 
-    def __getitem__(self, name: str) -> dict[str, Series]:
-        if name not in self._where and name not in self._names:
+        self._known = set(self._names)
+        self.series = functools.lru_cache(maxsize=256)(self._series)
+        """One parameter's statistic (the last few decoded are kept)."""
+
+    def __getitem__(self, name: str) -> Mapping[str, Series]:
+        if name not in self._known:
             raise KeyError(name)
-        out = {}
-        for stat in _PARAM_STATS:
-            parts = [
-                (block.stats[stat][0], block.stats[stat][1][:, col])
-                for block, col in self._where.get(name, [])
-                if stat in block.stats
-            ]
-            if not parts:
-                out[stat] = Series([], [])
-                continue
-            steps = np.concatenate([p[0] for p in parts])
-            values = np.concatenate([p[1] for p in parts])
-            if len(parts) > 1:  # parameter sets that changed: in step order
-                order = np.argsort(steps, kind="stable")
-                steps, values = steps[order], values[order]
-            out[stat] = Series(steps.tolist(), values.tolist())
-        return out
+        return _ParamStats(self, name)
+
+    def _series(self, name: str, stat: str) -> Series:
+        parts = [
+            (block.stats[stat][0], block.stats[stat][1][:, col])
+            for block, col in self._where.get(name, [])
+            if stat in block.stats
+        ]
+        if not parts:
+            return Series([], [])
+        steps = np.concatenate([p[0] for p in parts])
+        values = np.concatenate([p[1] for p in parts])
+        if len(parts) > 1:  # parameter sets that changed: in step order
+            order = np.argsort(steps, kind="stable")
+            steps, values = steps[order], values[order]
+        return Series(steps.tolist(), values.tolist())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+class _ParamStats(Mapping[str, Series]):
+    """One parameter's statistics, each decoded when asked for."""
+
+    def __init__(self, table: ParamTable, name: str) -> None:
+        self.table, self.name = table, name
+
+    def __getitem__(self, stat: str) -> Series:
+        if stat not in _PARAM_STATS:
+            raise KeyError(stat)
+        return self.table.series(self.name, stat)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_PARAM_STATS)
+
+    def __len__(self) -> int:
+        return len(_PARAM_STATS)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,10 +463,10 @@ class RunLog:
             return self._layer_series("param_stats", _PARAM_STATS, layer, stat)
         steps, values = [], []
         for step, ids, arrays in self._param_arrays(f"{_param_stat(stat)} IS NOT NULL", (), [stat]):
-            at = np.flatnonzero(ids == layer.id)
-            if at.size:
+            at, column = np.flatnonzero(ids == layer.id), arrays[stat]
+            if at.size and column is not None:
                 steps.append(step)
-                values.append(arrays[stat][at[0]].item())
+                values.append(column[at[0]].item())
         return Series(steps, values)
 
     def _param_arrays(
@@ -530,7 +555,7 @@ class RunLog:
             out += zip([step] * n, ids.tolist(), *columns)
         return out
 
-    def param_table(self) -> Mapping[str, dict[str, Series]]:
+    def param_table(self) -> Mapping[str, Mapping[str, Series]]:
         """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query). From
         a schema-3 log, a :class:`ParamTable`: the series are decoded when asked for."""
         if self._arrays:

@@ -114,9 +114,7 @@ class RunWriter:
         self._staged_at = time.monotonic()
         self._stage_lock = threading.Lock()
         # bounded in records: queue_size records wait at most, in batches
-        self._queue: queue.Queue[Any] = queue.Queue(
-            maxsize=max(1, queue_size // self._stage_max)
-        )
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size // self._stage_max))
         self._max_step = -1
         self._thinned_at = 0
         self._closed = False
