@@ -266,7 +266,7 @@ class Steps:
         norms_ = target.grad_norms
         parts = []
         if losses:
-            parts.append(torch.stack(losses).sum())
+            parts.append(losses[0] if len(losses) == 1 else torch.stack(losses).sum())
         batch, lengths = self.lengths.take() if primary else (None, [])
         parts += lengths
         if norms_ is not None:
@@ -321,7 +321,9 @@ class Steps:
             self.guard.stepped(optimizer)
         if optimizer is not self.primary:
             return
-        loss = torch.stack(self._losses).float().mean() if self._losses else None
+        losses, loss = self._losses, None
+        if losses:  # one loss (the common step) needs no stack
+            loss = losses[0].float() if len(losses) == 1 else torch.stack(losses).float().mean()
         lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
         samples = self.watched.samples or None
         t = time.monotonic() - self.run.t0

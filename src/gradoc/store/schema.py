@@ -16,7 +16,7 @@ Conventions:
   (12 bytes per tensor on a gradient-norm step, 36 on a weight step). Reading them::
 
       import sqlite3, numpy as np
-      db = sqlite3.connect("runs/x/run.db")
+      db = sqlite3.connect("runs/quickstart/run.db")
       for step, ids, norms in db.execute("select step, layer_ids, grad_norm from param_arrays"):
           ids, norms = np.frombuffer(ids, "<i4"), np.frombuffer(norms or b"", "<f8")
 
