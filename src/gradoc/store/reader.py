@@ -154,35 +154,39 @@ class Series:
 
 class _Block:
     """The ``param_arrays`` rows of one parameter set: per statistic, its steps and one
-    matrix (steps x parameters)."""
+    matrix (steps x parameters), built as the rows stream in (the bytes once, no copy)."""
 
     def __init__(self, ids: np.ndarray[Any, Any]) -> None:
         self.ids = ids
-        self.rows: dict[str, tuple[list[int], list[np.ndarray[Any, Any] | None]]] = {
-            stat: ([], []) for stat in PARAM_STATS
-        }
+        self.steps: dict[str, list[int]] = {stat: [] for stat in PARAM_STATS}
+        self.data: dict[str, bytearray] = {stat: bytearray() for stat in PARAM_STATS}
+        self.counts: dict[int, bytes] = {}  # row -> non-zero non-finite counts (rare)
         self.stats: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
 
-    def add(self, step: int, stat: str, values: np.ndarray[Any, Any] | None) -> None:
-        steps, rows = self.rows[stat]
-        steps.append(step)
-        rows.append(values)
+    def add(self, step: int, stat: str, blob: bytes) -> None:
+        """One row's array, checked (an empty non-finite array: every count 0)."""
+        if stat == "grad_nonfinite" and blob:
+            self.counts[len(self.steps[stat])] = blob
+        elif stat != "grad_nonfinite":
+            self.data[stat] += blob
+        self.steps[stat].append(step)
 
     def done(self) -> None:
-        """Stack each statistic's rows (an empty non-finite array: every count 0)."""
-        for stat, (steps, rows) in self.rows.items():
+        n = self.ids.size
+        for stat, steps in self.steps.items():
             if not steps:
                 continue
-            matrix = np.zeros((len(rows), self.ids.size))
-            for i, row in enumerate(rows):
-                if row is not None:
-                    matrix[i] = row
             if stat == "grad_nonfinite":
-                if not np.isfinite(matrix).all():
-                    raise DamagedLog("a non-finite count is not a number of values")
-                matrix = matrix.astype(np.int64)  # counts, as versions 1 and 2 read
+                matrix = np.zeros((len(steps), n), dtype=np.int64)
+                for row, blob in self.counts.items():
+                    counts = np.frombuffer(blob, dtype="<f8")
+                    if not np.isfinite(counts).all():
+                        raise DamagedLog("a non-finite count is not a number of values")
+                    matrix[row] = counts  # counts, as versions 1 and 2 read
+            else:
+                matrix = np.frombuffer(self.data[stat], dtype="<f8").reshape(len(steps), n)
             self.stats[stat] = (np.array(steps, dtype=np.int64), matrix)
-        self.rows = {}
+        self.steps, self.data, self.counts = {}, {}, {}
 
 
 class ParamTable(Mapping[str, Mapping[str, Series]]):
@@ -204,13 +208,10 @@ class ParamTable(Mapping[str, Mapping[str, Series]]):
             for stat, blob in zip(_PARAM_STATS, blobs):
                 if blob is None:
                     continue
-                values = _array(blob, "<f8", "a statistic")
-                if stat == "grad_nonfinite" and not values.size:
-                    block.add(_step(step), stat, None)  # every count 0
-                    continue
-                if values.size != ids.size:
+                size = _array(blob, "<f8", "a statistic").size
+                if size != ids.size and not (stat == "grad_nonfinite" and not size):
                     raise DamagedLog("a statistic array does not match its layer ids")
-                block.add(_step(step), stat, values)
+                block.add(_step(step), stat, blob)
         self._names = list(names.values())
         self._where: dict[str, list[tuple[_Block, int]]] = {}
         for block in blocks.values():
@@ -351,6 +352,7 @@ class RunLog:
         self._by_name = {(layer.kind, layer.name): layer for layer in self.layers}
         tables = {r[0] for r in self._query("SELECT name FROM sqlite_master WHERE type='table'")}
         self._arrays = "param_arrays" in tables
+        self._param_table: ParamTable | None = None
         """Per-parameter statistics as packed arrays (schema 3), else one row each (1, 2)."""
 
     def _unreadable(self, exc: BaseException) -> str:
@@ -559,7 +561,9 @@ class RunLog:
         """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query). From
         a schema-3 log, a :class:`ParamTable`: the series are decoded when asked for."""
         if self._arrays:
-            return ParamTable(self)
+            if self._param_table is None:  # decoded once per open log (report and charts)
+                self._param_table = ParamTable(self)
+            return self._param_table
         return self._table("param_stats", _PARAM_STATS, self.params)
 
     def _cursor(self, sql: str) -> Iterator[tuple[Any, ...]]:
