@@ -85,11 +85,12 @@ class StepRecord:
             )
             if loss is not None and not math.isfinite(loss):
                 self._first(conn, "nonfinite_loss", r.step, f"loss is {loss} at step {r.step}")
-        bad_steps = [
-            sl.step
-            for sl in (layout.targets if self.counts else [])
-            if any(self.counts.get(w.id) for w in sl.present)
-        ]
+        counts = self.counts  # empty on a healthy step: no look at each parameter
+        bad_steps = (
+            [sl.step for sl in layout.targets if any(counts.get(w.id) for w in sl.present)]
+            if counts
+            else []
+        )
         if bad_steps:
             total = int(sum(self.counts.values()))
             self._first(

@@ -164,7 +164,7 @@ class _Block:
         self.stats: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
 
     def add(self, step: int, stat: str, blob: bytes) -> None:
-        """One row's array, checked (an empty non-finite array: every count 0)."""
+        """One row's array, checked by the caller (an empty non-finite array: all 0)."""
         if stat == "grad_nonfinite" and blob:
             self.counts[len(self.steps[stat])] = blob
         elif stat != "grad_nonfinite":
@@ -179,10 +179,7 @@ class _Block:
             if stat == "grad_nonfinite":
                 matrix = np.zeros((len(steps), n), dtype=np.int64)
                 for row, blob in self.counts.items():
-                    counts = np.frombuffer(blob, dtype="<f8")
-                    if not np.isfinite(counts).all():
-                        raise DamagedLog("a non-finite count is not a number of values")
-                    matrix[row] = counts  # counts, as versions 1 and 2 read
+                    matrix[row] = np.frombuffer(blob, dtype="<f8")  # counts, as v1 and v2 read
             else:
                 matrix = np.frombuffer(self.data[stat], dtype="<f8").reshape(len(steps), n)
             self.stats[stat] = (np.array(steps, dtype=np.int64), matrix)
@@ -206,12 +203,8 @@ class ParamTable(Mapping[str, Mapping[str, Series]]):
             if block is None:
                 block = blocks[(part, ids_blob)] = _Block(ids)
             for stat, blob in zip(_PARAM_STATS, blobs):
-                if blob is None:
-                    continue
-                size = _array(blob, "<f8", "a statistic").size
-                if size != ids.size and not (stat == "grad_nonfinite" and not size):
-                    raise DamagedLog("a statistic array does not match its layer ids")
-                block.add(_step(step), stat, blob)
+                if _stat_array(stat, blob, ids.size) is not None:  # checked, kept as bytes
+                    block.add(_step(step), stat, blob)
         self._names = list(names.values())
         self._where: dict[str, list[tuple[_Block, int]]] = {}
         for block in blocks.values():
@@ -485,15 +478,10 @@ class RunLog:
             ids = _array(ids_blob, "<i4", "a layer-id array")
             arrays = {}
             for stat, blob in zip(stats, blobs):
-                values = None if blob is None else _array(blob, "<f8", "a statistic")
-                if values is not None and stat == "grad_nonfinite" and not values.size:
-                    values = np.zeros(ids.size)  # an empty array: every count 0
-                if values is not None and values.size != ids.size:
-                    raise DamagedLog("a statistic array does not match its layer ids")
+                values = _stat_array(stat, blob, ids.size)
                 if values is not None and stat == "grad_nonfinite":
-                    if not np.isfinite(values).all():
-                        raise DamagedLog("a non-finite count is not a number of values")
-                    values = values.astype(np.int64)  # counts, as versions 1 and 2 read
+                    # counts, as versions 1 and 2 read (an empty array: every count 0)
+                    values = values.astype(np.int64) if values.size else np.zeros(ids.size, int)
                 arrays[stat] = values
             out.append((_step(step), ids, arrays))
         return out
@@ -527,11 +515,9 @@ class RunLog:
 
     def steps_with(self, stat: str) -> list[int]:
         """The steps at which a per-parameter statistic was collected."""
-        if stat not in _PARAM_STATS:
-            raise KeyError(f"unknown statistic {stat!r}; one of {_PARAM_STATS}")
         table = "param_arrays" if self._arrays else "param_stats"
         rows = self._query(
-            f"SELECT DISTINCT step FROM {table} WHERE {stat} IS NOT NULL ORDER BY step"
+            f"SELECT DISTINCT step FROM {table} WHERE {_param_stat(stat)} IS NOT NULL ORDER BY step"
         )
         return [_step(r[0]) for r in rows]
 
@@ -634,6 +620,22 @@ def _param_stat(stat: str) -> str:
     if stat not in _PARAM_STATS:
         raise KeyError(f"unknown statistic {stat!r}; one of {_PARAM_STATS}")
     return stat
+
+
+def _stat_array(stat: str, blob: Any, n: int) -> np.ndarray[Any, Any] | None:
+    """One statistic of a ``param_arrays`` row, checked against the row's ``n`` layer ids
+    (``None``: not collected; the non-finite counts may be empty: every count 0)."""
+    if blob is None:
+        return None
+    values = _array(blob, "<f8", "a statistic")
+    if stat == "grad_nonfinite":
+        if not np.isfinite(values).all():
+            raise DamagedLog("a non-finite count is not a number of values")
+        if not values.size:
+            return values
+    if values.size != n:
+        raise DamagedLog("a statistic array does not match its layer ids")
+    return values
 
 
 def _array(blob: Any, dtype: str, what: str) -> np.ndarray[Any, Any]:
