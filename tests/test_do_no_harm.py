@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -609,3 +610,25 @@ def test_side_effects_are_what_a_re_run_would_repeat(
     fx._effects.clear()  # ... which no audit hook sees: the scan finds it
     fx.scan(since=0.0, roots=[str(tmp_path)])
     assert f"wrote {tmp_path / 'late.pt'}" in fx.seen
+
+
+def test_a_script_saved_just_before_the_run_is_not_a_file_the_run_wrote(tmp_path: Path) -> None:
+    """Edit, save, ``gradoc run``: the script's own stamp, a moment before the run began,
+    must not read as a write (the replay would be refused); a coarse stamp keeps its slack."""
+    from gradoc._effects import SideEffects
+
+    started = time.time()
+    stamps = {
+        "saved_before.py": started - 0.4,  # saved 0.4 s before the run: not the run's
+        "written_during.pt": started + 0.01,  # torch.save from C++: the run's
+        "coarse.pt": float(int(started)),  # whole seconds (FAT, ext3): may be the run's
+    }
+    for name, stamp in stamps.items():
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, ns=(int(stamp * 1e9),) * 2)
+    fx = SideEffects([])
+    fx.scan(since=started, roots=[str(tmp_path)])
+    assert sorted(fx.seen) == [
+        f"wrote {tmp_path / 'coarse.pt'}",
+        f"wrote {tmp_path / 'written_during.pt'}",
+    ]

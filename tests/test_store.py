@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,24 @@ def _small_run(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 tool is not installed")
+def test_the_writer_drains_a_full_queue_while_the_training_thread_holds_the_stage(
+    tmp_path: Path,
+) -> None:
+    """The training thread hands records over under the stage lock and may block there on a
+    full queue; the writer, idle a moment before, must not wait for that lock (a deadlock:
+    seen as a demo that never finished)."""
+    from gradoc.store.writer import RunWriter
+
+    writer = RunWriter(tmp_path / "run.db", queue_size=1, flush_every_steps=2, flush_every_s=0.05)
+    applied: list[int] = []
+    with writer._stage_lock:  # what the training thread holds while it hands a batch over
+        time.sleep(writer._stage_s * 4)  # the writer's poll timed out: it is idle now
+        for i in (1, 2):  # a queue of one: the second waits for the writer to take the first
+            writer._queue.put([lambda conn, i=i: applied.append(i)], timeout=2)
+    writer.close()
+    assert applied == [1, 2]
+
+
 def test_readable_with_the_sqlite3_tool(tmp_path: Path) -> None:
     db = _small_run(tmp_path) / "run.db"
     out = subprocess.run(

@@ -13,7 +13,8 @@ Seen: everything done through Python (``open``, ``os``, ``shutil``, ``socket``,
 clients). ``torch.save(obj, path)`` writes from C++ (so do safetensors and h5py), which
 no audit hook sees; for those, when the run ends, the working directories, the script's
 directory and the directories of every file the script opened are scanned (a few levels
-deep, a bounded number of entries) for files modified since the run began. Not seen: a
+deep, a bounded number of entries) for files modified since the run began (a file saved
+just before the run, the script itself, is not one: see :func:`_modified`). Not seen: a
 C extension writing elsewhere without Python's help, and the work of processes the
 script forks (a DataLoader worker's own writes). Python's bytecode cache
 (``__pycache__``) and ``os.devnull`` do not count.
@@ -67,6 +68,21 @@ SCAN_DIRS = 64
 MAX_EFFECTS = 10_000
 """Side effects remembered (beyond, the count stops growing: the answer is the same)."""
 _NOT_SCANNED = frozenset({"__pycache__", "node_modules", "site-packages", "gradoc-runs"})
+CLOCK_SLACK_S = 0.05
+"""Linux stamps files with a coarse clock (a tick, a few ms, behind ``time.time()``)."""
+COARSE_SLACK_S = 2.0
+"""File systems that keep whole seconds (FAT keeps two) stamp a write up to that early."""
+
+
+def _modified(mtime_ns: int, since: float) -> bool:
+    """Whether a file stamped ``mtime_ns`` was modified at or after ``since``.
+
+    A file saved a moment before the run (the script, edited and run at once) must not
+    count: fine-grained stamps are compared within the kernel clock's tick; only a stamp
+    of whole seconds, which a coarse file system truncates, gets the coarse slack.
+    """
+    coarse = mtime_ns % 1_000_000_000 == 0
+    return mtime_ns >= (since - (COARSE_SLACK_S if coarse else CLOCK_SLACK_S)) * 1e9
 
 
 def _cache_dirs() -> list[str]:
@@ -144,7 +160,7 @@ class SideEffects:
         dirs = dict.fromkeys(os.path.abspath(r) for r in [*roots, *self.dirs])
         budget = [SCAN_ENTRIES]
         for d in dirs:
-            self._scan(d, since - 1.0, SCAN_DEPTH if d in roots else 0, budget)
+            self._scan(d, since, SCAN_DEPTH if d in roots else 0, budget)
 
     def _scan(self, directory: str, since: float, depth: int, budget: list[int]) -> None:
         if self._exempt(directory):
@@ -163,7 +179,7 @@ class SideEffects:
                         self._scan(e.path, since, depth - 1, budget)
                 elif e.is_file(follow_symlinks=False):
                     st = e.stat()
-                    if st.st_mtime >= since and (st.st_dev, st.st_ino) not in self._own:
+                    if _modified(st.st_mtime_ns, since) and (st.st_dev, st.st_ino) not in self._own:
                         self._file(e.path, "wrote")
             except OSError:
                 continue

@@ -190,8 +190,7 @@ class RunWriter:
                 poll = self._stage_s * 2
                 item = self._queue.get(timeout=min(timeout, poll) if pending else poll)
             except queue.Empty:
-                with self._stage_lock:
-                    item = self._take() if self._staged and self._due() else None
+                item = self._take_idle()
             if isinstance(item, list):
                 for record in item:
                     pending += self._apply(record)
@@ -206,6 +205,17 @@ class RunWriter:
                 item.done.set()
             if item is _CLOSE:
                 return
+
+    def _take_idle(self) -> list[Write] | None:
+        """Staged records that waited ``STAGE_S`` while training paused. NOTE: never waits
+        for the stage lock: the training thread may hold it while blocked on a full queue,
+        which only this thread drains."""
+        if not self._stage_lock.acquire(blocking=False):
+            return None
+        try:
+            return self._take() if self._staged and self._due() else None
+        finally:
+            self._stage_lock.release()
 
     def _apply(self, record: Write) -> int:
         if self.error is not None:
