@@ -14,6 +14,7 @@ from gradoc.stats import (
     max_abs,
     nonfinite_counts,
     norms,
+    plan,
     saturation_rule,
     unit_dim,
     update_stats,
@@ -78,6 +79,50 @@ def test_update_stats_are_weight_norms_and_update_norms() -> None:
     v = update_stats(after, before).tolist()
     assert v[:2] == pytest.approx([b.norm().item() for b in before], rel=RTOL)  # pre-update
     assert v[2:] == pytest.approx([(a - b).norm().item() for a, b in zip(after, before)], rel=RTOL)
+
+
+def _wide_list() -> list[torch.Tensor]:
+    """A wide model's tensors: many small ones sharing shapes (stacked by a plan), large and
+    one-of-a-kind ones (foreach), an empty one, a NaN and an Inf among the small ones."""
+    ts = [torch.randn(6, 5) * (i + 1) for i in range(40)] + [torch.randn(5) for _ in range(30)]
+    ts += [torch.randn(200, 100), torch.randn(7, 3), torch.zeros(0), torch.randn(())]
+    ts[3][1, 2], ts[50][0] = math.nan, -math.inf
+    order = torch.randperm(len(ts), generator=torch.Generator().manual_seed(0)).tolist()
+    return [ts[i] for i in order]
+
+
+def test_a_plan_reduces_a_wide_list_stacked_exactly_as_foreach_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gradoc.stats.tensors as tensors
+
+    monkeypatch.setattr(tensors, "STACK_MAX", 64)  # stacks of two tensors: chunks are tested
+    ts = _wide_list()
+    p = plan(ts)
+    assert p is not None and len(p.groups) > 2 and p.rest is not None
+    for got, want in [
+        (norms(ts, plan=p), norms(ts)),
+        (norms(ts, wide=True, plan=p), norms(ts, wide=True)),
+        (max_abs(ts, plan=p), max_abs(ts)),
+        (update_stats(ts, [t * 0.5 for t in ts], plan=p), update_stats(ts, [t * 0.5 for t in ts])),
+    ]:
+        assert got.dtype == want.dtype == torch.float64
+        assert torch.equal(got.isnan(), want.isnan())
+        assert got.nan_to_num(0.0).tolist() == pytest.approx(
+            want.nan_to_num(0.0).tolist(), rel=1e-6
+        )
+    assert math.isnan(max_abs(ts, plan=p)[[t.isnan().any().item() for t in ts]].item())
+    assert plan(ts[:10]) is None  # a short list: foreach is as fast
+
+
+def test_a_plan_that_no_longer_fits_its_tensors_is_dropped_not_wrong() -> None:
+    ts = _wide_list()
+    p = plan(ts)
+    assert p is not None
+    changed = [t.reshape(-1) if t.shape == (6, 5) and i % 2 else t for i, t in enumerate(ts)]
+    assert norms(changed, plan=p).tolist() == pytest.approx(norms(changed).tolist(), nan_ok=True)
+    assert p.broken  # refused: the caller makes a new plan
+    assert norms(ts[:-1], plan=p).numel() == len(ts) - 1
 
 
 def _reference(x: torch.Tensor) -> tuple[float, float, float, int]:

@@ -2,8 +2,9 @@
 
 The device side reduces per-tensor statistics with foreach kernels; these tests hold the
 host side to the same standard: the Python calls gradoc adds to a training step (counted
-with ``sys.setprofile`` on the training thread, Python and C functions alike) are the same
-for a model of 10 parameter tensors and one of 1,000. Timings are the benchmark's business
+with ``sys.setprofile`` on the training thread, Python and C functions alike) do not grow
+from a model of 10 parameter tensors to one of 100 or 1,000 (a wide list's reductions,
+stacked by shape, add a few calls per shape, not per tensor). Timings are the benchmark's business
 (``benchmarks/width.py``); calls are deterministic.
 """
 
@@ -63,11 +64,17 @@ def added_calls(tmp_path: Path, tensors: int, steps: list[int], **config: Any) -
     return [w - b for w, b in zip(watched, base)]
 
 
-def same_cost(narrow: list[int], wide: list[int]) -> bool:
-    """The same calls on the cheapest of the steps: a step that hands the writer thread its
-    staged records (every 0.1 s, a timing of the machine) costs a few calls more; a call
-    per tensor would add about a thousand to every step."""
-    return abs(min(wide) - min(narrow)) <= 10 and max(wide) - min(wide) <= 100
+STACKED = 40
+"""Calls a wide list's stacked reductions (``stats.Plan``: 32 tensors or more sharing
+shapes) add over foreach: ~5 per shape group and reduction, whatever the tensor count
+(these models: 2 shapes; a weight step takes 3 reductions)."""
+
+
+def same_cost(narrow: list[int], wide: list[int], slack: int = 10) -> bool:
+    """The same calls on the cheapest of the steps, within ``slack``: a step that hands the
+    writer thread its staged records (every 0.1 s, a timing of the machine) costs a few
+    calls more; a call per tensor would add about a thousand to every step."""
+    return abs(min(wide) - min(narrow)) <= slack and max(wide) - min(wide) <= 100
 
 
 def test_a_gradient_step_costs_the_same_python_calls_for_10_or_1000_tensors(
@@ -77,9 +84,11 @@ def test_a_gradient_step_costs_the_same_python_calls_for_10_or_1000_tensors(
     # activations are every 10th step), and the step's one host read decides the skip
     steps = [3, 4, 5, 6, 7, 8, 9]
     narrow = added_calls(tmp_path, 10, steps)
+    middle = added_calls(tmp_path, 100, steps)
     wide = added_calls(tmp_path, 1000, steps)
     assert min(narrow) > 0  # gradoc was watching: the count measures its work
-    assert same_cost(narrow, wide), (narrow, wide)
+    assert same_cost(middle, wide), (middle, wide)  # both stacked by shape
+    assert same_cost(narrow, wide, STACKED), (narrow, wide)
 
 
 @pytest.mark.parametrize("guard", [False, True])
@@ -90,9 +99,11 @@ def test_a_weight_step_costs_the_same_python_calls_for_10_or_1000_tensors(
     # forward hook is, by PyTorch's design, a call per module)
     config = {"params": gradoc.every(1), "activations": gradoc.never(), "guard": guard}
     narrow = added_calls(tmp_path / "n", 10, [3, 4, 5, 6, 7], **config)
+    middle = added_calls(tmp_path / "m", 100, [3, 4, 5, 6, 7], **config)
     wide = added_calls(tmp_path / "w", 1000, [3, 4, 5, 6, 7], **config)
     assert min(narrow) > 0
-    assert same_cost(narrow, wide), (narrow, wide)
+    assert same_cost(middle, wide), (middle, wide)
+    assert same_cost(narrow, wide, STACKED), (narrow, wide)
 
 
 def test_activation_steps_of_a_wide_model_are_spaced_out(tmp_path: Path) -> None:

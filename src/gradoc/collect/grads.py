@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ..stats import large, max_abs, nonfinite_counts, norms, update_stats
+from ..stats import Plan, large, max_abs, nonfinite_counts, norms, plan, update_stats
 from .layers import WatchedParam
 from .packet import Packet
 
@@ -81,6 +81,10 @@ class Target:
     """Non-finite values per gradient, when counted at the step's statistics point."""
     _big: tuple[int, bool] | None = None
     """(id of the parameter list, whether its tensors are few and large: ``stats.large``)."""
+    _plan: tuple[int, Plan | None] | None = None
+    """(id of the parameter list, how its tensors reduce stacked: ``stats.plan``)."""
+    step_plan: Plan | None = None
+    """The plan of this step's tensors (None when a gradient is missing)."""
 
     def grad(self, w: WatchedParam) -> Tensor | None:
         """The gradient this step uses for ``w``."""
@@ -109,6 +113,19 @@ class Target:
             self._big = (id(self.params), large(tensors))
         return self._big[1]
 
+    def plan(self, present: list[WatchedParam], tensors: list[Tensor]) -> Plan | None:
+        """How this optimizer's tensors reduce stacked by shape (made once per parameter
+        set, only for a step with every gradient: then ``present`` is ``params``)."""
+        if present is not self.params:
+            return None
+        if (
+            self._plan is None
+            or self._plan[0] != id(self.params)
+            or (self._plan[1] is not None and self._plan[1].broken)
+        ):
+            self._plan = (id(self.params), plan(tensors))
+        return self._plan[1]
+
     def collected(self) -> bool:
         return self.grad_norms is not None or self.updates is not None
 
@@ -126,10 +143,13 @@ class Target:
         self.present, grads = self.with_grads()
         split = bool(grads) and sharded(grads[0])
         want_params = want_params and not split
+        self.step_plan = None if split else self.plan(self.present, grads)
         if want_grads:
-            self.grad_norms = full_norms(grads) if split else norms(grads, device)
+            self.grad_norms = (
+                full_norms(grads) if split else norms(grads, device, plan=self.step_plan)
+            )
         if want_params:
-            self.grad_maxabs = max_abs(grads, device, self.big(grads))
+            self.grad_maxabs = max_abs(grads, device, self.big(grads), self.step_plan)
             with torch.no_grad():  # copies that record no graph
                 weights: list[Tensor] = [w.param for w in self.present]
                 self.before = list(torch._foreach_mul(weights, 1.0)) if weights else []
@@ -168,7 +188,8 @@ class Target:
         """After the update: its norms; a skipped step's gradients go back where the user
         left them."""
         if self.before is not None:
-            self.updates = update_stats([w.param for w in self.present], self.before, device)
+            weights = [w.param for w in self.present]
+            self.updates = update_stats(weights, self.before, device, self.step_plan)
             self.before = None
         if self.held:
             for w in self.params:

@@ -6,16 +6,18 @@ transfer per step. Every function is tested against the obvious slow implementat
 """
 
 from .activations import ActivationStats, activation_stats, combine, saturation_rule, unit_dim
-from .tensors import large, max_abs, nonfinite_counts, norms, update_stats
+from .tensors import Plan, large, max_abs, nonfinite_counts, norms, plan, update_stats
 
 __all__ = [
     "ActivationStats",
+    "Plan",
     "activation_stats",
     "combine",
     "large",
     "max_abs",
     "nonfinite_counts",
     "norms",
+    "plan",
     "saturation_rule",
     "unit_dim",
     "update_stats",
