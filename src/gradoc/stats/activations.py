@@ -108,18 +108,18 @@ def activation_stats(
     # x * 0 is 0 where x is finite, NaN elsewhere (into the scratch buffer: no allocation)
     nonfinite = torch.count_nonzero(torch.mul(x, 0, out=buf))
     parts = [
-        mean,
+        mean.to(dtype),  # NOTE: the stack promotes the rest to it: no cast per part
         m2,
         n - torch.count_nonzero(x),
         nonfinite,
-        saturation(x).sum() if saturation is not None else torch.full((), math.nan),
+        saturation(x).sum() if saturation is not None else x.new_full((), math.nan),
     ]
     active = None
     if units is not None:
         dims = [d for d in range(x.dim()) if d != units % x.dim()]
         # count of outputs > 0 per unit, reusing the scratch buffer for relu(x) -> {0, 1}
         active = torch.clamp(x, min=0, out=buf).sign_().sum(dim=dims).to(dtype)
-    return torch.stack([p.to(device=x.device, dtype=dtype) for p in parts]), active
+    return torch.stack(parts).to(dtype), active
 
 
 @dataclass(slots=True)
