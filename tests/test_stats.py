@@ -115,6 +115,20 @@ def test_a_plan_reduces_a_wide_list_stacked_exactly_as_foreach_does(
     assert plan(ts[:10]) is None  # a short list: foreach is as fast
 
 
+def test_a_snapshot_by_plan_measures_an_update_exactly_as_copies_do() -> None:
+    from gradoc.stats import Snapshot
+
+    weights = [t.nan_to_num(0.5, 0.5, 0.5) for t in _wide_list()]
+    p = plan(weights)
+    assert p is not None
+    snapshot, copies = Snapshot(p, weights), [w.clone() for w in weights]
+    for w in weights:  # the optimizer's update, in place
+        w.add_(torch.randn_like(w) * 0.01)
+    got = snapshot.update_stats(weights, None)
+    assert got is not None and torch.equal(got, update_stats(weights, copies))
+    assert Snapshot(p, weights).update_stats(weights[:-1], None) is None  # does not fit
+
+
 def test_a_plan_that_no_longer_fits_its_tensors_is_dropped_not_wrong() -> None:
     ts = _wide_list()
     p = plan(ts)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ..stats import Plan, large, max_abs, nonfinite_counts, norms, plan, update_stats
+from ..stats import Plan, Snapshot, large, max_abs, nonfinite_counts, norms, plan, update_stats
 from .layers import WatchedParam
 from .packet import Packet
 
@@ -69,7 +69,7 @@ class Target:
     collected_at: int = 0
     grad_norms: Tensor | None = None
     grad_maxabs: Tensor | None = None
-    before: list[Tensor] | None = None
+    before: list[Tensor] | Snapshot | None = None
     updates: Tensor | None = None
     held: dict[int, Tensor] = field(default_factory=dict)
     """Gradients of a skipped (non-finite) update, kept until they are counted."""
@@ -152,7 +152,10 @@ class Target:
             self.grad_maxabs = max_abs(grads, device, self.big(grads), self.step_plan)
             with torch.no_grad():  # copies that record no graph
                 weights: list[Tensor] = [w.param for w in self.present]
-                self.before = list(torch._foreach_mul(weights, 1.0)) if weights else []
+                if self.step_plan is not None:  # stacked by shape: the stack is the copy
+                    self.before = Snapshot(self.step_plan, weights)
+                else:
+                    self.before = list(torch._foreach_mul(weights, 1.0)) if weights else []
         return split
 
     def recheck(self, device: Any) -> tuple[bool, float]:
@@ -189,7 +192,10 @@ class Target:
         left them."""
         if self.before is not None:
             weights = [w.param for w in self.present]
-            self.updates = update_stats(weights, self.before, device, self.step_plan)
+            if isinstance(self.before, Snapshot):
+                self.updates = self.before.update_stats(weights, device)
+            else:
+                self.updates = update_stats(weights, self.before, device, self.step_plan)
             self.before = None
         if self.held:
             for w in self.params:

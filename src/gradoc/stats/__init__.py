@@ -6,11 +6,21 @@ transfer per step. Every function is tested against the obvious slow implementat
 """
 
 from .activations import ActivationStats, activation_stats, combine, saturation_rule, unit_dim
-from .tensors import Plan, large, max_abs, nonfinite_counts, norms, plan, update_stats
+from .tensors import (
+    Plan,
+    Snapshot,
+    large,
+    max_abs,
+    nonfinite_counts,
+    norms,
+    plan,
+    update_stats,
+)
 
 __all__ = [
     "ActivationStats",
     "Plan",
+    "Snapshot",
     "activation_stats",
     "combine",
     "large",

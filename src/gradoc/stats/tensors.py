@@ -79,6 +79,49 @@ class Plan:
             return None
 
 
+class Snapshot:
+    """Copies of a parameter set's weights before an update, laid out by its plan: each
+    shape group as one stacked matrix (the stack is the copy), the rest copied one by one."""
+
+    __slots__ = ("groups", "plan", "rest")
+
+    def __init__(self, plan: Plan, weights: Sequence[Tensor]) -> None:
+        self.plan = plan
+        self.groups = [torch.stack(get(weights)).view(k, -1) for get, k in plan.groups]
+        some = list(plan.rest(weights))[:-1] if plan.rest is not None else []
+        self.rest: list[Tensor] = list(torch._foreach_mul(some, 1.0)) if some else []
+
+    def update_stats(self, params: Sequence[Tensor], device: torch.device | None) -> Tensor | None:
+        """``[weight norms before..., update norms...]`` in input order, float64 (as
+        :func:`update_stats`), or None when the parameters no longer fit the plan (the
+        step's updates are then not measured: nothing to compare the weights with)."""
+        plan = self.plan
+        if len(params) != plan.n:
+            return None
+        try:
+            before = [_rows_l2_wide(g) for g in self.groups]
+            deltas = [
+                _rows_l2_wide(torch.stack(get(params)).view(k, -1).sub_(g))
+                for (get, k), g in zip(plan.groups, self.groups)
+            ]
+            if plan.rest is not None:
+                after = list(plan.rest(params))[:-1]
+                dev = self.rest[0].device
+                before.insert(0, torch.stack(list(_l2_wide(dev, after[0].dtype, self.rest))))
+                moved = list(torch._foreach_sub(after, self.rest))
+                deltas.insert(0, torch.stack(list(_l2_wide(dev, after[0].dtype, moved))))
+            order = plan.order
+            both = [
+                torch.cat(before).index_select(0, order),
+                torch.cat(deltas).index_select(0, order),
+            ]
+            out = torch.cat(both)
+            return out.to(device=device or out.device, dtype=torch.float64)
+        except (RuntimeError, TypeError):
+            plan.broken = True
+            return None
+
+
 def plan(tensors: Sequence[Tensor]) -> Plan | None:
     """A :class:`Plan` for a wide list of CPU tensors (at least ``PLAN_MIN`` small ones
     sharing shapes, one dtype, dense), else None (foreach is as fast).
@@ -280,6 +323,7 @@ def update_stats(
     """Per-parameter ``[weight L2 norms before the step..., update L2 norms...]`` (update =
     after - before), accumulated in float64 so that an update that blew the weights up is
     still measured. The update/weight ratio is taken against the weights the update acted on.
+    (A :class:`Snapshot` of the weights has its own ``update_stats``.)
     """
     with torch.no_grad():  # the parameters themselves: no per-tensor detach
         deltas = torch._foreach_sub(list(params), list(before)) if params else []
