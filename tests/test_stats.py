@@ -162,6 +162,26 @@ def test_activation_stats_match_reference() -> None:
     assert s.unit_active == pytest.approx((x > 0).float().mean(dim=(0, 1)).tolist())
 
 
+@pytest.mark.parametrize(
+    ("shape", "units"), [((16, 20), -1), ((4, 3, 8), -1), ((2, 3, 4, 5), 1), ((7,), None)]
+)
+@pytest.mark.parametrize("saturating", [False, True])
+def test_stacked_outputs_are_summarised_as_each_one_alone(
+    shape: tuple[int, ...], units: int | None, saturating: bool
+) -> None:
+    from gradoc.stats import activation_stats_rows
+
+    outputs = torch.randn(5, *shape) * 3
+    outputs[2].view(-1)[0] = math.nan
+    outputs[3].view(-1)[:3] = 0.0
+    rule = saturation_rule(nn.Tanh()) if saturating else None
+    vecs, actives = activation_stats_rows(outputs, rule, units)
+    for i, x in enumerate(outputs):
+        vec, active = activation_stats(x, rule, units)
+        assert torch.allclose(vecs[i], vec, rtol=1e-6, equal_nan=True), (i, vecs[i], vec)
+        assert (active is None and actives is None) or torch.equal(actives[i], active)
+
+
 def test_combine_of_calls_equals_stats_of_the_concatenation() -> None:
     parts = [torch.randn(4, 8) * 3 + 1, torch.randn(10, 8), torch.randn(2, 8) - 5]
     calls, actives = [], []

@@ -123,6 +123,28 @@ def test_activation_statistics_match_hooked_reference(tmp_path: Path) -> None:
     assert log.activation("fc1", "sat_frac").steps == []  # not a saturating family
 
 
+@pytest.mark.parametrize("batch", [8, 128])  # small outputs summarised together, large at once
+def test_an_output_changed_in_place_later_is_summarised_as_the_module_returned_it(
+    tmp_path: Path, batch: int
+) -> None:
+    # ReLU(inplace=True) overwrites the Linear's output: the Linear's statistics are of
+    # what it returned (no zeros), the ReLU's of what came out of it (about half zeros)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 64), nn.ReLU(inplace=True), nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, 4)
+    with torch.no_grad():
+        before = model[0](x)
+    with gradoc.watch(model, opt, out=tmp_path / "run", activations=1) as run:
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    log = gradoc.open_run(run.dir)
+    assert log.activation("0", "zero_frac").at(0) == 0.0
+    assert log.activation("0", "mean").at(0) == pytest.approx(before.mean().item(), abs=1e-6)
+    assert 0.3 < log.activation("1", "zero_frac").at(0) < 0.7
+
+
 def test_losses_are_bit_identical_with_and_without_gradoc(tmp_path: Path) -> None:
     model, opt = make()
     plain = train(model, opt, steps=8, accum=2)

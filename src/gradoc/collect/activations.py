@@ -10,6 +10,7 @@ graph says which modules feed an activation function written as a call (``F.relu
 from __future__ import annotations
 
 import array
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from torch.nn.modules.module import register_module_forward_hook
 from torch.utils.hooks import RemovableHandle
 
 from .._wrappers import compiling
-from ..stats import activation_stats, combine, unit_dim
+from ..stats import activation_stats, activation_stats_rows, combine, unit_dim
 from ..stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_counts, range_counts
 from ..store.writer import real
 from ._safety import guarded
@@ -38,6 +39,12 @@ if TYPE_CHECKING:
 Calls = list[tuple[int, slice, slice | None]]
 """One module's activation statistics per forward call: (numel, stats, per-unit activity)."""
 
+BATCH_NUMEL = 4096
+"""Outputs at most this large are copied and summarised together with the step's other
+outputs of their shape (see :meth:`Activations.on_output`)."""
+STAGED_MAX = 1 << 22
+"""Elements of copied outputs held at most before they are summarised."""
+
 
 class Activations(Probe):
     """Per watched module and forward call: statistics of its output (see ``stats``)."""
@@ -50,6 +57,11 @@ class Activations(Probe):
         self._asked: tuple[int, bool] | None = None  # the last step asked about, its answer
         self._handles: list[RemovableHandle] = []
         self._calls: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
+        self._staged: dict[tuple[Any, ...], list[tuple[int, Tensor]]] = {}
+        """Small outputs of this step by (shape, dtype, device, saturation, units): copies."""
+        self._staged_numel = 0
+        self._groups: list[tuple[list[int], int, Tensor, Tensor | None]] = []
+        """Summarised staged outputs: (module ids, numel of one, (k, 5) vectors, actives)."""
         self._scratch: dict[torch.dtype, Tensor] = {}
         self._produced: dict[Any, WatchedModule] = {}  # output node -> module, one step
         self._functional: dict[str, str] | None = None  # module -> F.relu/tanh after it
@@ -99,12 +111,32 @@ class Activations(Probe):
             probe.on_output(watched, module, x)
 
     def on_output(self, watched: WatchedModule, module: nn.Module, x: Tensor) -> None:
-        vec, active = activation_stats(
-            x, watched.saturation, unit_dim(module, x), self._scratch_for(x)
-        )
-        self._calls.setdefault(watched.id, []).append((x.numel(), vec, active))
+        units = unit_dim(module, x)
+        n = x.numel()
+        if n <= BATCH_NUMEL:
+            # NOTE: a small output costs its ~18 summary ops in Python and dispatch, not in
+            # arithmetic: it is copied (a later in-place op, ReLU(inplace=True), must not
+            # change what is summarised) and summarised with the step's other outputs of
+            # its shape, ~15 ops a shape (`activation_stats_rows`).
+            key = (x.shape, x.dtype, x.device, watched.saturation, units)
+            self._staged.setdefault(key, []).append((watched.id, x.detach().clone()))
+            self._staged_numel += n
+            if self._staged_numel > STAGED_MAX:
+                self._summarise_staged()
+        else:
+            vec, active = activation_stats(x, watched.saturation, units, self._scratch_for(x))
+            self._calls.setdefault(watched.id, []).append((n, vec, active))
         if self._functional is None and x.grad_fn is not None:
             self._produced[x.grad_fn] = watched  # read at this step's backward
+
+    def _summarise_staged(self) -> None:
+        for (shape, _, _, saturation, units), outputs in self._staged.items():
+            ids = [i for i, _ in outputs]
+            vec, active = activation_stats_rows(
+                torch.stack([t for _, t in outputs]), saturation, units
+            )
+            self._groups.append((ids, math.prod(shape), vec, active))
+        self._staged, self._staged_numel = {}, 0
 
     def _scratch_for(self, x: Tensor) -> Tensor | None:
         """A reusable CPU buffer as large as the largest watched output.
@@ -136,15 +168,29 @@ class Activations(Probe):
             self.run.set_meta(functional_activations=self._functional)
 
     def waiting(self) -> bool:
-        return bool(self._calls)
+        return bool(self._calls or self._staged or self._groups)
 
     def pack(self, pack: Packet) -> dict[int, Calls]:
         """Add the outputs' statistics to the packet; where they will lie."""
-        acts = {
+        acts: dict[int, Calls] = {
             lid: [(n, pack.add(v), pack.add(a) if a is not None else None) for n, v, a in calls]
             for lid, calls in self._calls.items()
         }
-        self._calls = {}
+        self._summarise_staged()
+        for ids, n, vec, active in self._groups:
+            # one packet part per group; each output's rows found by arithmetic
+            at = pack.add(vec)
+            units = pack.add(active) if active is not None else None
+            width = active.shape[1] if active is not None else 0
+            for row, lid in enumerate(ids):
+                v = slice(at.start + 5 * row, at.start + 5 * row + 5)
+                a = (
+                    slice(units.start + width * row, units.start + width * (row + 1))
+                    if units is not None
+                    else None
+                )
+                acts.setdefault(lid, []).append((n, v, a))
+        self._calls, self._groups = {}, []
         return acts
 
 

@@ -5,7 +5,14 @@ host: each function returns small device tensors that the collector packs into o
 transfer per step. Every function is tested against the obvious slow implementation.
 """
 
-from .activations import ActivationStats, activation_stats, combine, saturation_rule, unit_dim
+from .activations import (
+    ActivationStats,
+    activation_stats,
+    activation_stats_rows,
+    combine,
+    saturation_rule,
+    unit_dim,
+)
 from .tensors import (
     Plan,
     Snapshot,
@@ -22,6 +29,7 @@ __all__ = [
     "Plan",
     "Snapshot",
     "activation_stats",
+    "activation_stats_rows",
     "combine",
     "large",
     "max_abs",

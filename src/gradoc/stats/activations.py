@@ -122,6 +122,45 @@ def activation_stats(
     return torch.stack(parts).to(dtype), active
 
 
+def activation_stats_rows(
+    m: Tensor, saturation: SaturationRule | None = None, units: int | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """:func:`activation_stats` of ``k`` outputs of one shape at once: ``m`` holds them
+    stacked along a new first dimension (``units`` is the dimension of one output). The
+    ``(k, 5)`` vectors and the ``(k, units)`` active counts, each row that output's.
+
+    NOTE: a wide model's small outputs are summarised this way (~15 ops a shape instead of
+    ~18 a module); the values are the per-output ones, summed in another order.
+
+    >>> v, act = activation_stats_rows(torch.tensor([[[0.0, 2.0]], [[1.0, 1.0]]]), units=-1)
+    >>> v.tolist(), act.tolist()
+    ([[1.0, 2.0, 1.0, 0.0, nan], [1.0, 0.0, 0.0, 0.0, nan]], [[0.0, 1.0], [1.0, 1.0]])
+    """
+    x = m.detach()
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    dtype = torch.float32 if x.device.type == "mps" else torch.float64
+    k = x.shape[0]
+    flat = x.reshape(k, -1)
+    n = flat.shape[1]
+    mean = flat.sum(dim=1) / n
+    dev = flat - mean[:, None]
+    m2 = torch.linalg.vecdot(dev, dev, dim=1)  # two-pass, as for one output
+    parts = [
+        mean.to(dtype),
+        m2,
+        n - torch.count_nonzero(flat, dim=1),
+        torch.count_nonzero(torch.mul(flat, 0, out=dev), dim=1),  # NaN where not finite
+        saturation(flat).sum(dim=1) if saturation is not None else flat.new_full((k,), math.nan),
+    ]
+    active = None
+    if units is not None:
+        unit = units % (x.dim() - 1) + 1  # the units' dimension in the stack
+        dims = [d for d in range(1, x.dim()) if d != unit]  # an output with units has 2+
+        active = torch.clamp(x, min=0).sign_().sum(dim=dims).to(dtype)
+    return torch.stack(parts, dim=1).to(dtype), active
+
+
 @dataclass(slots=True)
 class ActivationStats:
     """One module's output statistics for one step (all calls combined)."""
