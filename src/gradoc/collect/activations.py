@@ -1,8 +1,9 @@
 """Probes of the watched modules' outputs: activation statistics and AMP ranges.
 
 On activation steps one global forward hook summarises each watched module's output on its
-device (it exists only on those steps, so other steps pay nothing); the summaries wait in
-the probe until the step's transfer adds them to the packet. The first loss's autograd
+device (it exists only on those steps, so other steps pay nothing); a small output is
+copied instead and summarised with the step's other outputs of its shape when the step's
+transfer adds the summaries to the packet. The first loss's autograd
 graph says which modules feed an activation function written as a call (``F.relu``, see
 ``functional``), so their dead and saturated units are counted as for a module.
 """
