@@ -62,6 +62,14 @@ class Plan:
         """For each input position, where its value lies in the concatenated parts."""
         self.broken = False
 
+    def rest_of(self, tensors: Sequence[Tensor]) -> list[Tensor]:
+        """The tensors this plan leaves to foreach (none when every tensor is stacked)."""
+        return list(self.rest(tensors))[:-1] if self.rest is not None else []
+
+    def ordered(self, parts: list[Tensor]) -> Tensor:
+        """The foreach part (first, if any) and the groups' parts back in input order."""
+        return torch.cat(parts).index_select(0, self.order)
+
     def run(self, tensors: Sequence[Tensor], rest: GroupReduce, rows: RowReduce) -> Tensor | None:
         """One value per tensor in input order, in the reductions' dtype; None (and the
         plan broken) when the tensors no longer fit it."""
@@ -69,11 +77,10 @@ class Plan:
             return None
         try:
             parts = [rows(torch.stack(get(tensors)).view(k, -1)) for get, k in self.groups]
-            if self.rest is not None:
-                *some, _ = self.rest(tensors)
+            if some := self.rest_of(tensors):
                 first = some[0]
                 parts.insert(0, torch.stack(list(rest(first.device, first.dtype, some))))
-            return torch.cat(parts).index_select(0, self.order)
+            return self.ordered(parts)
         except (RuntimeError, TypeError):
             self.broken = True
             return None
@@ -88,7 +95,7 @@ class Snapshot:
     def __init__(self, plan: Plan, weights: Sequence[Tensor]) -> None:
         self.plan = plan
         self.groups = [torch.stack(get(weights)).view(k, -1) for get, k in plan.groups]
-        some = list(plan.rest(weights))[:-1] if plan.rest is not None else []
+        some = plan.rest_of(weights)
         self.rest: list[Tensor] = list(torch._foreach_mul(some, 1.0)) if some else []
 
     def update_stats(self, params: Sequence[Tensor], device: torch.device | None) -> Tensor | None:
@@ -104,18 +111,12 @@ class Snapshot:
                 _rows_l2_wide(torch.stack(get(params)).view(k, -1).sub_(g))
                 for (get, k), g in zip(plan.groups, self.groups)
             ]
-            if plan.rest is not None:
-                after = list(plan.rest(params))[:-1]
+            if after := plan.rest_of(params):
                 dev = self.rest[0].device
                 before.insert(0, torch.stack(list(_l2_wide(dev, after[0].dtype, self.rest))))
                 moved = list(torch._foreach_sub(after, self.rest))
                 deltas.insert(0, torch.stack(list(_l2_wide(dev, after[0].dtype, moved))))
-            order = plan.order
-            both = [
-                torch.cat(before).index_select(0, order),
-                torch.cat(deltas).index_select(0, order),
-            ]
-            out = torch.cat(both)
+            out = torch.cat([plan.ordered(before), plan.ordered(deltas)])
             return out.to(device=device or out.device, dtype=torch.float64)
         except (RuntimeError, TypeError):
             plan.broken = True
@@ -173,8 +174,7 @@ def _per_tensor(
             stacked = planned[0].run(tensors, reduce, planned[1])
         if stacked is not None:
             dev = stacked.device
-            out_dtype = torch.float32 if (device or dev).type == "mps" else torch.float64
-            return stacked.to(device=device or dev, dtype=out_dtype)
+            return stacked.to(device=device or dev, dtype=_wide(device or dev))
     kinds = {(t.device, t.dtype, t.layout) for t in tensors}  # attribute reads, no calls
     if len(kinds) == 1:
         # NOTE: the common case (one device, one dtype, dense) costs a fixed number of
@@ -183,7 +183,7 @@ def _per_tensor(
         ((dev, dtype, layout),) = kinds
         if layout is torch.strided:
             with torch.no_grad():
-                out_dtype = torch.float32 if (device or dev).type == "mps" else torch.float64
+                out_dtype = _wide(device or dev)
                 return torch.stack(list(reduce(dev, dtype, list(tensors)))).to(
                     device=device or dev, dtype=out_dtype
                 )
@@ -197,7 +197,7 @@ def _per_tensor(
     for (dev, dtype), idx in groups.items():
         parts.update(zip(idx, reduce(dev, dtype, [dense[i] for i in idx])))
     values = [parts[i] for i in range(len(dense))]
-    out_dtype = torch.float32 if device.type == "mps" else torch.float64
+    out_dtype = _wide(device)
     if len(groups) == 1:  # the common case: one stack, one cast
         return torch.stack(values).to(device=device, dtype=out_dtype)
     return torch.stack([v.to(device=device, dtype=out_dtype) for v in values])
@@ -208,7 +208,8 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
 
 
 def _wide(device: torch.device) -> torch.dtype:
-    # float64 squares: weights an update made huge (1e20) still get a finite norm
+    """float64 where the device has it (MPS has not): the statistics' vectors, and squares
+    of weights an update made huge (1e20) that must still give a finite norm."""
     return torch.float32 if device.type == "mps" else torch.float64
 
 
@@ -221,8 +222,7 @@ def _l2_wide(dev: torch.device, dtype: torch.dtype, ts: list[Tensor]) -> Sequenc
 
 
 def _rows_l2(m: Tensor) -> Tensor:
-    acc = torch.float64 if m.dtype == torch.float64 else torch.float32
-    out: Tensor = torch.linalg.vector_norm(m, dim=1, dtype=acc)
+    out: Tensor = torch.linalg.vector_norm(m, dim=1, dtype=_acc(m.dtype))
     return out
 
 
