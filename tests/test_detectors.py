@@ -210,3 +210,30 @@ def test_converged_noisy_loss_is_not_a_divergence() -> None:
     tail = [0.0014, 0.0033, 0.0021, 0.0019, 0.0005, 0.0025, 0.001, 0.0013, 0.0029, 0.0036]
     loss = [0.2232, 0.1091, 0.1718, 0.0242, 0.0456, 0.0151, 0.0082] + tail * 4
     assert "loss_divergence" not in kinds(synthetic(loss=loss))
+
+
+def test_weight_matrices_and_update_ratios_are_computed_once_per_history(monkeypatch) -> None:
+    """Every detector and the diagnosis ask for them; a wide log pays for them once."""
+    from gradoc.detect import _util
+
+    calls = []
+    real = _util.update_ratio_series
+    monkeypatch.setattr(_util, "update_ratio_series", lambda u, w: calls.append(1) or real(u, w))
+    steps = 20
+    h = synthetic(
+        loss=[1.0] * steps,
+        grad_norms={"a.weight": [0.1] * steps, "b.weight": [0.1] * steps},
+        param_stats={
+            n: {"weight_norm": [1.0] * steps, "update_norm": [1e-3] * steps}
+            for n in ("a.weight", "b.weight")
+        },
+    )
+    run_detectors(h)
+    first = _util.update_ratios(h)
+    assert len(calls) == 2  # one series per weight, however many asked
+    assert [p.name for p in _util.weight_params(h)] == ["a.weight", "b.weight"]
+    assert first["a.weight"].values[0] == pytest.approx(1e-3)
+    first.pop("a.weight")  # a caller's copy: changing it changes nothing kept
+    _util.weight_params(h).clear()
+    assert set(_util.update_ratios(h)) == {"a.weight", "b.weight"}
+    assert len(_util.weight_params(h)) == 2 and len(calls) == 2

@@ -32,15 +32,19 @@ def finite(s: Series) -> tuple[list[int], list[float]]:
 
 
 def weight_params(h: History) -> list[Layer]:
-    """Weight matrices and kernels with recorded gradients, input side first."""
-    return [
-        p
-        for p in h.params
-        if p.shape is not None
-        and len(p.shape) >= 2
-        and (p.type or "") not in _NOT_DEPTH
-        and h.param(p.name, "grad_norm").steps
-    ]
+    """Weight matrices and kernels with recorded gradients, input side first (computed
+    once per history; the caller gets its own list)."""
+    found = h.derived.get("weight_params")
+    if found is None:
+        found = h.derived["weight_params"] = [
+            p
+            for p in h.params
+            if p.shape is not None
+            and len(p.shape) >= 2
+            and (p.type or "") not in _NOT_DEPTH
+            and h.param(p.name, "grad_norm").steps
+        ]
+    return list(found)
 
 
 def median(values: Sequence[float]) -> float:
@@ -69,13 +73,18 @@ def update_ratio_series(update: Series, weight: Series) -> Series:
 
 
 def update_ratios(h: History) -> dict[str, Series]:
-    """Per weight matrix, its :func:`update_ratio_series`."""
-    out: dict[str, Series] = {}
-    for p in weight_params(h):
-        ratios = update_ratio_series(h.param(p.name, "update_norm"), h.param(p.name, "weight_norm"))
-        if ratios.steps:
-            out[p.name] = ratios
-    return out
+    """Per weight matrix, its :func:`update_ratio_series` (computed once per history; the
+    caller gets its own dict)."""
+    found = h.derived.get("update_ratios")
+    if found is None:
+        found = h.derived["update_ratios"] = {}
+        for p in weight_params(h):
+            ratios = update_ratio_series(
+                h.param(p.name, "update_norm"), h.param(p.name, "weight_norm")
+            )
+            if ratios.steps:
+                found[p.name] = ratios
+    return dict(found)
 
 
 def fmt(x: float) -> str:

@@ -34,6 +34,11 @@ class History:
     units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """Values computed from the fields above, kept so that the detectors and the diagnosis
+    that each ask for them compute them once (:func:`gradoc.detect._util.weight_params`,
+    :func:`~gradoc.detect._util.update_ratios`). A history is read, not changed, once
+    detection starts."""
 
     @classmethod
     def load(cls, run: RunLog) -> History:
