@@ -84,6 +84,15 @@ def test_width_benchmark_smoke(tmp_path: Path) -> None:
     assert "per extra tensor" in done.stdout and "B/step/tensor" in done.stdout
 
 
+def test_startup_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "startup.json"
+    done = smoke("startup", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert data["rounds"] == 1 and data["plain_s"] > 0 and data["gradoc_run_s"] > 0
+    assert data["added_s"] == data["gradoc_run_s"] - data["plain_s"]
+    assert "40-step script" in done.stdout and "adds" in done.stdout
+
+
 def test_accuracy_benchmark_quick_slice(tmp_path: Path) -> None:
     """One labelled run per fault family of the corpus, two healthy: every family is
     headlined and its root cause named, every NaN's op and line found, no false alarm."""

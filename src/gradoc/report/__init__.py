@@ -1,5 +1,5 @@
 """report: render a run log as report.json, a terminal summary (rich) and report.html
-(matplotlib charts, imported only when a page is written)."""
+(charts written as SVG by ``_svg``; matplotlib only for the checkpointing planner's figure)."""
 
 from .json import REPORT_SCHEMA, build_report, to_json_text, write_report
 from .terminal import (

@@ -1,8 +1,10 @@
-"""The report's charts, drawn with matplotlib as inline SVG (text kept as text, so the page
-stays searchable and a name from the user's code is escaped XML, never markup).
+"""The report's charts, as inline SVG strings (text kept as text, so the page stays
+searchable, and every name from the user's code escaped XML, never markup).
 
 Every function takes what it draws as plain data (from the run log) and returns an SVG
-string; matplotlib is imported on first use.
+string written directly by ``_svg`` (milliseconds, no matplotlib): a report is written at
+the close of every run. The checkpointing planner's memory-vs-time figure is the one still
+drawn with matplotlib (it is also saved as PNG); matplotlib is imported on its first use.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._text import one_line
+from . import _svg as svg
 
 _BLUE, _ORANGE, _RED, _GREEN, _PURPLE, _GREY = (
     "#2563eb",
@@ -96,86 +99,114 @@ def _finite(steps: Sequence[int], values: Sequence[float]) -> tuple[list[int], l
     return [s for s, _ in pairs], [v for _, v in pairs]
 
 
+# The SVG charts: 900 px wide (figures scale to the page), axes inside these margins.
+W, LEFT, RIGHT, TOP = 900, 72, 20, 36
+
+
+def _axes(
+    fig: svg.Figure,
+    x: tuple[float, float],
+    y: tuple[float, float],
+    bottom: float,
+    *,
+    ylog: bool = False,
+    right: float = RIGHT,
+    top: float = TOP,
+) -> svg.Axes:
+    """Axes over the figure's width between ``top`` and ``bottom`` (pixels)."""
+    return svg.Axes(
+        fig,
+        svg.Scale(*x, LEFT, fig.width - right),
+        svg.Scale(*y, bottom, top, ylog),
+    )
+
+
+def _steps(steps: Sequence[int]) -> tuple[float, float]:
+    return svg.padded(svg.extent(float(s) for s in steps), False, 0.02)
+
+
 def loss_chart(steps: Sequence[int], values: Sequence[float], marks: dict[str, list[int]]) -> str:
     """The loss with event markers; non-finite losses sit on the top edge as red crosses."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 3.2))
     fs, fv = _finite(steps, values)
-    ax.plot(fs, fv, color=_BLUE, lw=1.2, label="loss")
-    if fv and min(fv) > 0 and max(fv) / min(fv) > 1e3:
-        ax.set_yscale("log")
-    top = max(fv) if fv else 1.0
-    bottom = min(fv) if fv else 0.0
+    log = bool(fv) and min(fv) > 0 and max(fv) / min(fv) > 1e3
+    fig = svg.Figure(W, 330)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(fv, log), log), 250, ylog=log)
+    ax.frame("Training loss", "step", "loss")
+    ax.series(steps, values, _BLUE)  # broken at the NaN/Inf steps, marked on the top edge
+    left, top, right, bottom = ax.box
     value_at = dict(zip(fs, fv))
+    items = [("loss", _BLUE, "line")]
     for kind, at in marks.items():
         if not at:
             continue
         name, colour, marker = MARKERS[kind]
         if kind == "rollback":
             for s in at:
-                ax.axvline(s, color=colour, ls="--", lw=1)
-        y = [value_at.get(s, top) if kind in ("spike",) else top for s in at]
-        if kind == "clipped":
-            y = [bottom for _ in at]
-        ax.scatter(at, y, color=colour, marker=marker, s=28, zorder=3, label=name, clip_on=False)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("Training loss")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, frameon=False, ncols=6)
-    return _svg(fig)
+                fig.line(ax.x(s), top, ax.x(s), bottom, colour, 1, "4 3")
+        if kind == "spike":  # at the loss it reached
+            points = [(ax.x(s), ax.y(value_at[s])) for s in at if s in value_at]
+        else:  # on the top edge (clipped steps on the bottom edge)
+            points = [(ax.x(s), bottom if kind == "clipped" else top) for s in at]
+        ax.marks(points, colour, marker, pixels=True)
+        items.append((name, colour, marker))
+    svg.legend(fig, items, (left + right) / 2, 312, anchor="middle")
+    return fig.svg()
 
 
 def grad_norm_chart(steps: Sequence[int], values: Sequence[float]) -> str:
     """The global gradient norm on a log scale; steps where it was NaN/Inf marked in red."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 2.8))
-    fs, fv = _finite(steps, values)
-    positive = [(s, v) for s, v in zip(fs, fv) if v > 0]
-    ax.plot([s for s, _ in positive], [v for _, v in positive], color=_GREEN, lw=1.2)
+    _, fv = _finite(steps, values)
+    log = any(v > 0 for v in fv)
+    fig = svg.Figure(W, 290)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(fv, log), log), 240, ylog=log)
+    ax.frame("Global gradient norm (log scale)", "step", "global grad norm")
+    ax.series(steps, values, _GREEN)
     bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
     if bad:
-        top = max((v for _, v in positive), default=1.0)
-        ax.scatter(bad, [top] * len(bad), color=_RED, marker="x", s=28, label="NaN/Inf")
-        ax.legend(loc="upper right", fontsize=8, frameon=False)
-    if positive:
-        ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("global grad norm")
-    ax.set_title("Global gradient norm (log scale)")
-    return _svg(fig)
+        ax.marks([(ax.x(s), ax.box[1]) for s in bad], _RED, "x", pixels=True)
+        svg.legend(fig, [("NaN/Inf", _RED, "x")], W - RIGHT, 18, anchor="end")
+    return fig.svg()
 
 
 def gradient_flow_chart(names: list[str], at: dict[int, tuple[list[float], list[float]]]) -> str:
     """The classic gradient-flow bar chart: per layer in network order, RMS |grad| (dark)
     and max |grad| (light), one panel per chosen step, log scale."""
-    plt = _plt()
-    n = max(1, len(at))
-    fig, axes = plt.subplots(n, 1, figsize=(9, 0.6 + 2.2 * n), squeeze=False, sharex=True)
-    x = list(range(len(names)))
-    for ax, (step, (rms, mx)) in zip(axes[:, 0], at.items()):
-        clean_max = [v if math.isfinite(v) and v > 0 else math.nan for v in mx]
-        clean_rms = [v if math.isfinite(v) and v > 0 else math.nan for v in rms]
-        ax.bar(x, clean_max, color="#93c5fd", label="max |grad|")
-        ax.bar(x, clean_rms, color=_BLUE, width=0.5, label="RMS |grad|")
-        bad = [i for i, v in enumerate(mx) if not math.isfinite(v) or not math.isfinite(rms[i])]
-        if bad:
-            ax.scatter(
-                bad,
-                [1.0] * len(bad),
-                color=_RED,
-                marker="x",
-                label="NaN/Inf",
-                transform=ax.get_xaxis_transform(),
-            )
-        if any(v == v for v in clean_max + clean_rms):  # NaN != NaN: some bar to draw
-            ax.set_yscale("log")
-        else:
-            ax.set_yticks([])
-        ax.set_ylabel(f"step {step}")
-        ax.legend(loc="upper right", fontsize=8, frameon=False, ncols=3)
-    axes[0, 0].set_title("Gradient flow: |grad| per layer, input side first")
-    axes[-1, 0].set_xticks(x, [label(s) for s in names], rotation=60, ha="right", fontsize=7)
-    return _svg(fig)
+    panel, gap, size = 150, 22, 8
+    labels = [svg.clip_text(n, size, 170) for n in names]
+    under = max((svg.width_of(t, size) for t in labels), default=0) * 0.87 + 16
+    fig = svg.Figure(W, TOP + len(at) * (panel + gap) + under)
+    n = max(1, len(names))
+    any_bad = False
+    for i, (step, (rms, mx)) in enumerate(at.items()):
+        top = TOP + i * (panel + gap)
+        span = svg.extent([*rms, *mx], log=True)
+        ax = _axes(fig, (0, n), svg.padded(span, True), top + panel, ylog=True, top=top)
+        last = i == len(at) - 1
+        ax.frame(
+            "" if i else "Gradient flow: |grad| per layer, input side first",
+            ylabel=f"step {step}",
+            xticks=False,
+            yticks=span is not None,
+        )
+        slot = (ax.x.b - ax.x.a) / n
+        base = ax.box[3]
+        for values, share, colour in ((mx, 0.8, "#93c5fd"), (rms, 0.5, _BLUE)):
+            for k, v in enumerate(values):
+                if ax.y.drawable(v):
+                    y = min(ax.y(v), base)
+                    x = ax.x(k + 0.5) - share * slot / 2
+                    fig.rect(x, y, share * slot, base - y, colour)
+        bad = [k for k in range(len(mx)) if not math.isfinite(mx[k]) or not math.isfinite(rms[k])]
+        any_bad |= bool(bad)
+        ax.marks([(ax.x(k + 0.5), ax.box[1]) for k in bad], _RED, "x", pixels=True)
+        if last:
+            for k, (text, full) in enumerate(zip(labels, names)):
+                x = ax.x(k + 0.5)
+                fig.text(x, base + 10, text, size, "end", svg.DIM, rotate=-60, tip=full)
+    items = [("max |grad|", "#93c5fd", "box"), ("RMS |grad|", _BLUE, "box")]
+    items += [("NaN/Inf", _RED, "x")] if any_bad else []
+    svg.legend(fig, items, W - RIGHT, 14, anchor="end")
+    return fig.svg()
 
 
 def heatmap(
@@ -191,58 +222,87 @@ def heatmap(
     cmap: str = "viridis",
 ) -> str:
     """A layer x step heatmap; NaN/Inf cells drawn red, cells not collected left blank."""
-    plt = _plt()
     import numpy as np
-    from matplotlib.colors import LogNorm, Normalize
 
-    bad = np.array([[v is not None and not math.isfinite(v) for v in r] for r in grid], bool)
+    size = 9
+    labels = [svg.clip_text(r, size, 230) for r in rows]
+    left = max((svg.width_of(t, size) for t in labels), default=0) + 14
+    height = min(900.0, 120 + 22 * len(rows))
+    fig = svg.Figure(left + 900 - LEFT, height)
     shown = np.array(
         [[v if v is not None and math.isfinite(v) else np.nan for v in r] for r in grid], float
-    )
+    ).reshape(len(rows), len(cols))
+    bad = np.array(
+        [[v is not None and not math.isfinite(v) for v in r] for r in grid], bool
+    ).reshape(shown.shape)
     if log:
         shown = np.where(shown > 0, shown, np.nan)
     finite = shown[np.isfinite(shown)]
     lo = vmin if vmin is not None else (float(finite.min()) if finite.size else 1.0)
     hi = vmax if vmax is not None else (float(finite.max()) if finite.size else 1.0)
-    if hi <= lo:
-        hi = lo * 10 if log else lo + 1
-    norm = LogNorm(lo, hi) if log else Normalize(lo, hi)
-    height = min(9.0, 1.2 + 0.22 * len(rows))
-    fig, ax = plt.subplots(figsize=(9, height))
-    colours = plt.get_cmap(cmap).with_extremes(bad="#f3f4f6")
-    image = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap=colours, norm=norm)
+    if hi <= lo:  # one value: a range around it
+        lo, hi = svg.padded((lo, lo), log)
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        out: np.ndarray = (
+            (np.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+            if log
+            else (v / 2 - lo / 2) / (hi / 2 - lo / 2)  # halves: no overflow at 1e308
+        )
+        return out
+
+    table = svg.lut(cmap)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.nan_to_num(unit(shown), nan=0.0).clip(0, 1)
+    rgb = table[(t * 255).round().astype(int)]
+    rgb[np.isnan(shown)] = (243, 244, 246)
+    rgb[bad] = (220, 38, 38)
+    x0, x1, y0, y1 = left, fig.width - 110, TOP, height - 42
+    fig.image(x0, y0, x1 - x0, y1 - y0, rgb)
+    fig.line(x0, y1, x1, y1, svg.DIM)
+    fig.line(x0, y0, x0, y1, svg.DIM)
+    fig.text((x0 + x1) / 2, y0 - 13, title, 12, "middle", bold=True)
+    cell = (y1 - y0) / max(1, len(rows))
+    every = max(1, math.ceil(9 / cell))  # labels at least 9 px apart
+    for i in range(0, len(rows), every):
+        y = y0 + (i + 0.5) * cell
+        fig.text(x0 - 6, y + 3, labels[i], size, "end", svg.DIM, tip=rows[i])
+    width = (x1 - x0) / max(1, len(cols))
+    for j in range(0, len(cols), max(1, len(cols) // 10)):
+        x = x0 + (j + 0.5) * width
+        fig.line(x, y1, x, y1 + 4, svg.DIM)
+        fig.text(x, y1 + 15, str(cols[j]), 10, "middle", svg.DIM)
+    fig.text((x0 + x1) / 2, y1 + 31, "step", 11, "middle")
+    # the colour bar: the map from bottom (low) to top (high), with its scale's ticks
+    bar = svg.Scale(lo, hi, y1, y0, log)
+    fig.image(x1 + 14, y0, 14, y1 - y0, table[::-1].reshape(256, 1, 3))
+    for v, s in bar.ticks():
+        fig.line(x1 + 28, bar(v), x1 + 32, bar(v), svg.DIM)
+        fig.text(x1 + 35, bar(v) + 3.5, s, 10, "start", svg.DIM)
+    fig.text(fig.width - 12, (y0 + y1) / 2, cbar, 11, "middle", rotate=-90)
     if bad.any():
-        ys, xs = np.nonzero(bad)
-        ax.scatter(xs, ys, color=_RED, marker="s", s=10, label="NaN/Inf")
-        ax.legend(loc="upper right", fontsize=8, frameon=False)
-    ax.set_yticks(range(len(rows)), [label(r) for r in rows], fontsize=7)
-    ticks = list(range(0, len(cols), max(1, len(cols) // 10)))
-    ax.set_xticks(ticks, [str(cols[i]) for i in ticks])
-    ax.set_xlabel("step")
-    ax.grid(False)
-    ax.set_title(title)
-    fig.colorbar(image, ax=ax, label=cbar, fraction=0.03, pad=0.01)
-    return _svg(fig)
+        svg.legend(fig, [("NaN/Inf", _RED, "s")], x1, 14, anchor="end")
+    return fig.svg()
 
 
 def ratio_chart(series: dict[str, tuple[list[int], list[float]]]) -> str:
     """Update/weight ratio per layer over steps, log scale, with the healthy band ~1e-3."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    colours = plt.get_cmap("viridis")
+    fig = svg.Figure(W + 130, 320)
+    values = [v for _, vs in series.values() for v in vs]
+    span = svg.extent([*values, 1e-4, 1e-2], log=True)  # the band always in view
+    steps = [s for ss, _ in series.values() for s in ss]
+    ax = _axes(fig, _steps(steps), svg.padded(span, True), 272, ylog=True, right=230)
+    ax.band(1e-4, 1e-2, _GREEN, 0.08)
+    ax.frame("Update/weight ratio per layer", "step", "|update| / |weight|")
     n = max(1, len(series) - 1)
-    for i, (name, (steps, values)) in enumerate(series.items()):
-        pts = [(s, v) for s, v in zip(steps, values) if math.isfinite(v) and v > 0]
-        ax.plot(
-            [s for s, _ in pts], [v for _, v in pts], lw=1, color=colours(i / n), label=label(name)
-        )
-    ax.axhspan(1e-4, 1e-2, color=_GREEN, alpha=0.08, label="healthy ~1e-3")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("|update| / |weight|")
-    ax.set_title("Update/weight ratio per layer")
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
-    return _svg(fig)
+    items = []
+    for i, (name, (steps_i, values_i)) in enumerate(series.items()):
+        c = svg.colour("viridis", i / n)
+        ax.series(steps_i, values_i, c, 1.1)
+        items.append((name, c, "line"))
+    items.append(("healthy ~1e-3", "#d1fae5", "box"))
+    svg.legend(fig, items, ax.box[2] + 16, TOP + 10, across=False, room=190)
+    return fig.svg()
 
 
 def memory_time_chart(rows: list[dict[str, Any]], title: str) -> Any:
@@ -274,12 +334,10 @@ def to_png(fig: Any, path: Any) -> None:
 
 def overlay_chart(steps: list[int], a: list[float], b: list[float], title: str) -> str:
     """Two runs' losses on one axis (``gradoc diff``)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 3))
-    ax.plot(steps, a, color=_BLUE, lw=1.1, label="A")
-    ax.plot(steps, b, color=_ORANGE, lw=1.1, label="B")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(label(title))
-    ax.legend(frameon=False)
-    return _svg(fig)
+    fig = svg.Figure(W, 300)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent([*a, *b]), False), 250)
+    ax.frame(title, "step", "loss")
+    ax.series(steps, a, _BLUE, 1.2)
+    ax.series(steps, b, _ORANGE, 1.2)
+    svg.legend(fig, [("A", _BLUE, "line"), ("B", _ORANGE, "line")], W - RIGHT, 18, anchor="end")
+    return fig.svg()

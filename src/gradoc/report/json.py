@@ -194,7 +194,7 @@ def _write_html(run: RunLog, report: dict[str, Any], path: Path) -> None:
     try:
         write_html(run, report, tmp)
         os.replace(tmp, path)
-    except Exception as exc:  # e.g. a full disk, matplotlib missing or failing on odd data
+    except Exception as exc:  # e.g. a full disk, or a chart failing on odd data
         why = _why(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {safe(exc)}"
         print(f"gradoc: could not write {safe(path)}: {why}", file=sys.stderr)
         with contextlib.suppress(OSError):
