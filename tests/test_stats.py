@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -196,6 +197,10 @@ def test_combine_of_calls_equals_stats_of_the_concatenation() -> None:
     assert s.std == pytest.approx(whole.std(unbiased=False).item(), rel=RTOL)
     assert s.sat_frac == pytest.approx((1 - whole**2 < 0.01).float().mean().item())
     assert s.unit_active == pytest.approx((whole > 0).float().mean(0).tolist())
+    # the writer passes slices of the host array: the same numbers
+    as_arrays = combine(calls, [np.asarray(a) if a is not None else None for a in actives])
+    assert as_arrays.unit_active.tolist() == s.unit_active.tolist()
+    assert (as_arrays.mean, as_arrays.std) == (s.mean, s.std)
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ graph says which modules feed an activation function written as a call (``F.relu
 
 from __future__ import annotations
 
-import array
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -250,18 +250,24 @@ class AmpRanges(Probe):
         return {"amp": summary}
 
 
-def activation_rows(step: int, acts: dict[int, Calls], values: list[float]) -> list[Any]:
+def activation_rows(
+    step: int, acts: dict[int, Calls], values: list[float], host: np.ndarray[Any, Any]
+) -> list[Any]:
     """The ``act_stats`` rows of a transfer (on the writer thread): each module's calls
-    of the step, combined."""
-    return [_act_row(step, lid, calls, values) for lid, calls in acts.items()]
+    of the step, combined (``values``: the host vector as floats, ``host`` as an array,
+    whose slices carry the per-unit counts without a Python float each)."""
+    return [_act_row(step, lid, calls, values, host) for lid, calls in acts.items()]
 
 
-def _act_row(step: int, lid: int, calls: Calls, values: list[float]) -> tuple[Any, ...]:
+def _act_row(
+    step: int, lid: int, calls: Calls, values: list[float], host: np.ndarray[Any, Any]
+) -> tuple[Any, ...]:
     s = combine(
         [(n, values[v]) for n, v, _ in calls],
-        [values[a] if a is not None else None for _, _, a in calls],
+        [host[a] if a is not None else None for _, _, a in calls],
     )
-    blob = array.array("f", s.unit_active).tobytes() if s.unit_active is not None else None
+    units = s.unit_active
+    blob = units.astype("=f4").tobytes() if units is not None else None  # as array("f")
     return (
         step,
         lid,

@@ -62,7 +62,7 @@ class StepRecord:
         layout = self.layout
         host = self.host.numpy()
         param_rows, sumsq, nonfinite, primary_step = grad_rows(layout.targets, self.counts, host)
-        act_rows = activation_rows(layout.step, layout.acts, values)
+        act_rows = activation_rows(layout.step, layout.acts, values, host)
         step_rows = []
         for k, (r, loss_at) in enumerate(layout.rows):
             loss = values[loss_at][0] if loss_at is not None else None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -173,14 +174,16 @@ class ActivationStats:
     nonfinite: int
     positions: int
     """How many positions each unit was observed at (numel / units)."""
-    unit_active: list[float] | None
+    unit_active: np.ndarray[Any, Any] | None
     """Per unit, the fraction of positions at which it was active (output > 0)."""
 
 
 def combine(
-    calls: Sequence[tuple[int, Sequence[float]]], actives: Sequence[Sequence[float] | None]
+    calls: Sequence[tuple[int, Sequence[float]]],
+    actives: Sequence[Sequence[float] | np.ndarray[Any, Any] | None],
 ) -> ActivationStats:
-    """Merge the per-call ``(numel, vector)`` summaries of one module (Chan's parallel variance)."""
+    """Merge the per-call ``(numel, vector)`` summaries of one module (Chan's parallel
+    variance); ``actives``: each call's per-unit active counts (arrays or lists)."""
     n = mean = m2 = zeros = nonfinite = 0.0
     sat: float | None = 0.0
     for nb, v in calls:
@@ -191,13 +194,16 @@ def combine(
         m2 = m2 + m2b + delta * delta * n * nb / tot if tot else 0.0
         n, zeros, nonfinite = tot, zeros + zb, nonfinite + fb
         sat = None if sat is None or math.isnan(sb) else sat + sb
-    units: list[float] | None = None
+    units: np.ndarray[Any, Any] | None = None
     positions = 0
-    if actives and all(a is not None for a in actives) and len({len(a) for a in actives if a}) == 1:
-        width = len(actives[0])  # type: ignore[arg-type]
-        positions = int(n // width) if width else 0
-        sums = [sum(col) for col in zip(*actives)]  # type: ignore[misc]
-        units = [s / positions if positions else 0.0 for s in sums]
+    widths = {len(a) for a in actives if a is not None}
+    if actives and all(a is not None for a in actives) and len(widths) == 1 and 0 not in widths:
+        (width,) = widths
+        positions = int(n // width)
+        # NOTE: one array operation over every unit (a wide layer has thousands, and this
+        # runs on the writer thread, holding the GIL against training): no Python per unit
+        sums = np.asarray(actives, dtype=np.float64).sum(axis=0)
+        units = sums / positions if positions else np.zeros(width)
     return ActivationStats(
         numel=int(n),
         mean=mean,
