@@ -2,7 +2,9 @@
 
 Four models with the same number of parameters (~400k) split into 10, 100, 1,000 and 5,000
 parameter tensors (chains of ``Linear`` layers, weight + bias each), each trained plain,
-under ``gradoc.watch`` with the defaults, and with ``guard=True``, each in its own process;
+plain plus gradoc's per-step gradient pass alone (``floor``: what an every-step check of
+the gradients cannot avoid), under ``gradoc.watch`` with the defaults, and with
+``guard=True``, each in its own process;
 blocks of ``--steps`` steps run interleaved (shuffled order), and the table shows the
 median over rounds of each one's ms per step and its ratio to plain. The slope is gradoc's
 added time per extra tensor, from the first and last rows.
@@ -35,6 +37,7 @@ import torch
 import torch.nn as nn
 
 import gradoc
+from gradoc.stats import norms, plan
 
 PARAMS = 400_000
 
@@ -58,7 +61,10 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-VARIANTS = ("plain", "default", "guard")
+VARIANTS = ("plain", "floor", "default", "guard")
+"""``floor``: the plain loop plus only what the default's every-step checks cannot do without:
+gradoc's own gradient pass (``stats.norms``, stacked by its plan where it has one) and one
+host read of its sum. What the defaults cost above it is everything else."""
 
 
 def per_step(counts: list[int], rounds: int, steps: int, batch: int) -> list[dict[str, float]]:
@@ -123,9 +129,11 @@ def worker(tensors: int, variant: str, batch: int) -> None:
     model, width = chain(tensors)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(batch, width)
+    params = list(model.parameters())
+    layout = plan(params)
     with tempfile.TemporaryDirectory() as tmp:
         run = None
-        if variant != "plain":
+        if variant in ("default", "guard"):
             run = gradoc.watch(model, opt, out=Path(tmp) / "run", guard=variant == "guard")
         for line in sys.stdin:
             steps = int(line)
@@ -133,6 +141,9 @@ def worker(tensors: int, variant: str, batch: int) -> None:
             for _ in range(steps):
                 opt.zero_grad()
                 model(x).pow(2).mean().backward()
+                if variant == "floor":
+                    grads = [p.grad for p in params]
+                    math.isfinite(norms(grads, plan=layout).sum().item())  # one host read
                 opt.step()
             # a mean over the block: activation and weight steps (1 in 10) count
             print((time.perf_counter() - t) / steps, flush=True)
@@ -142,13 +153,12 @@ def worker(tensors: int, variant: str, batch: int) -> None:
 
 def _line(row: dict[str, float]) -> str:
     p = row["plain"]
-    return (
-        f"{int(row['tensors']):>8}{p:>10.2f}{row['default']:>10.2f}{row['default'] / p:>8.3f}x"
-        f"{row['guard']:>10.2f}{row['guard'] / p:>8.3f}x"
+    return f"{int(row['tensors']):>8}{p:>10.2f}" + "".join(
+        f"{row[v]:>10.2f}{row[v] / p:>8.3f}x" for v in VARIANTS[1:]
     )
 
 
-HEADER = f"{'tensors':>8}{'plain ms':>10}{'default':>10}{'ratio':>9}{'guard':>10}{'ratio':>9}"
+HEADER = f"{'tensors':>8}{'plain ms':>10}" + "".join(f"{v:>10}{'ratio':>9}" for v in VARIANTS[1:])
 
 # The long run, in its own process: log it, then time its close.
 _LOG = """
