@@ -10,9 +10,10 @@ median over rounds of each one's ms per step and its ratio to plain. The slope i
 added time per extra tensor, from the first and last rows.
 
 ``--long`` also measures what a long, wide run costs after training: a 20,000-step
-(``--long-steps``) run of 2,000 tensors is logged, then its ``close()``, ``gradoc report``
-and ``gradoc report --html`` are timed, each in a fresh process that reports its own peak
-memory (``ru_maxrss``), with the run log's size in bytes per step per tensor.
+(``--long-steps``) run of 2,000 tensors is logged, then its ``close()`` (in the process
+that trained, whose peak memory is shown before and after it), ``gradoc report`` and
+``gradoc report --html`` are timed, each in a fresh process that reports its own peak
+memory, with the run log's size in bytes per step per tensor.
 
     python benchmarks/width.py
     python benchmarks/width.py --quick
@@ -176,10 +177,11 @@ for step in range({steps}):
     model(x).pow(2).mean().backward()
     opt.step()
 train = time.perf_counter() - t
+trained = peak_mb()  # the process before its close: model, optimizer, the run's buffers
 t = time.perf_counter()
 run.close()
 close = time.perf_counter() - t
-print("RESULT", train, close, peak_mb())
+print("RESULT", train, close, peak_mb(), trained)
 """
 
 # A command timed with its own peak memory (ru_maxrss of the child that ran it).
@@ -215,11 +217,11 @@ def long_run(tensors: int, steps: int) -> dict[str, float]:
         out = str(Path(tmp) / "run")
         code = _LOG.format(bench=bench, tensors=tensors, params=PARAMS, out=out, steps=steps)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        train, close, close_peak = _result(proc, "stdout")
+        train, close, close_peak, train_peak = _result(proc, "stdout")
         log = Path(out) / "run.db"
         size = sum(p.stat().st_size for p in Path(out).glob("run.db*"))
         res = {"steps": steps, "tensors": tensors, "train_s": train, "close_s": close}
-        res |= {"close_peak_mb": close_peak, "log_bytes": size}
+        res |= {"close_peak_mb": close_peak, "train_peak_mb": train_peak, "log_bytes": size}
         res["bytes_per_step_tensor"] = size / (steps * tensors)
         for name, extra in (("report", []), ("html", ["--html", str(Path(tmp) / "r.html")])):
             peak = _PEAK.format(bench=bench)
@@ -280,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{res['steps']:,} steps x {res['tensors']:,} tensors: log {res['log_bytes'] / 1e6:.1f}"
             f" MB ({res['bytes_per_step_tensor']:.2f} B/step/tensor); close {res['close_s']:.1f} s"
-            f" ({res['close_peak_mb']:.0f} MB peak); report {res['report_s']:.1f} s"
+            f" ({res['close_peak_mb']:.0f} MB peak, {res['train_peak_mb']:.0f} MB before it);"
+            f" report {res['report_s']:.1f} s"
             f" ({res['report_peak_mb']:.0f} MB); --html {res['html_s']:.1f} s"
             f" ({res['html_peak_mb']:.0f} MB)"
         )

@@ -81,6 +81,7 @@ def test_width_benchmark_smoke(tmp_path: Path) -> None:
     assert all(r[v] > 0 for r in data["rows"] for v in ("plain", "floor", "default", "guard"))
     long = data["long"]  # the long run's close, report and --html were timed
     assert long["steps"] == 30 and long["log_bytes"] > 0 and long["html_s"] > 0
+    assert 0 < long["train_peak_mb"] <= long["close_peak_mb"]
     assert "per extra tensor" in done.stdout and "B/step/tensor" in done.stdout
 
 
