@@ -18,6 +18,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .._text import one_line
 from . import _svg as svg
 
@@ -222,8 +224,6 @@ def heatmap(
     cmap: str = "viridis",
 ) -> str:
     """A layer x step heatmap; NaN/Inf cells drawn red, cells not collected left blank."""
-    import numpy as np
-
     size = 9
     labels = [svg.clip_text(r, size, 230) for r in rows]
     left = max((svg.width_of(t, size) for t in labels), default=0) + 14
