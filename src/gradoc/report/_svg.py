@@ -6,8 +6,8 @@ Why not matplotlib: laying out and saving six figures cost ~3 s of every run's c
 write directly, in milliseconds, with the same look: a title, left and bottom axes,
 light grid lines, log scales by decades.
 
-1. Every string from a run (a module name) passes through ``text`` (one line, XML
-   escaped); nothing else reaches the page unescaped.
+1. Every string from a run (a module name) passes through ``esc`` (one line, XML
+   escaped) in ``Figure.text``; nothing else reaches the page unescaped.
 2. A series is decimated per pixel column (first, min, max, last of each column: the
    shape of a 20,000-step curve, spikes kept, in at most ~4 points a pixel) and broken at
    values that cannot be drawn (NaN/Inf, or <= 0 on a log axis), never joined across them.

@@ -85,7 +85,8 @@ def _quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _svg(fig: Any) -> str:
+def to_svg(fig: Any) -> str:
+    """A matplotlib figure as inline SVG (the checkpointing planner's page)."""
     plt = _plt()
     buf = io.StringIO()
     with _quiet():
@@ -157,10 +158,9 @@ def loss_chart(steps: Sequence[int], values: Sequence[float], marks: dict[str, l
 
 def grad_norm_chart(steps: Sequence[int], values: Sequence[float]) -> str:
     """The global gradient norm on a log scale; steps where it was NaN/Inf marked in red."""
-    _, fv = _finite(steps, values)
-    log = any(v > 0 for v in fv)
+    log = svg.extent(values, log=True) is not None  # some positive norm to draw
     fig = svg.Figure(W, 290)
-    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(fv, log), log), 240, ylog=log)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(values, log), log), 240, ylog=log)
     ax.frame("Global gradient norm (log scale)", "step", "global grad norm")
     ax.series(steps, values, _GREEN)
     bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
@@ -319,10 +319,6 @@ def memory_time_chart(rows: list[dict[str, Any]], title: str) -> Any:
     ax.set_ylabel("peak activation memory (MiB)")
     ax.set_title(label(title))
     return fig
-
-
-def to_svg(fig: Any) -> str:
-    return _svg(fig)
 
 
 def to_png(fig: Any, path: Any) -> None:
