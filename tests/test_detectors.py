@@ -131,6 +131,15 @@ def test_dead_units_need_most_units_dead_on_the_recent_samples() -> None:
         units={"fc": {s: dead for s in (0, 10, 20, 30)}},
     )
     assert "dead_units" not in kinds(not_relu)
+    # outputs that turned NaN are never > 0, and not dead: the NaN is the story
+    nan = [0.0] * 100
+    broken = synthetic(
+        acts={"relu": {"nonfinite": [0, 6400, 6400, 6400]}},
+        act_steps=[0, 10, 20, 30],
+        module_types={"relu": "ReLU"},
+        units={"relu": {0: [0.5] * 100, 10: nan, 20: nan, 30: nan}},
+    )
+    assert "dead_units" not in kinds(broken)
 
 
 def test_saturation_must_hold_for_most_samples() -> None:

@@ -9,7 +9,8 @@ samples (all of them if fewer), so units that are merely sparse for a while, or 
 that recovers, raise nothing. Only ReLU-family modules are judged, and modules whose
 output goes through a functional ``F.relu`` (``meta['functional_activations']``): their
 units that are never > 0 are that function's dead units. For other outputs "not > 0" is
-not "dead".
+not "dead". Samples whose outputs held NaN/Inf are left out: NaN is never > 0, and a unit
+that outputs NaN is broken, not dead (the ``nonfinite`` finding's story).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def check(h: History) -> list[Finding]:
         if not relu_family(m.type, m.name, functional):
             continue
         samples = h.units.get(m.name, {})
-        steps = sorted(samples)
+        broken = h.act(m.name, "nonfinite")
+        skip = {s for s, v in zip(broken.steps, broken.values) if v}
+        steps = sorted(s for s in samples if s not in skip)
         if not steps:
             continue
         recent = steps[-SAMPLES:]
