@@ -120,6 +120,94 @@ def test_an_rnn_at_1000x_its_learning_rate_is_not_vanishing_gradients(tmp_path: 
     assert serious == ["loss_blowup"]  # vanishing gradients came after it: a consequence
 
 
+def test_a_deep_linear_net_loses_its_gradient_to_the_init_not_to_activations(
+    tmp_path: Path,
+) -> None:
+    """40 Linear layers and no activation: the immediate fix once said "switch sigmoid/tanh
+    hidden activations to ReLU", for a model that has none."""
+    report, _ = gradoc_run(tmp_path, "deep_linear_default_init.py")
+    top = headline(report)
+    assert top["kind"] == "vanishing_gradients" and top["step"] == 0
+    assert top["root_cause_family"] == "initialization", top["root_cause"]
+    # the run's own numbers: default init passes back ~1/sqrt(3) per layer, 40 layers
+    init = top["hypotheses"][0]
+    assert "0.577" in init["support"][0] and "0.577^40" in init["support"][0]
+    immediate = [x["action"] for x in top["fixes"] if x["horizon"] == "immediate"]
+    assert immediate and "xavier" in immediate[0]
+    assert not any("activations to ReLU" in x["action"] for x in top["fixes"])
+    against = {h["cause"]: h["against"] for h in top["hypotheses"]}
+    assert against["dead ReLU units blocking the gradient"] == [
+        "the model has no ReLU-family module"
+    ]
+
+
+def test_a_sigmoid_stack_at_a_preserving_init_blames_the_activation(tmp_path: Path) -> None:
+    """The same depth of sigmoids with Xavier weights: the weights keep the gradient, the
+    sigmoids (derivative <= 0.25) lose it; the swap is the immediate fix."""
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(12):
+        lin = torch.nn.Linear(32, 32)
+        torch.nn.init.xavier_uniform_(lin.weight)
+        layers += [lin, torch.nn.Sigmoid()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        for step in range(30):
+            x = torch.randn(16, 32, generator=torch.Generator().manual_seed(step))
+            loss = torch.nn.functional.cross_entropy(model(x), x[:, :4].argmax(1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    report = json.loads((run.dir / "report.json").read_text())
+    top = next(f for f in report["findings"] if f["kind"] == "vanishing_gradients")
+    assert top["root_cause_family"] == "architecture", top["root_cause"]
+    init = next(h for h in top["hypotheses"] if h["family"] == "initialization")
+    assert any("loses at most 10x" in a for a in init["against"]), init
+    assert top["fixes"][0]["horizon"] == "immediate"
+    assert "switch the hidden Sigmoid activations to ReLU" in top["fixes"][0]["action"]
+
+
+def test_adam_on_half_weights_is_its_eps_in_float16_not_the_learning_rate(tmp_path: Path) -> None:
+    """Was "an optimizer update that wrote non-finite weights (learning rate too high)" at
+    lr 1e-3, with "lower the learning rate by 10x" first and the NaN outputs of the ReLU
+    reported as dead units."""
+    report, stdout = gradoc_run(tmp_path, "half_precision_adam.py")
+    top = headline(report)
+    assert top["kind"] == "nonfinite" and top["origin"]["phase"] == "optimizer"
+    assert top["root_cause_family"] == "precision", top["root_cause"]
+    assert top["root_cause"].startswith("the optimizer's eps (1e-08) is 0 in float16")
+    zeros = next(e for e in top["origin"]["evidence"] if e["signal"].startswith("exact zeros"))
+    assert 0 < zeros["value"] <= zeros["of"]
+    assert top["fixes"][0]["horizon"] == "immediate" and "float32" in top["fixes"][0]["action"]
+    assert not any(x.get("apply", {}).get("lr_scale") for x in top["fixes"])
+    assert "learning rate too high" in {r["cause"] for r in top["ruled_out"]}
+    serious = [f["kind"] for f in report["findings"] if f["severity"] != "info"]
+    assert serious == ["nonfinite"], serious  # NaN outputs are not dead units
+    assert stdout.splitlines()[0].startswith("0 1.41")  # the user's own first loss
+
+
+def test_an_eps_of_zero_is_a_numerics_root_cause(tmp_path: Path) -> None:
+    """float32 with eps=0: a weight whose gradient is exactly 0 (a feature that is always
+    0) gets 0/0 from Adam's first update."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=0.0)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        for _ in range(5):
+            x = torch.randn(32, 8)
+            x[:, 0] = 0.0  # no gradient ever reaches the first column of 0.weight
+            loss = torch.nn.functional.cross_entropy(model(x), (x[:, 1] > 0).long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    report = json.loads((run.dir / "report.json").read_text())
+    top = headline(report)
+    assert top["kind"] == "nonfinite" and top["root_cause_family"] == "numerics"
+    assert top["root_cause"].startswith("the optimizer's eps (0) is 0 in float32")
+    assert top["fixes"][0]["action"] == "give the optimizer an eps above 0 (1e-8)"
+
+
 @pytest.mark.parametrize(
     ("script", "args"),
     [("char_gpt.py", []), ("char_rnn.py", []), ("actor_critic.py", [])],

@@ -67,7 +67,14 @@ class Locate(Probe):
                 rerun_closure, target.steps, closure, rng, roots, run.watched.names, params
             )
         origin = self.locator.step(
-            target.steps, bad, loss_bad, params, context, self._update_ratios, rerun
+            target.steps,
+            bad,
+            loss_bad,
+            params,
+            context,
+            self._update_ratios,
+            rerun,
+            None if target.manual else target.optimizer,
         )
         if origin is not None:
             run.record_origin(origin)

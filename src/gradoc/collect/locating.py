@@ -89,6 +89,7 @@ class Locator:
         last_update: dict[str, float],
         update_ratios: dict[str, tuple[int, float]] | None = None,
         rerun: Callable[[], Origin | None] | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> Origin | None:
         """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin.
         ``rerun``: call the step's closure again, traced (a closure computes the loss)."""
@@ -114,7 +115,7 @@ class Locator:
                 self.done = True
                 return None
             forwards, self._forwards = self._forwards, []
-            origin = check_weights(step, params, last_update, update_ratios or {})
+            origin = check_weights(step, params, last_update, update_ratios or {}, optimizer)
             origin = origin or self._replay(step, forwards, loss_bad)
             if rerun is not None and (origin is None or not origin.op):
                 self.replaying = True

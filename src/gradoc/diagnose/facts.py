@@ -36,6 +36,10 @@ class Facts:
     the same thing and receives the same gradient (no symmetry to break)."""
     early_peak_loss: float | None = None
     """The highest finite loss of the first 20% of the run, when it is >= 2x the first."""
+    weight_gains: list[float] | None = None
+    """The backward gain of each Linear/Conv weight matrix at its first record, input side
+    first: ``||W|| / sqrt(W.shape[1])``, the factor by which a gradient's RMS is scaled
+    passing back through it (a zero-mean random W; strides ignored, so an upper bound)."""
 
     @property
     def recurrent(self) -> bool:
@@ -80,7 +84,22 @@ def gather(h: History, before: int | None) -> Facts:
             if (w := h.param(p.name, "weight_norm")).values and w.values[0] == 0.0
         ],
         early_peak_loss=_early_peak(h),
+        weight_gains=_weight_gains(h),
     )
+
+
+GAIN_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d")
+"""The layers a gradient passes back through as ``W^T`` (embeddings and recurrent cells
+have other gains)."""
+
+
+def _weight_gains(h: History) -> list[float]:
+    gains = []
+    for p in weight_params(h):
+        w = h.param(p.name, "weight_norm")
+        if p.type in GAIN_TYPES and p.shape and w.values and math.isfinite(w.values[0]):
+            gains.append(w.values[0] / math.sqrt(p.shape[1]))
+    return gains
 
 
 def _early_peak(h: History) -> float | None:

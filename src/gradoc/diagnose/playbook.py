@@ -6,8 +6,10 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._text import module_label
+from ..detect import vanishing
 from ..detect._util import ce_classes, fmt
 from ..detect.finding import Finding
 from ..detect.history import History
@@ -97,7 +99,11 @@ def _init_advice(facts: Facts) -> str:
             "Xavier (Glorot) initialisation for the tanh/sigmoid layers: "
             "nn.init.xavier_uniform_(w, gain=nn.init.calculate_gain('tanh'))"
         )
-    return "a variance-preserving initialisation (Kaiming for ReLU-like, Xavier for tanh/sigmoid)"
+    return (
+        "a variance-preserving initialisation: nn.init.xavier_uniform_(w) (gain 1) where no "
+        "activation follows a layer, Kaiming for ReLU-like and Xavier with "
+        "calculate_gain for tanh/sigmoid layers"
+    )
 
 
 def _clip_fix(facts: Facts, horizon: str = "immediate") -> dict[str, object]:
@@ -222,6 +228,7 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         op.support.append(f"the failing batch had unusual lengths: {lengths['summary']}")
         f.evidence.append({"signal": "length anomaly at the same step", "value": True})
     origin = f.origin or {}
+    hypotheses: list[Hypothesis] = []  # what the origin adds (an optimizer's eps of 0)
     facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
     where = f" in {module_label(origin.get('module'))}"
     if origin.get("file"):
@@ -244,8 +251,19 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         grow.cause = "an optimizer update that wrote non-finite weights (learning rate too high)"
         grow.family = "learning_rate"
         grow.prior = 0.9
-        grow.support += facts_of_op
         f.ruled_out = [r for r in f.ruled_out if r["cause"] != "exploding gradients"]
+        eps = _eps_hypothesis(f, origin)
+        if eps is not None:
+            hypotheses.append(eps)
+            grow.against.append(eps.support[0])
+        else:
+            grow.support += facts_of_op
+        finite = (
+            f"the forward and backward of step {origin.get('step')} were finite; the update "
+            "after them wrote the first non-finite values"
+        )
+        op.against.append(finite)
+        data.against.append(finite)
     grew = f.details.get("grew_before") or {}
     if grew and origin.get("phase") != "input":
         grow.cause = (
@@ -256,10 +274,12 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         grow.prior = 0.95
         grow.support += [f"{k.replace('_', ' ')} rose {fmt(v)}x before" for k, v in grew.items()]
         op.against.append("the values were already blowing up before this op overflowed")
-    if f.step == 0:
+    if f.step == 0 and origin.get("phase") != "optimizer":
         data.support.append("non-finite from the very first step: nothing was learnt yet")
         grow.against.append("there was no training before step 0 to grow anything")
-    if (origin and origin.get("phase") == "optimizer") or grew:
+    if hypotheses:
+        f.fixes += _eps_fixes(hypotheses[0])
+    elif (origin and origin.get("phase") == "optimizer") or grew:
         f.fixes.append(_lr_fix(0.1, "lower the learning rate by 10x"))
     f.fixes += [
         {
@@ -269,27 +289,95 @@ def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
             "gradoc run --guard does it, and rolls back when they repeat)",
             "apply": {"skip_nonfinite": True},
         },
-        {
-            "horizon": "short-term",
-            "action": "guard the operation that produced it: add an epsilon to "
-            "divisors, log and sqrt arguments (x.clamp_min(1e-12)), use log_softmax "
-            "instead of log(softmax)",
-            **_code_at(origin),
-        },
-        {
-            "horizon": "long-term",
-            "action": f"add a numerics test for {origin.get('module') or 'the module'} on "
-            "edge-case inputs (sequence lengths 1 and 2, empty, all-zero, very large) "
-            "that asserts finite outputs and gradients",
-        },
     ]
+    if origin.get("phase") == "optimizer":  # no operation of the user's to guard
+        f.fixes += [] if hypotheses else [_clip_fix(facts, "short-term")]
+        f.fixes.append(
+            {
+                "horizon": "long-term",
+                "action": "test one training step in the dtype you train in: assert "
+                "torch.isfinite(p).all() for every weight after optimizer.step()",
+            }
+        )
+    else:
+        f.fixes += [
+            {
+                "horizon": "short-term",
+                "action": "guard the operation that produced it: add an epsilon to "
+                "divisors, log and sqrt arguments (x.clamp_min(1e-12)), use log_softmax "
+                "instead of log(softmax)",
+                **_code_at(origin),
+            },
+            {
+                "horizon": "long-term",
+                "action": f"add a numerics test for {origin.get('module') or 'the module'} "
+                "on edge-case inputs (sequence lengths 1 and 2, empty, all-zero, very "
+                "large) that asserts finite outputs and gradients",
+            },
+        ]
     f.monitoring += ["non-finite loss and gradients on every step (gradoc records them by default)"]
     for name in dict.fromkeys(e["argument"] for e in origin.get("evidence", []) if "argument" in e):
         f.monitoring.append(
             f"the range of `{name}` in every batch (min / max), with an alert on values "
             "the model was never tested on"
         )
-    return [op, data, grow]
+    return [op, data, grow, *hypotheses]
+
+
+def _eps_hypothesis(f: Finding, origin: dict[str, Any]) -> Hypothesis | None:
+    """An update that wrote NaN/Inf because its eps is 0 in the weights' dtype (located
+    with ``locate.replay.eps_evidence``): its division by the state is x/0 where that
+    state is exactly 0, whatever the learning rate."""
+    evidence = origin.get("evidence", [])
+    eps = next((e for e in evidence if "eps" in e), None)
+    if eps is None:
+        return None
+    dtype, low = eps["dtype"], eps["dtype"] in ("float16", "bfloat16")
+    zeros = [e for e in evidence if str(e["signal"]).startswith("exact zeros in")]
+    h = Hypothesis(
+        "precision" if low and eps["eps"] else "numerics",
+        f"the optimizer's eps ({fmt(eps['eps'])}) is 0 in {dtype}: its update divides by "
+        "sqrt(state) + eps, and where that state is exactly 0 the update is x/0"
+        + (
+            " (with Adam's defaults, (1 - beta2) * grad**2 is 0 in float16 for |grad| < 8e-3)"
+            if dtype == "float16"
+            else ""
+        ),
+        0.95,
+        "print optimizer.param_groups[0]['eps'] and the dtype of the weights; count the exact "
+        "zeros of the optimizer's state (exp_avg_sq for Adam)",
+    )
+    h.support.append(
+        f"the update of step {origin.get('step')} wrote non-finite weights from finite "
+        f"gradients, and eps {fmt(eps['eps'])} is {fmt(eps['value'])} as {dtype}"
+    )
+    h.support += [f"{e['signal']}: {e['value']} of {e['of']}" for e in zeros if e["value"]]
+    f.ruled_out.append(
+        {
+            "cause": "learning rate too high",
+            "why": "the update divided by an exact 0: a smaller learning rate scales x/0, it "
+            "does not make it finite",
+        }
+    )
+    return h
+
+
+def _eps_fixes(h: Hypothesis) -> list[dict[str, object]]:
+    if h.family == "precision":
+        return [
+            {
+                "horizon": "immediate",
+                "action": "keep the weights and the optimizer in float32 and train in mixed "
+                "precision: torch.autocast(device_type, dtype=torch.float16) with "
+                "torch.amp.GradScaler, instead of model.half()",
+            },
+            {
+                "horizon": "short-term",
+                "action": "if the weights must stay in float16, give the optimizer an eps "
+                "float16 holds (eps=1e-4), or use bfloat16",
+            },
+        ]
+    return [{"horizon": "immediate", "action": "give the optimizer an eps above 0 (1e-8)"}]
 
 
 def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
@@ -409,13 +497,16 @@ def _vanishing(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
                 f"gradient by at most 0.25^{sigmoids} = {fmt(0.25**sigmoids)}"
             )
     else:
-        sat.against.append("the model has no sigmoid/tanh-family layers")
+        sat.against.append("the model has no sigmoid/tanh-family module")
     if _related(f, "poor_initialization"):
         init.support.append(str(_related(f, "poor_initialization")["summary"]))  # type: ignore[index]
+    _weight_gain_evidence(init, facts)
     if _related(f, "dead_units"):
         dead.support.append(str(_related(f, "dead_units")["summary"]))  # type: ignore[index]
-    else:
+    elif facts.relu_like:
         dead.against.append("no ReLU layer has a majority of dead units")
+    else:
+        dead.against.append("the model has no ReLU-family module")
     last = [p for p in h.params if p.shape and len(p.shape) >= 2]
     if last:
         g = h.param(last[-1].name, "grad_norm").values
@@ -435,12 +526,18 @@ def _vanishing(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
                 "a higher rate would not reach layers whose gradient is ~0",
             }
         )
+    # the fix of the likelier cause comes first; an activation swap only where the model
+    # has saturating activations to swap
+    first, then = {"action": _init_advice(facts)}, None
+    if facts.saturating:
+        swap = {
+            "action": f"switch the hidden {'/'.join(facts.saturating)} activations to ReLU "
+            "or GELU (keep sigmoid for gates and outputs)"
+        }
+        first, then = (swap, first) if sat.score >= init.score else (first, swap)
+    f.fixes += [{"horizon": "immediate", **first}]
+    f.fixes += [{"horizon": "short-term", **then}] if then else []
     f.fixes += [
-        {
-            "horizon": "immediate",
-            "action": "switch sigmoid/tanh hidden activations to ReLU or GELU",
-        },
-        {"horizon": "short-term", "action": _init_advice(facts)},
         {
             "horizon": "long-term",
             "action": "add normalisation and residual connections so gradient "
@@ -451,6 +548,32 @@ def _vanishing(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "gradient norm of the first and last layer, and their ratio (alert below 1e-3)"
     ]
     return [sat, init, dead]
+
+
+def _weight_gain_evidence(init: Hypothesis, facts: Facts) -> None:
+    """Whether the weights' own scale at the start explains a gradient lost through depth:
+    each matrix scales the gradient passing back through it by ``||W|| / sqrt(fan-in)``;
+    a variance-preserving initialisation makes that 1 (sqrt(2) in front of a ReLU, which
+    halves the variance). Support when the product alone falls below the detector's
+    ratio; against when it loses less than 10x."""
+    gains = facts.weight_gains or []
+    if len(gains) < vanishing.MIN_LAYERS:
+        return
+    g = statistics.median(gains)
+    keep, relu = (math.sqrt(2), " for ReLU layers") if facts.relu_like else (1.0, "")
+    depth = len(gains) - 1  # the matrices between the last layer's gradient and the first's
+    product = (g / keep) ** depth
+    scale = (
+        f"at the start each weight matrix scales the gradient passing back through it by "
+        f"~{fmt(g)}, the median of ||W||/sqrt(fan-in), where {fmt(keep)} keeps it{relu}"
+    )
+    if product < vanishing.RATIO:
+        init.support.append(
+            f"{scale}; across {depth} matrices that is {fmt(g / keep)}^{depth} = "
+            f"{fmt(product)}, enough by itself to lose the gradient"
+        )
+    elif product >= 0.1:
+        init.against.append(f"{scale}; across {depth} matrices it loses at most 10x")
 
 
 def _dead(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
@@ -1146,6 +1269,9 @@ EXPLAIN: dict[str, Callable[[Finding, History, Facts], list[Hypothesis]]] = {
 }
 
 
+HORIZONS = ("immediate", "short-term", "long-term")
+
+
 def explain(f: Finding, h: History, facts: Facts) -> None:
     """Fill in the diagnosis of one finding, in place."""
     make = EXPLAIN.get(f.kind)
@@ -1154,6 +1280,7 @@ def explain(f: Finding, h: History, facts: Facts) -> None:
     made = make(f, h, facts)
     if facts.zero_weights and f.kind in _STUCK:
         made.append(_zero_init(facts))
+    f.fixes.sort(key=lambda x: HORIZONS.index(x["horizon"]))  # stable: in order of likelihood
     hypotheses = sorted(made, key=lambda x: -x.score)
     for hyp in hypotheses:
         hyp.support = [s for s in hyp.support if s]

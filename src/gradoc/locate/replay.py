@@ -264,14 +264,15 @@ def check_weights(
     params: Sequence[tuple[str, str, Tensor]],
     last_update: dict[str, float],
     update_ratios: dict[str, tuple[int, float]] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> Origin | None:
     """Phase ``optimizer``: the weights were already non-finite before this step's forward,
     or the last recorded update of a weight matrix dwarfed it (the weights blew up without
     going non-finite, and the forward overflows on them)."""
-    bad = [(name, module, _bad(p)) for name, module, p in params if _bad(p.detach())]
+    bad = [(name, module, _bad(p), p) for name, module, p in params if _bad(p.detach())]
     if not bad:
         return _large_update(step, params, update_ratios or {})
-    name, module, n = bad[0]
+    name, module, n, param = bad[0]
     ev: list[dict[str, Any]] = [
         {
             "signal": f"weights already non-finite after the step {step - 1} update",
@@ -283,6 +284,8 @@ def check_weights(
     for key, value in last_update.items():
         if value is not None and math.isfinite(value):
             ev.append({"signal": key, "value": value})
+    if optimizer is not None:
+        ev += eps_evidence(optimizer, name, param)
     return Origin(
         phase="optimizer",
         step=step - 1,
@@ -292,6 +295,44 @@ def check_weights(
         note=f"the update of step {step - 1} wrote non-finite weights; later non-finite "
         "values are its consequence",
     )
+
+
+DENOMINATORS = ("exp_avg_sq", "square_avg", "sum", "exp_inf")
+"""Optimizer state an update divides by (Adam/AdamW/NAdam/RAdam, RMSprop/Adadelta,
+Adagrad, Adamax): ``sqrt(state) + eps``."""
+
+
+def eps_evidence(
+    optimizer: torch.optim.Optimizer, name: str, param: Tensor
+) -> list[dict[str, Any]]:
+    """Why an update could write NaN/Inf from finite gradients: the ``eps`` that keeps its
+    division finite is 0 in the weights' dtype (Adam's 1e-8 in float16, whose smallest
+    value is 6e-8, or an eps set to 0), so where the state it divides by is exactly 0 (a
+    squared gradient that underflowed, or a gradient of 0) the update is x/0 or 0/0."""
+    group = next((g for g in optimizer.param_groups if any(p is param for p in g["params"])), None)
+    eps = group.get("eps") if group is not None else None
+    if isinstance(eps, tuple):  # Adafactor/Adadelta-like pairs: the first divides
+        eps = eps[0]
+    if not isinstance(eps, (int, float)) or float(torch.tensor(eps, dtype=param.dtype)) != 0:
+        return []
+    dtype = str(param.dtype).removeprefix("torch.")
+    ev: list[dict[str, Any]] = [
+        {
+            "signal": f"eps of {type(optimizer).__name__} as {dtype}",
+            "value": 0.0,
+            "eps": eps,
+            "dtype": dtype,
+        }
+    ]
+    state = optimizer.state.get(param, {})
+    for key in DENOMINATORS:
+        held = state.get(key)
+        if isinstance(held, Tensor) and held.is_floating_point():
+            zeros = int((held == 0).sum())
+            ev.append(
+                {"signal": f"exact zeros in {key} of {name}", "value": zeros, "of": held.numel()}
+            )
+    return ev
 
 
 def _large_update(
