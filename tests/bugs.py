@@ -35,6 +35,10 @@ class Bug:
     marker: str | None
     """The ``# BUG:`` marker of the line the origin must point at (None: no line)."""
     step: int | None = None
+    skip: bool = False
+    """Located only when the bad update is skipped (``skip_nonfinite_updates=True``): a
+    value born outside any module is caught by the armed trace at its next occurrence,
+    which an applied NaN update (gradoc's default: it only observes) poisons first."""
 
 
 class PosEncoding(nn.Module):
@@ -316,5 +320,6 @@ BUGS: dict[str, Bug] = {
         None,
         "raw-division",
         None,
+        skip=True,
     ),
 }

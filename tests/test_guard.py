@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -99,15 +100,19 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
 @pytest.mark.parametrize("what", ["gradient", "loss"])
-@pytest.mark.parametrize("guard", [True, None], ids=["guard", "default"])
+@pytest.mark.parametrize(
+    "options",
+    [{"guard": True}, {"skip_nonfinite_updates": True}],
+    ids=["guard", "skip-only"],
+)
 def test_skipped_step_leaves_weights_and_optimizer_state_bit_identical(
-    tmp_path: Path, name: str, what: str, guard: bool | None
+    tmp_path: Path, name: str, what: str, options: dict[str, bool]
 ) -> None:
-    """One meaning of skipping, with a guard or without (the default skips too)."""
+    """One meaning of skipping, with a guard or with skipping alone asked for."""
     model = mlp()
     opt = OPTIMIZERS[name](model.parameters())
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)  # per step
-    with gradoc.watch(model, opt, out=tmp_path / "r", guard=guard) as run:
+    with gradoc.watch(model, opt, out=tmp_path / "r", **options) as run:
         for step in range(6):
             x, y = batch(step)
             loss = F.mse_loss(model(x), y)
@@ -135,6 +140,40 @@ def test_skipping_off_and_a_guard_that_skips_is_refused() -> None:
     with pytest.raises(ValueError, match="contradicts"):
         gradoc.WatchConfig(guard=True, skip_nonfinite_updates=False)
     assert gradoc.WatchConfig(skip_nonfinite_updates=False).guard_config() is None
+    assert gradoc.WatchConfig().guard_config() is None  # the default only observes
+    assert gradoc.WatchConfig(guard=True).guard_config() == gradoc.GuardConfig()
+
+
+@pytest.mark.parametrize("what", ["gradient", "loss"])
+def test_by_default_a_nonfinite_step_is_applied_as_without_gradoc(
+    tmp_path: Path, what: str
+) -> None:
+    """gradoc only observes unless a guard is asked for: same weights, bit for bit."""
+
+    def train(watched: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = mlp()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        with gradoc.watch(model, opt, out=tmp_path / "r") if watched else contextlib.nullcontext():
+            for step in range(6):
+                x, y = batch(step)
+                loss = F.mse_loss(model(x), y) * (
+                    float("nan") if step == 4 and what == "loss" else 1
+                )
+                opt.zero_grad()
+                loss.backward()
+                if step == 4 and what == "gradient":
+                    model[2].bias.grad.fill_(float("inf"))  # type: ignore[union-attr]
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    plain, watched = train(False), train(True)
+    assert not all(torch.isfinite(p).all() for p in plain)  # the NaN update was applied
+    for a, b in zip(plain, watched):
+        assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num())
+    log = gradoc.open_run(tmp_path / "r")
+    assert log.meta["skipped_updates"] == 0
+    assert "skipped_update" not in [e.kind for e in log.events]
 
 
 def test_the_guard_state_carries_across_a_resumed_job(tmp_path: Path) -> None:

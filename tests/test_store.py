@@ -144,13 +144,15 @@ def test_reader_series_and_errors(tmp_path: Path) -> None:
 
 
 def _nan_poisoned_run(out: Path, tensors: int = 6, steps: int = 24) -> Path:
-    """A run whose step 5 has a NaN gradient in one tensor (skipped and counted)."""
+    """A run whose step 5 has a NaN gradient in one tensor (skipped, as asked, and
+    counted)."""
     import torch
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(tensors // 2)])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with gradoc.watch(model, opt, out=out, params=gradoc.every(4)) as run:
+    options = {"params": gradoc.every(4), "skip_nonfinite_updates": True}
+    with gradoc.watch(model, opt, out=out, **options) as run:
         for step in range(steps):
             opt.zero_grad()
             model(torch.randn(8, 4)).pow(2).mean().backward()

@@ -56,8 +56,10 @@ def watch(
     ``backward()`` or ``torch.autograd.grad`` call.
     ``out`` is the run directory (default ``gradoc-runs/<script>-<time>``); ``options``
     are :class:`WatchConfig` fields (``grads=``, ``params=``, ``activations=``, ...);
+    By default gradoc only observes: nothing is skipped, clipped or rolled back.
     ``guard=True`` (or a :class:`GuardConfig`) keeps the run alive: skips non-finite
-    steps, clips outlier gradient norms, rolls back (see :mod:`gradoc.guard`). Under
+    steps, clips outlier gradient norms, rolls back (see :mod:`gradoc.guard`);
+    ``skip_nonfinite_updates=True`` only skips non-finite steps. Under
     torchrun, rank r > 0 writes ``out/rank<r>`` (unless ``out`` names its rank already).
     ``out`` is made absolute now, so the script may change directory.
 

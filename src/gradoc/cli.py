@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
         "--guard",
         action="store_true",
         help="keep the run alive: skip non-finite steps, clip outlier gradient norms (ZClip), "
-        "roll back to a snapshot with a lower learning rate when trouble repeats",
+        "roll back to a snapshot with a lower learning rate when trouble repeats (without "
+        "it gradoc only observes: the script computes, prints and exits as under python)",
     )
     run.add_argument(
         "--lr-scale",

@@ -36,9 +36,12 @@ class WatchConfig:
     and dropout."""
     locate: bool = True
     """On the first non-finite step, replay it to find the op, module and line it came from."""
-    skip_nonfinite_updates: bool = True
-    """Do not apply a step whose loss or gradients are non-finite (the report counts them):
-    the guard with skipping as its only action (see :meth:`guard_config`)."""
+    skip_nonfinite_updates: bool | None = None
+    """``True``: do not apply a step whose loss or gradients are non-finite (the report
+    counts them): the guard with skipping as its only action (see :meth:`guard_config`).
+    ``None`` (the default): only when a ``guard`` that skips is given. gradoc only
+    observes unless a guard is asked for, so a program that fails because of a NaN fails
+    the same way, with the same output and exit code, under gradoc."""
     sinks: dict[str, str] = field(default_factory=dict)
     """Where else the run goes at close, ``{"tensorboard": "tb-logs/run1"}`` (see
     :mod:`gradoc.sinks`)."""
@@ -71,7 +74,7 @@ class WatchConfig:
         elif self.guard is not None and not isinstance(self.guard, GuardConfig):
             raise TypeError(f"guard must be True, False or a GuardConfig, not {self.guard!r}")
         guard_skips = isinstance(self.guard, GuardConfig) and self.guard.skip_nonfinite
-        if guard_skips and not self.skip_nonfinite_updates:
+        if guard_skips and self.skip_nonfinite_updates is False:
             raise ValueError(
                 "skip_nonfinite_updates=False contradicts a guard that skips non-finite "
                 "steps; use guard=GuardConfig(skip_nonfinite=False)"

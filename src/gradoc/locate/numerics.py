@@ -32,7 +32,7 @@ from torch.nn.modules.module import (
 )
 
 from .._tree import floats
-from .._wrappers import compiling, quiet_compile_warning
+from .._wrappers import compiling, quiet_compile_warning, unwrap
 from .origin import Origin
 
 
@@ -81,8 +81,10 @@ class ModuleStack:
         for parent, pname in zip(reversed(self._modules), reversed(self.stack)):
             key = (id(parent), id(module))
             if key not in self._found:  # once per (holder, module): this runs on every call
+                # a compiled or DDP wrapper's names are the user's, without `_orig_mod.`
+                inner = unwrap(parent)
                 self._found[key] = next(
-                    (n for n, m in parent.named_modules() if m is module and n), None
+                    (n for n, m in inner.named_modules() if m is module and n), None
                 )
             found = self._found[key]
             if found is not None:  # relative to a root nobody named, as named_modules() is
