@@ -22,7 +22,8 @@ Fault families (the label's root-cause family in brackets):
 - ``num_backward``: sqrt(0) or 0 ** 0.5 whose gradient is inf [numerics]
 - ``num_loss``: exp overflow in a hand-written softmax, or a batch whose targets are all
   ignore_index, in the loss, from step 20 on every 4th step [numerics] (a NaN born
-  outside the model is located on its next occurrence; a one-off one needs a re-run)
+  outside the model is located on its next occurrence, so these runs ask for
+  ``skip_nonfinite_updates=True``; a one-off one needs a re-run)
 - ``data_nan``: a NaN in one input batch [data]
 - ``bad_batch``: one mislabelled batch late in training [data]
 - ``fp16_range``: inputs at raw-sensor scale (3e4) into a convolution that BatchNorm
@@ -140,7 +141,16 @@ FAULTS: dict[str, Fault] = {
     ),
     "num_forward": Fault("numerics", ("nonfinite",), kinds=("nonfinite",)),
     "num_backward": Fault("numerics", ("nonfinite",), kinds=("nonfinite",)),
-    "num_loss": Fault("numerics", ("nonfinite",), kinds=("nonfinite",)),
+    # a NaN born in the loss, outside the model, is caught in-process on its next
+    # occurrence, which only a skipped update allows: gradoc observes by default (the
+    # NaN update is applied), so these runs ask for skipping as a gradoc.watch user would
+    # (gradoc run re-runs the script instead)
+    "num_loss": Fault(
+        "numerics",
+        ("nonfinite",),
+        kinds=("nonfinite",),
+        watch=(("skip_nonfinite_updates", True),),
+    ),
     "data_nan": Fault("data", ("nonfinite",), kinds=("nonfinite",), archs=frozenset(FLOAT)),
     "bad_batch": Fault(
         "data",

@@ -52,7 +52,10 @@ def test_statistics_match_slow_reference_with_accumulation_frozen_and_unused(
     log = gradoc.open_run(run.dir)
     assert log.num_steps == 6
     assert log.scalar("n_backward").values == [3] * 6
-    assert log.scalar("loss").values == pytest.approx([sum(m) / 3 for m in losses], rel=RTOL)
+    # each micro-batch's loss was divided by 3 before its backward: the step's loss is the
+    # mean of the undivided losses (their sum), as the program optimises it
+    assert log.scalar("loss").values == pytest.approx([sum(m) for m in losses], rel=RTOL)
+    assert log.meta["loss_division"] == {"undone": True, "by": 3.0}
     for step, ref in enumerate(expected):
         got = log.param_stats_at(step)
         # frozen and unused parameters have no gradient: no rows, no crash

@@ -32,6 +32,7 @@ class Patch:
     ) -> None:
         self.owner, self.name, self.make = owner, name, make
         self._original: Callable[..., Any] | None = None
+        self._inherited = False
         self._wrapper: Callable[..., Any] | None = None
         self._on = [False]  # this wrapper's switch (a new wrapper gets a new one)
 
@@ -40,17 +41,30 @@ class Patch:
         return self._on[0]
 
     def _current(self) -> Any:
-        # a class's own attribute (a subclass that inherits it is wrapped through it)
-        if isinstance(self.owner, type):
-            return self.owner.__dict__.get(self.name)
+        # a class's own attribute (a subclass that inherits it is wrapped through it), else
+        # the one it inherits (``Tensor.item`` is ``TensorBase``'s)
+        if isinstance(self.owner, type) and self.name in self.owner.__dict__:
+            return self.owner.__dict__[self.name]
         return getattr(self.owner, self.name)
+
+    def _restore(self) -> None:
+        """Put the original back; an inherited one by removing the class's own attribute."""
+        if isinstance(self.owner, type) and self._inherited:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self._original)
 
     def install(self) -> None:
         if self._on[0]:
             return
+        if self._wrapper is not None and self._current() is self._original:
+            setattr(self.owner, self.name, self._wrapper)  # put back: the same wrapper
+            self._on[0] = True
+            return
         if self._wrapper is not None and self._in_chain():
             self._on[0] = True  # still inside someone else's wrapper: switched on again
             return
+        self._inherited = isinstance(self.owner, type) and self.name not in self.owner.__dict__
         original = self._current()
         inner, on = self.make(original), [True]
 
@@ -78,6 +92,5 @@ class Patch:
             return
         self._on[0] = False
         if self._current() is self._wrapper:
-            setattr(self.owner, self.name, self._original)
-            self._wrapper = self._original = None
+            self._restore()  # the wrapper is kept for reuse
         # else: someone wrapped it meanwhile; it stays in their chain, passing calls through

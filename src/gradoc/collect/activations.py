@@ -11,6 +11,7 @@ graph says which modules feed an activation function written as a call (``F.relu
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +23,13 @@ from torch.nn.modules.module import register_module_forward_hook
 from torch.utils.hooks import RemovableHandle
 
 from .._wrappers import compiling
-from ..stats import activation_stats, activation_stats_rows, combine, unit_dim
+from ..locate.replay import own_work
+from ..stats import activation_stats, activation_stats_rows, combine, saturation_rule, unit_dim
 from ..stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_counts, range_counts
 from ..store.writer import real
 from ._safety import guarded
 from .functional import PRE_ACTIVATION_SATURATION, functional_activations
-from .layers import WatchedModule
+from .layers import SKIPPED, WatchedModule
 from .locating import first_tensor
 from .packet import Packet
 from .probe import Probe
@@ -37,9 +39,16 @@ if TYPE_CHECKING:
     from .run import Run
 
 
+Call = tuple[int, Tensor, "Tensor | None"]
+"""One forward call's output summarised on the device: (numel, stats, per-unit activity)."""
 Calls = list[tuple[int, slice, slice | None]]
 """One module's activation statistics per forward call: (numel, stats, per-unit activity)."""
 
+EARLY_CALLS = 8
+"""Forward calls of one module summarised at most before the run knows its model."""
+EARLY_MAX = 10_000
+"""Module calls summarised at most before the run knows its model (then it stops looking:
+a program that never trains pays nothing more)."""
 BATCH_NUMEL = 4096
 """Outputs at most this large are copied and summarised together with the step's other
 outputs of their shape (see :meth:`Activations.on_output`)."""
@@ -57,7 +66,7 @@ class Activations(Probe):
         self._scheduled = 0  # steps of the schedule so far
         self._asked: tuple[int, bool] | None = None  # the last step asked about, its answer
         self._handles: list[RemovableHandle] = []
-        self._calls: dict[int, list[tuple[int, Tensor, Tensor | None]]] = {}
+        self._calls: dict[int, list[Call]] = {}
         self._staged: dict[tuple[Any, ...], list[tuple[int, Tensor]]] = {}
         """Small outputs of this step by (shape, dtype, device, saturation, units): copies."""
         self._staged_numel = 0
@@ -66,6 +75,11 @@ class Activations(Probe):
         self._scratch: dict[torch.dtype, Tensor] = {}
         self._produced: dict[Any, WatchedModule] = {}  # output node -> module, one step
         self._functional: dict[str, str] | None = None  # module -> F.relu/tanh after it
+        self._early: dict[int, tuple[weakref.ref[nn.Module], list[Call]]] = {}
+        """Outputs seen before the run knew its model (``gradoc run``'s first step), per
+        module: adopted by the modules the run then watches (:meth:`adopt`)."""
+        self._early_hook: RemovableHandle | None = None
+        self._early_calls = 0
 
     @property
     def armed(self) -> bool:
@@ -152,6 +166,54 @@ class Activations(Probe):
         if buf is None or buf.numel() < x.numel():
             buf = self._scratch[x.dtype] = torch.empty(x.numel(), dtype=x.dtype)
         return buf
+
+    # -- before the model is known (gradoc run) -----------------------------------------
+    def watch_early(self) -> None:
+        """Summarise the outputs of every module that runs with gradients until the run
+        knows its model (``gradoc run`` finds it at the first optimizer step, after the
+        first forward): the first step's activations are then the model's, not missing."""
+        if self._early_hook is None and self.wanted(0):
+            self._early_hook = register_module_forward_hook(self._early_output)
+
+    def _early_output(self, module: nn.Module, args: Any, output: Any) -> None:
+        if compiling() or not torch.is_grad_enabled() or isinstance(module, SKIPPED):
+            return
+        self._early_summary(module, output)
+
+    @guarded
+    def _early_summary(self, module: nn.Module, output: Any) -> None:
+        entry = self._early.get(id(module))
+        if entry is not None and (entry[0]() is not module or len(entry[1]) >= EARLY_CALLS):
+            return
+        x = first_tensor(output)
+        if x is None or x.numel() == 0 or not x.is_floating_point():
+            return
+        with torch.no_grad(), own_work():
+            vec, active = activation_stats(x, saturation_rule(module), unit_dim(module, x))
+        if entry is None:
+            entry = self._early[id(module)] = (weakref.ref(module), [])
+        entry[1].append((x.numel(), vec, active))
+        self._early_calls += 1
+        if self._early_calls >= EARLY_MAX:  # no model found after this much: stop looking
+            self._stop_early()
+
+    def adopt(self, modules: dict[nn.Module, WatchedModule]) -> None:
+        """The run now watches ``modules``: their outputs seen before become the current
+        step's (the first), and the rest is dropped."""
+        if self._early_hook is None and not self._early:
+            return
+        for ref, calls in self._early.values():
+            module = ref()
+            watched = modules.get(module) if module is not None else None
+            if watched is not None and self.run.steps.count == 0:
+                self._calls.setdefault(watched.id, []).extend(calls)
+        self._stop_early()
+
+    def _stop_early(self) -> None:
+        if self._early_hook is not None:
+            self._early_hook.remove()
+            self._early_hook = None
+        self._early = {}
 
     def on_loss(self, tensors: Any) -> None:
         """Once, at the first loss after a watched output: which watched modules feed an

@@ -85,6 +85,10 @@ class Target:
     """(id of the parameter list, how its tensors reduce stacked: ``stats.plan``)."""
     step_plan: Plan | None = None
     """The plan of this step's tensors (None when a gradient is missing)."""
+    _ids: tuple[int, frozenset[int]] | None = None
+    ready: bool = False
+    """This step's statistics were read (at the program's clip or its scaler's
+    ``unscale_``, before the optimizer's step): its step pre-hook reads nothing more."""
 
     def grad(self, w: WatchedParam) -> Tensor | None:
         """The gradient this step uses for ``w``."""
@@ -125,6 +129,12 @@ class Target:
         ):
             self._plan = (id(self.params), plan(tensors))
         return self._plan[1]
+
+    def ids(self) -> frozenset[int]:
+        """The ids of this optimizer's parameters (made once per parameter set)."""
+        if self._ids is None or self._ids[0] != id(self.params):
+            self._ids = (id(self.params), frozenset(id(w.param) for w in self.params))
+        return self._ids[1]
 
     def collected(self) -> bool:
         return self.grad_norms is not None or self.updates is not None

@@ -14,7 +14,7 @@ from ..stats.activations import SaturationRule
 
 # Not watched by default: pure containers (their output is a child's, recorded already),
 # and dropout, whose output is its input with zeros (its zero fraction is just p).
-_SKIPPED = (
+SKIPPED = (
     nn.Sequential,
     nn.ModuleList,
     nn.ModuleDict,
@@ -131,7 +131,7 @@ def module_rows(
     for root in roots:
         for mod_name, module in root.named_modules():
             name = qualified(prefixes[root], mod_name)
-            keep = include(name, module) if include else not isinstance(module, _SKIPPED)
+            keep = include(name, module) if include else not isinstance(module, SKIPPED)
             if not keep or module in watched:
                 continue
             lid = first_id + len(rows)

@@ -3,8 +3,10 @@
 Per forward of the watched model the per-sample lengths are taken from (in this order) a
 padding-mask keyword argument (``attention_mask``: 1 = real; ``*key_padding_mask``,
 ``padding_mask``, ``pad_mask``, ``mask``: True = pad), a 1-D integer argument whose name
-contains ``len`` (``lengths``, ``seq_len``), or, for a 2-D integer first input (token
-ids), its padded length. Their min, max and sum travel with the step's one host read.
+contains ``len`` (``lengths``, ``seq_len``), or, for 2-D integer token ids (the first
+positional input, or ``input_ids=``), the ids that are not the model's padding id (its
+embedding's ``padding_idx``: the source then says no mask was given), else their padded
+length. Their min, max and sum travel with the step's one host read.
 
 ``length_anomaly``: after ``WARMUP`` (20) batches, a batch whose shortest sequence is
 shorter than any seen before and either at most half the previous shortest or at most 2
@@ -14,6 +16,7 @@ is at least twice the longest seen.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,16 +32,52 @@ from .probe import Probe
 WARMUP = 20
 
 
+BATCH_KWARGS = ("input_ids", "inputs_embeds", "src", "x", "tokens", "idx")
+"""Keyword arguments that hold the batch when a model is called without positional ones
+(``model(input_ids=..., attention_mask=..., labels=...)``: Hugging Face)."""
+
+
+def batch_of(args: Any, kwargs: dict[str, Any]) -> tuple[str | None, Tensor | None]:
+    """The batch a model was called with: its first positional argument (key None), else
+    the first of ``BATCH_KWARGS`` given (its key)."""
+    if args:
+        first = args[0]
+        return None, first if isinstance(first, Tensor) else None
+    for key in BATCH_KWARGS:
+        value = kwargs.get(key)
+        if isinstance(value, Tensor) and value.dim() >= 2:
+            return key, value
+    return None, None
+
+
+_pad_ids: weakref.WeakKeyDictionary[nn.Module, int | None] = weakref.WeakKeyDictionary()
+
+
+def pad_id(root: nn.Module) -> int | None:
+    """The ``padding_idx`` of the model's first Embedding that has one (looked up once)."""
+    if root not in _pad_ids:
+        _pad_ids[root] = next(
+            (
+                e.padding_idx
+                for e in root.modules()
+                if isinstance(e, nn.Embedding) and e.padding_idx is not None
+            ),
+            None,
+        )
+    return _pad_ids[root]
+
+
 def batch_lengths(
     root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Tensor | None, str | None, int | None]:
     """(per-sample lengths on the device, where they came from, padded length); for token
-    ids without a mask the lengths are the padded length, known on the host (None)."""
+    ids without a mask the lengths are the ids that are not the model's padding id (its
+    embedding's ``padding_idx``), else the padded length, known on the host (None)."""
     found = mask_pads(kwargs)
     if found is not None:
         pads, key = found
         return (~pads).sum(1), key, pads.shape[1]
-    first = args[0] if args else None
+    _, first = batch_of(args, kwargs)
     padded = first.shape[1] if isinstance(first, Tensor) and first.dim() >= 2 else None
     for name, v in arguments(root, args, kwargs).items():
         if (
@@ -49,6 +88,9 @@ def batch_lengths(
         ):
             return v, name, padded
     if isinstance(first, Tensor) and first.dim() == 2 and not first.dtype.is_floating_point:
+        pad = pad_id(root)
+        if pad is not None:  # pads the model knows, and no mask said where they are
+            return (first != pad).sum(1), f"padding_idx {pad}, no mask", first.shape[1]
         return None, "shape", first.shape[1]
     return None, None, None
 
@@ -148,10 +190,11 @@ class Lengths(Probe):
     ) -> None:
         lengths, source, padded = batch_lengths(root, args, kwargs)
         self.monitor.source = self.monitor.source or source
+        _, batch = batch_of(args, kwargs)
         if lengths is not None:
             self._batch = (lengths, lengths.numel(), padded)
-        elif padded is not None and args:  # every sample as long as the batch is wide
-            self._batch = (None, args[0].shape[0], padded)
+        elif padded is not None and batch is not None:  # every sample as wide as the batch
+            self._batch = (None, batch.shape[0], padded)
 
     def take(self) -> tuple[Batch | None, list[Tensor]]:
         """The step's batch and what of it the step's host read must carry (min, max, sum)."""

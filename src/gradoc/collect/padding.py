@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .lengths import batch_of
 from .probe import Probe
 
 if TYPE_CHECKING:
@@ -34,19 +35,23 @@ class PaddingAudit(Probe):
         if run.watched.last_forward is None:
             return
         root, args, kwargs = run.watched.last_forward
+        key, first = batch_of(args, kwargs)
         found = mask_pads(kwargs)
         pads = found[0] if found is not None else None
-        first = args[0] if args else None
         if pads is None and isinstance(first, Tensor) and not first.is_floating_point():
             idx = next((e.padding_idx for e in root.modules() if isinstance(e, nn.Embedding)), None)
             if idx is not None:
                 pads = first == idx
         if pads is None or not isinstance(first, Tensor) or not bool(pads.any()):
             return
+        if pads.shape != first.shape[:2]:
+            return
         run.locator.replaying = True  # our hooks stay out of the audit's forwards
         try:
             with torch.enable_grad():
-                findings = audit_padding(root, tuple(args), pad_mask=pads, model_kwargs=kwargs)
+                findings = audit_padding(
+                    root, tuple(args), pad_mask=pads, model_kwargs=kwargs, batch_key=key
+                )
         finally:
             run.locator.replaying = False
         for f in findings:

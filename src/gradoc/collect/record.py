@@ -18,8 +18,10 @@ from typing import Any
 from torch import Tensor
 
 from ..store.writer import insert_rows, real
+from . import losses
 from .activations import Calls, activation_rows
 from .grads import Slices, grad_rows
+from .losses import Seen
 
 
 @dataclass(slots=True)
@@ -34,6 +36,11 @@ class StepRow:
     lrs: list[float | Tensor]
     """A learning rate may be a tensor (capturable optimizers): it then travels in the pack."""
     loss: Tensor | None
+    """The step's micro-batch losses on the device (one scalar for the common step)."""
+    divisors: list[Tensor | None] | None = None
+    """What each micro-batch's loss was divided by before its backward (see ``losses``)."""
+    clip: tuple[float, Tensor] | None = None
+    """The program's clipping: its threshold and the norm it measured before clipping."""
 
 
 @dataclass(slots=True)
@@ -42,10 +49,15 @@ class Layout:
 
     step: int
     """The step in progress at the transfer (its activations are this step's)."""
-    rows: list[tuple[StepRow, slice | None]]
+    rows: list[tuple[StepRow, slice | None, list[slice | None] | None]]
     lrs: dict[tuple[int, int], slice]
     targets: list[Slices]
     acts: dict[int, Calls]
+    clips: dict[int, slice]
+    """Per row (its index), where its clipping's measured norm lies."""
+    unused: list[tuple[Seen, slice | None]]
+    """Losses the program read and never backpropagated, with where their value lies (None:
+    a value known on the host)."""
 
 
 class StepRecord:
@@ -64,13 +76,14 @@ class StepRecord:
         param_rows, sumsq, nonfinite, primary_step = grad_rows(layout.targets, self.counts, host)
         act_rows = activation_rows(layout.step, layout.acts, values, host)
         step_rows = []
-        for k, (r, loss_at) in enumerate(layout.rows):
-            loss = values[loss_at][0] if loss_at is not None else None
+        for k, (r, loss_at, divisors_at) in enumerate(layout.rows):
+            loss = self._loss(conn, values, loss_at, divisors_at)
             lrs = [
                 values[layout.lrs[(k, i)]][0] if (k, i) in layout.lrs else lr
                 for i, lr in enumerate(r.lrs)
             ]
             current = r.step == primary_step
+            clip_at = layout.clips.get(k)
             step_rows.append(
                 (
                     r.step,
@@ -81,10 +94,27 @@ class StepRecord:
                     nonfinite if current else None,
                     json.dumps(lrs),
                     r.samples,
+                    real(values[clip_at][0]) if clip_at is not None else None,
+                    r.clip[0] if r.clip is not None else None,
                 )
             )
             if loss is not None and not math.isfinite(loss):
                 self._first(conn, "nonfinite_loss", r.step, f"loss is {loss} at step {r.step}")
+        for seen, at in layout.unused:
+            value = values[at][0] if at is not None else float(seen.value)  # type: ignore[arg-type]
+            if not math.isfinite(value):
+                message = (
+                    f"loss is {value} at step {seen.step} ({seen.how}), and never "
+                    "reached backward()"
+                    if "backpropagated" not in seen.how
+                    else f"loss is {value} at step {seen.step} ({seen.how})"
+                )
+                data = {
+                    "backpropagated": "backpropagated" in seen.how,
+                    "read_by": seen.how,
+                    "value": repr(value).lower(),
+                }
+                self._first(conn, "nonfinite_loss", seen.step, message, data)
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
             [sl.step for sl in layout.targets if any(counts.get(w.id) for w in sl.present)]
@@ -104,10 +134,40 @@ class StepRecord:
         insert_rows(conn, "act_stats", act_rows)
         return max([layout.step, *(sl.step for sl in layout.targets)])
 
-    def _first(self, conn: Any, kind: str, step: int, message: str) -> None:
+    def _loss(
+        self,
+        conn: Any,
+        values: list[float],
+        at: slice | None,
+        divisors_at: list[slice | None] | None,
+    ) -> float | None:
+        """A step's loss from its micro-batches' (``losses.combine``); the first step whose
+        division is undone (or not) says so in ``meta``."""
+        if at is None:
+            return None
+        micro = values[at]
+        divisors = (
+            [values[d][0] if d is not None else math.nan for d in divisors_at]
+            if divisors_at is not None
+            else None
+        )
+        loss, undone = losses.combine(micro, divisors)
+        if undone is not None and "division" not in self.seen:
+            self.seen.add("division")
+            said = {"undone": undone, "by": divisors[0] if divisors else None}
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                ("loss_division", json.dumps(said)),
+            )
+        return loss
+
+    def _first(
+        self, conn: Any, kind: str, step: int, message: str, data: dict[str, Any] | None = None
+    ) -> None:
         """Record the first occurrence of a kind of non-finite value as an event."""
         if kind in self.seen:
             return
         self.seen.add(kind)
         t = time.monotonic() - self.t0
-        insert_rows(conn, "events", [(None, step, t, kind, message, None)])
+        extra = json.dumps(data) if data else None
+        insert_rows(conn, "events", [(None, step, t, kind, message, extra)])

@@ -82,6 +82,7 @@ class Run:
         )
         self.find_owners: Callable[[set[int]], list[nn.Module]] | None = None
         """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
+        self.attach_early: Callable[[Optimizer], None] | None = None  # gradoc run: at a clip
         self._handles: list[Any] = []
         if lr_scale != 1.0:
             guard_lr.install()  # before the script makes its schedulers: scale_lr finds them

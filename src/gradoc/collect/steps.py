@@ -44,7 +44,7 @@ from .._state import RngState, rng_state
 from .._text import module_label, safe
 from ..guard import Guard, Vitals, agree
 from ..locate import Origin
-from . import taps
+from . import losses, taps
 from ._safety import guarded
 from .activations import Activations, AmpRanges
 from .grads import Target, lr_of, received_counts
@@ -74,7 +74,7 @@ def probes_for(run: Run, config: WatchConfig) -> list[Probe]:
     return probes
 
 
-class Steps:
+class Steps(taps.LossSink):
     def __init__(self, run: Run, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
         self.locator, self.watched, self.probes = run.locator, run.watched, probes
@@ -94,9 +94,22 @@ class Steps:
         """A step given a closure, while its statistics are read: what replays it."""
         self._packet = Packet()
         """The device tensors waiting for the step's one host read (see ``packet``)."""
-        self._losses: list[Tensor] = []
+        self._losses: list[losses.Micro] = []
         self._n_backward = 0
         self._loss_fn_seen = False
+        self._loss_read: dict[str, Any] = {}
+        """How the loss is read (``meta['loss_read']``), said once it is known."""
+        self._scaled: dict[int, tuple[Any, Tensor]] = {}
+        """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""
+        self._unbacked = losses.Unbacked()
+        """Losses the program read or its model returned, until a backward() shows whether
+        they were backpropagated."""
+        self._clip: tuple[float, Tensor] | None = None
+        """The step's clipping: (threshold, the norm measured before it) on the device."""
+        self._clips = 0
+        self._clip_meta: dict[str, Any] | None = None
+        self._scaler_skips = 0
+        self._optimizers: list[dict[str, Any]] = []
         self._closure_open = False
         self._pending: list[StepRow] = []
         self._last_transfer = time.monotonic()
@@ -107,6 +120,9 @@ class Steps:
     def add(self, optimizer: Any, params: list[WatchedParam], manual: bool = False) -> Target:
         """Watch an optimizer's steps; the first one attached counts the run's steps."""
         target = self.targets[optimizer] = Target(optimizer, params, manual=manual)
+        if not manual:  # what the updates are expected to look like depends on it
+            self._optimizers.append(_described(optimizer))
+            self.run.set_meta(optimizers=self._optimizers)
         if self.primary is None:
             self.primary = optimizer
             self.activations.arm(self.activations.wanted(self.count))
@@ -144,6 +160,10 @@ class Steps:
     def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
         if not direct:
             return  # PyTorch's own call (a reentrant checkpoint), not a step of the program
+        root = _one(tensors)
+        if isinstance(root, Tensor) and root.grad_fn is not None:
+            # before a step without an optimizer ends here: what it read belongs to it
+            self._unbacked.backward(root.grad_fn)
         self.manual.on_backward(tensors, inputs)
         # With several runs open, a run takes only losses computed after its own model ran
         # (a run attached later by `gradoc run` takes everything until it knows its model).
@@ -152,15 +172,106 @@ class Steps:
         self._n_backward += 1
         if self._closure_open:
             return  # a closure called again within its step (LBFGS): the first loss counts
-        loss = taps.scalar_loss(tensors)
-        if loss is not None:
-            self._losses.append(loss)
+        if taps.scalar_loss(tensors) is not None:
+            micro = losses.read(root, self._scaled)
+            self._losses.append(micro)
             self.activations.on_loss(tensors)
             if not self._loss_fn_seen:  # what the loss is says what its chance level is
                 self._loss_fn_seen = True
-                kind = taps.loss_kind(tensors)
-                if kind is not None:
-                    self.run.set_meta(loss_fn=kind)
+                self._say_loss(micro, kind=losses.kind(micro.node))
+
+    def _say_loss(self, micro: losses.Micro | None, **facts: Any) -> None:
+        """Tell the run log how the loss is read (once, and when something new is known)."""
+        read = dict(self._loss_read)
+        if micro is not None:
+            read["from"] = "backward()"
+            if micro.scaled:
+                read["unscaled"] = "GradScaler"
+        read |= facts
+        if read != self._loss_read:
+            self._loss_read = read
+            kind = read.get("kind") or {}
+            self.run.set_meta(loss_read=read, loss_fn=kind)
+
+    @guarded
+    def on_value(self, tensor: Tensor, value: float | None, how: str) -> None:
+        if self.run.closed:
+            return
+        # without an optimizer the step in progress is still the last backward()'s
+        step = self.count + (1 if self.manual.open else 0)
+        self._unbacked.add(tensor, value, how, step)
+
+    def on_forward_output(self, output: Any) -> None:
+        """A watched model returned: a loss it computed (nanoGPT's ``logits, loss``, a
+        Hugging Face ``ModelOutput.loss``) is the step's, backpropagated or not."""
+        loss = losses.returned_loss(output)
+        if loss is not None:
+            step = self.count + (1 if self.manual.open else 0)
+            self._unbacked.add(loss, None, "returned by the model's forward()", step)
+            if "returned" not in self._loss_read:
+                self._say_loss(None, returned="by the model's forward()")
+
+    @guarded
+    def on_scaled(self, loss: Tensor, scaled: Tensor) -> None:
+        if scaled.grad_fn is not None and not self.run.closed:
+            if len(self._scaled) > 16:  # scaled and never backpropagated: not kept for long
+                self._scaled.clear()
+            self._scaled[id(scaled.grad_fn)] = (scaled.grad_fn, loss)
+
+    # -- the program's own clipping and loss scaling --------------------------------------
+    @guarded
+    def on_grads_ready(self, optimizer: Optimizer | None, params: list[Tensor]) -> None:
+        """Gradients about to be clipped, or just unscaled: the step's statistics point
+        comes now, so that the gradients recorded are those the backward produced."""
+        if self.run.closed:
+            return
+        if optimizer is None:
+            optimizer = self._holding(params)
+        if optimizer is None:
+            return
+        if optimizer not in self.targets and self.run.attach_early is not None:
+            self.run.attach_early(optimizer)  # gradoc run: attached before its first step
+        target = self.targets.get(optimizer)
+        if target is not None and not target.manual and not target.ready:
+            self.pre_step(optimizer)
+
+    def _holding(self, params: list[Tensor]) -> Optimizer | None:
+        """The optimizer of the clipped parameters: the watched one holding the first of
+        them (no pass over every tensor on a step), else any live one."""
+        if not params:
+            return None
+        for optimizer, target in self.targets.items():
+            if not target.manual and id(params[0]) in target.ids():
+                return optimizer
+        return taps.optimizer_of(params[:1])
+
+    @guarded
+    def on_clip(self, kind: str, threshold: float, measured: Tensor, norm_type: float) -> None:
+        if self.run.closed or not isinstance(measured, Tensor):
+            return
+        self._clips += 1
+        if self._clip is None:
+            self._clip = (threshold, measured.detach().reshape(()))
+        said = {"fn": kind, "threshold": threshold}
+        if not math.isnan(norm_type):
+            said["norm_type"] = norm_type
+        if said != self._clip_meta:
+            self._clip_meta = said
+            self.run.set_meta(clipping=said)
+
+    @guarded
+    def after_scaler_step(self, optimizer: Optimizer) -> None:
+        """A GradScaler that found an inf/NaN gradient did not call ``optimizer.step()``:
+        the step ends here, without an update (the statistics were read at its
+        ``unscale_``)."""
+        target = self.targets.get(optimizer)
+        if target is None or not target.ready or self.run.closed:
+            return
+        target.before = None  # no update was made: not a tiny one
+        self._scaler_skips += 1
+        if self._scaler_skips <= 10:
+            self.run.event("scaler_skipped", "the GradScaler skipped this step (inf/NaN gradients)")
+        self.post_step(optimizer)
 
     def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
         if direct:
@@ -185,6 +296,7 @@ class Steps:
         gradients (and, for ``attach``, the modules that own the parameters) exist."""
         # the hooks' ``args`` are the step's: (optimizer, closure?)
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        taps.reading_items(False)  # the optimizer's own item() calls, one per parameter
         if not callable(closure) or self.run.closed:
             if attach is not None:
                 attach()
@@ -223,11 +335,12 @@ class Steps:
     @torch.no_grad()  # statistics need no autograd graph
     def pre_step(self, optimizer: Optimizer) -> None:
         target = self.targets.get(optimizer)
-        if target is not None:
+        if target is not None and not target.ready:  # not read at a clip or unscale_
             self.statistics(target)
 
     def statistics(self, target: Target) -> None:
         primary = target.optimizer is self.primary
+        target.ready = True
         self.locator.pause()
         # a guard asked for reads every step's norms (and so records them)
         want_grads = self.config.grads(target.steps) or self._guard_asked()
@@ -262,11 +375,11 @@ class Steps:
     def _vitals(self, target: Target, primary: bool) -> Vitals:
         """This step's loss, finiteness and global gradient norm: the step's one host read,
         which carries the previous step's statistics too."""
-        losses = self._losses if primary else []
+        micros = self._losses if primary else []
         norms_ = target.grad_norms
         parts = []
-        if losses:
-            parts.append(losses[0] if len(losses) == 1 else torch.stack(losses).sum())
+        if micros:
+            parts.append(losses.mean(micros))
         batch, lengths = self.lengths.take() if primary else (None, [])
         parts += lengths
         if norms_ is not None:
@@ -280,7 +393,7 @@ class Steps:
             return Vitals(False, False, None, None)
         at = [self._packet.add(p) for p in parts]
         values = self._packet.read()[at[0].start : at[-1].stop].tolist()
-        loss = values.pop(0) / len(losses) if losses else None
+        loss = values.pop(0) if micros else None
         self.lengths.observe(target.steps, batch, values[: len(lengths)])
         del values[: len(lengths)]
         grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
@@ -313,22 +426,24 @@ class Steps:
     @guarded
     @torch.no_grad()  # statistics need no autograd graph
     def post_step(self, optimizer: Any) -> None:
+        taps.reading_items(True)
         target = self.targets.get(optimizer)
         if target is None:
             return
         target.stepped(self.device)
+        target.ready = False
         if self.guard is not None:
             self.guard.stepped(optimizer)
         if optimizer is not self.primary:
             return
-        losses, loss = self._losses, None
-        if losses:  # one loss (the common step) needs no stack
-            loss = losses[0].float() if len(losses) == 1 else torch.stack(losses).float().mean()
+        loss, divisors = losses.step_values(self._losses) if self._losses else (None, None)
         lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
         samples = self.watched.samples or None
         t = time.monotonic() - self.run.t0
-        self._pending.append(StepRow(self.count, t, self._n_backward, samples, lrs, loss))
+        row = StepRow(self.count, t, self._n_backward, samples, lrs, loss, divisors, self._clip)
+        self._pending.append(row)
         self._losses, self._n_backward, self.watched.forward_seen = [], 0, False
+        self._clip = None
         self.watched.samples, self._closure_open = 0, False
         waiting = len(self._packet) > 0  # a step's statistics not read yet
         if (
@@ -354,7 +469,15 @@ class Steps:
         """Add this step's statistics and pending losses to the packet; the step's rows are
         made when it is read (at the next step's statistics point, or now, see post_step)."""
         pack = self._packet
-        rows = [(r, pack.add(r.loss) if r.loss is not None else None) for r in self._pending]
+        rows = [
+            (r, pack.add(r.loss) if r.loss is not None else None, _divisors(pack, r.divisors))
+            for r in self._pending
+        ]
+        clips = {k: pack.add(r.clip[1]) for k, r in enumerate(self._pending) if r.clip is not None}
+        unused = [
+            (u, pack.add(u.value) if isinstance(u.value, Tensor) else None)
+            for u in self._unbacked.take()
+        ]
         lrs = {
             (k, i): pack.add(lr)
             for k, r in enumerate(self._pending)
@@ -366,7 +489,8 @@ class Steps:
             for t in self.targets.values()
             if t.collected()
         ]
-        layout = Layout(self.count, rows, lrs, targets, self.activations.pack(pack))
+        acts = self.activations.pack(pack)
+        layout = Layout(self.count, rows, lrs, targets, acts, clips, unused)
         self._pending = []
         for t in self.targets.values():
             t.reset()
@@ -386,11 +510,14 @@ class Steps:
         return self.activations.waiting() or any(t.collected() for t in self.targets.values())
 
     def unsent(self) -> bool:
-        return bool(self._pending) or self._collected() or len(self._packet) > 0
+        return self._to_transfer() or len(self._packet) > 0
+
+    def _to_transfer(self) -> bool:
+        return bool(self._pending or self._unbacked.unused) or self._collected()
 
     def send(self) -> None:
         """Everything collected so far, to the writer thread (one host read)."""
-        if self._pending or self._collected():
+        if self._to_transfer():
             self._transfer()
         self._packet.read()
 
@@ -407,8 +534,47 @@ class Steps:
         close; what they leave for the run log's ``meta``."""
         if self.manual.open:
             self.manual.end(None)
+        self._unbacked.close()
+        if self._losses:  # backpropagated, but the step never ended (the program stopped)
+            step = self.count
+            for m in self._losses:
+                self._unbacked.unused.append(
+                    losses.Seen(m.node, m.value, "backpropagated; the step never ended", step)
+                )
+            self._losses = []
         self.activations.arm(False)
         meta: dict[str, Any] = {}
+        if self._clips:
+            meta["clip_calls"] = self._clips
+        if self._scaler_skips:
+            meta["scaler_skipped_steps"] = self._scaler_skips
         for probe in self.probes:
             meta |= probe.close(self.count)
         return meta
+
+
+def _one(tensors: Any) -> Any:
+    """``backward()``'s first argument as one tensor when it is one."""
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        return tensors[0]
+    return tensors
+
+
+def _divisors(pack: Packet, divisors: list[Tensor | None] | None) -> list[slice | None] | None:
+    """Where a step's loss divisors lie in the packet (see ``losses.step_values``)."""
+    if divisors is None:
+        return None
+    return [pack.add(d) if d is not None else None for d in divisors]
+
+
+def _described(optimizer: Any) -> dict[str, Any]:
+    """An optimizer's type and first group's settings, for the run log's ``meta``."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    said: dict[str, Any] = {"type": type(optimizer).__name__, "groups": len(optimizer.param_groups)}
+    for key in ("lr", "momentum", "betas", "eps", "weight_decay"):
+        value = group.get(key)
+        if isinstance(value, Tensor):
+            continue  # a capturable optimizer's tensor: not read here
+        if isinstance(value, (int, float, tuple, list)) and not isinstance(value, bool):
+            said[key] = list(value) if isinstance(value, tuple) else value
+    return said

@@ -1,34 +1,73 @@
 """Process-wide taps: the one place gradoc wraps PyTorch entry points.
 
-While at least one run is open, ``torch.autograd.backward`` (which ``Tensor.backward``
-calls) and ``torch.autograd.grad`` are wrapped, so the loss is captured with no change to
-the training loop, and a program that trains without ``torch.optim`` has its steps
-counted at them; ``torch.optim.Optimizer.__init__`` is wrapped to know whether any
-optimizer exists. The wrappers only hand the tensors to the open runs; they never change
-what PyTorch does or returns, and compose with wrappers of the same functions installed
-by others (see ``_patch``): this is the only wrapper of them in gradoc.
+While at least one run is open, these are wrapped, so that gradoc sees what the program
+computes with no change to the training loop:
+
+- ``torch.autograd.backward`` (which ``Tensor.backward`` calls) and ``torch.autograd.grad``:
+  the loss, and the steps of a program that trains without ``torch.optim``;
+- ``torch.optim.Optimizer.__init__``: whether any optimizer exists;
+- how a program reads a scalar it computed (``Tensor.item``, ``float(t)``, ``f"{t}"``,
+  ``torch.isfinite`` / ``isnan`` / ``isinf`` and their methods): a loss checked or printed
+  that never reaches ``backward()`` (``if not torch.isfinite(loss): break``);
+- ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_`` (through
+  ``clip_grad._clip_grads_with_norm_`` where PyTorch has it, so any import of
+  ``clip_grad_norm_`` is seen) and ``torch.amp.GradScaler``'s ``scale``, ``unscale_`` and
+  ``step``: the gradients before the program clips them, the clipping itself, the loss
+  before scaling, and a step the scaler skipped.
+
+The wrappers only hand what they see to the open runs (:class:`LossSink`); they never change
+what PyTorch does or returns, and compose with wrappers of the same functions installed by
+others (see ``_patch``): this is the only wrapper of them in gradoc.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import torch
+import torch.nn.utils.clip_grad as _clip_grad
 from torch import Tensor
 from torch.optim import Optimizer
 
 from .._patch import Patch
+from .losses import loss_like
 
 
-class LossSink(Protocol):
-    def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None: ...
+class LossSink:
+    """What the taps tell an open run (every method a no-op here)."""
 
-    def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None: ...
+    def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+        """A ``backward()`` / ``autograd.grad`` call begins (``direct``: the program's own)."""
+
+    def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
+        """... and returned (``grads``: what ``autograd.grad`` gave)."""
+
+    def on_value(self, tensor: Tensor, value: float | None, how: str) -> None:
+        """The program read a scalar with an autograd graph (a loss, most likely): its
+        value when the read gave it and it is not finite (``item()``), else None (the
+        program asked ``torch.isfinite(loss)``)."""
+
+    def on_scaled(self, loss: Tensor, scaled: Tensor) -> None:
+        """A GradScaler scaled ``loss`` into ``scaled`` (which goes to backward())."""
+
+    def on_grads_ready(self, optimizer: Optimizer | None, params: list[Tensor]) -> None:
+        """The gradients are about to be clipped, or were just unscaled: final as the
+        backward produced them (``optimizer`` when known, else the ``params``)."""
+
+    def on_clip(self, kind: str, threshold: float, measured: Tensor, norm_type: float) -> None:
+        """The program clipped its gradients: ``kind`` (``clip_grad_norm_`` or
+        ``clip_grad_value_``) at ``threshold``; ``measured`` (on the device) is the norm it
+        measured before clipping (the largest absolute value for value clipping)."""
+
+    def after_scaler_step(self, optimizer: Optimizer) -> None:
+        """``GradScaler.step(optimizer)`` returned (it skips ``optimizer.step()`` when it
+        found an inf or NaN gradient)."""
 
 
 _sinks: list[LossSink] = []
@@ -111,11 +150,191 @@ def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
     return tapped
 
 
+def _tell_value(t: Tensor, value: float | None, how: str) -> None:
+    for sink in list(_sinks):
+        sink.on_value(t, value, how)
+
+
+def _tap_read(how: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``item()`` / ``float(t)``: the value comes back; a non-finite one is told."""
+
+    def make(read: Callable[..., Any]) -> Callable[..., Any]:
+        def tapped(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+            value = _warning_at_caller(read, self) if self.requires_grad else read(self)
+            if self.grad_fn is not None and isinstance(value, float) and not math.isfinite(value):
+                _tell_value(self, value, how)
+            return value
+
+        return tapped
+
+    return make
+
+
+def _warning_at_caller(read: Callable[..., Any], t: Tensor) -> Any:
+    """``read(t)`` whose warnings name the program's line, as without the tap: PyTorch
+    warns about ``float()`` of a tensor that requires grad at the Python frame that called
+    it, which would be the tap (and, warned once per line, only once per run)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = read(t)
+    for w in caught:  # the tap and Patch's switch sit between the program and PyTorch
+        warnings.warn(w.message, stacklevel=4)
+    return value
+
+
+def _tap_format(fmt: Callable[..., Any]) -> Callable[..., Any]:
+    """``f"{loss:.4f}"`` formats the value of a detached copy (no ``item()`` of the loss
+    itself): the text says whether it was finite, with no second read."""
+
+    def tapped(self: Tensor, spec: str) -> Any:
+        text = fmt(self, spec)
+        if self.grad_fn is not None and isinstance(text, str) and text.strip().lower() in _BAD:
+            _tell_value(self, float(text), "printed with a format string")
+        return text
+
+    return tapped
+
+
+_BAD = ("nan", "inf", "-inf", "+inf", "-nan")
+
+
+def _tap_check(how: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``torch.isfinite(loss)`` and its kind: the program is about to look at the value."""
+
+    def make(check: Callable[..., Any]) -> Callable[..., Any]:
+        def tapped(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if loss_like(t):
+                _tell_value(t, None, how)
+            return check(t, *args, **kwargs)
+
+        return tapped
+
+    return make
+
+
+def _tap_scale(scale: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(self: Any, outputs: Any) -> Any:
+        scaled = scale(self, outputs)
+        if isinstance(outputs, Tensor) and isinstance(scaled, Tensor) and scaled is not outputs:
+            for sink in list(_sinks):
+                sink.on_scaled(outputs, scaled)
+        return scaled
+
+    return tapped
+
+
+def _tap_unscale(unscale: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(self: Any, optimizer: Optimizer) -> Any:
+        result = unscale(self, optimizer)
+        if getattr(self, "_enabled", False):  # the gradients are in their true units now
+            for sink in list(_sinks):
+                sink.on_grads_ready(optimizer, [])
+        return result
+
+    return tapped
+
+
+def _tap_scaler_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(self: Any, optimizer: Optimizer, *args: Any, **kwargs: Any) -> Any:
+        result = step(self, optimizer, *args, **kwargs)
+        for sink in list(_sinks):
+            sink.after_scaler_step(optimizer)
+        return result
+
+    return tapped
+
+
+def _params(parameters: Any) -> list[Tensor]:
+    return [parameters] if isinstance(parameters, Tensor) else list(parameters)
+
+
+def _tap_clip_with_norm(clip: Callable[..., Any]) -> Callable[..., Any]:
+    """``clip_grads_with_norm_(parameters, max_norm, total_norm)``, which
+    ``clip_grad_norm_`` calls after measuring the norm and before scaling the gradients."""
+
+    def tapped(parameters: Any, max_norm: float, total_norm: Tensor, *args: Any, **kw: Any) -> Any:
+        params = _params(parameters)
+        for sink in list(_sinks):
+            sink.on_grads_ready(None, params)
+            sink.on_clip("clip_grad_norm_", float(max_norm), total_norm, math.nan)
+        return clip(params, max_norm, total_norm, *args, **kw)
+
+    return tapped
+
+
+def _tap_clip_norm(clip: Callable[..., Any]) -> Callable[..., Any]:
+    """``clip_grad_norm_`` itself, on a PyTorch without ``_clip_grads_with_norm_``."""
+
+    def tapped(parameters: Any, max_norm: float, norm_type: float = 2.0, *a: Any, **kw: Any) -> Any:
+        params = _params(parameters)
+        for sink in list(_sinks):
+            sink.on_grads_ready(None, params)
+        total = clip(params, max_norm, norm_type, *a, **kw)
+        for sink in list(_sinks):
+            sink.on_clip("clip_grad_norm_", float(max_norm), total, float(norm_type))
+        return total
+
+    return tapped
+
+
+def _tap_clip_value(clip: Callable[..., Any]) -> Callable[..., Any]:
+    def tapped(parameters: Any, clip_value: float, *args: Any, **kwargs: Any) -> Any:
+        params = _params(parameters)
+        if _sinks:
+            grads = [p.grad for p in params if p.grad is not None]
+            with torch.no_grad():
+                largest = (
+                    torch.stack([g.detach().abs().amax().float() for g in grads]).amax()
+                    if grads
+                    else torch.zeros(())
+                )
+            for sink in list(_sinks):
+                sink.on_grads_ready(None, params)
+                sink.on_clip("clip_grad_value_", float(clip_value), largest, math.nan)
+        return clip(params, clip_value, *args, **kwargs)
+
+    return tapped
+
+
+def _clip_patches() -> tuple[Patch, ...]:
+    """Clipping as PyTorch writes it: ``clip_grad_norm_`` calls the module's
+    ``_clip_grads_with_norm_`` (PyTorch >= 2.6), so tapping that sees every import of
+    ``clip_grad_norm_``; an older PyTorch has ``clip_grad_norm_`` tapped where it is
+    reached (``torch.nn.utils`` and its ``clip_grad`` module)."""
+    utils = torch.nn.utils
+    found: list[Patch] = []
+    if hasattr(_clip_grad, "_clip_grads_with_norm_"):
+        found.append(Patch(_clip_grad, "_clip_grads_with_norm_", _tap_clip_with_norm))
+        if hasattr(utils, "clip_grads_with_norm_"):
+            found.append(Patch(utils, "clip_grads_with_norm_", _tap_clip_with_norm))
+    else:  # pragma: no cover - PyTorch < 2.6
+        found += [Patch(m, "clip_grad_norm_", _tap_clip_norm) for m in (utils, _clip_grad)]
+    found += [Patch(m, "clip_grad_value_", _tap_clip_value) for m in (utils, _clip_grad)]
+    return tuple(found)
+
+
+_SCALER = torch.amp.GradScaler
+_CHECKS = ("isfinite", "isnan", "isinf")
+
 _PATCHES = (
     Patch(torch.autograd, "backward", _tap_backward),
     Patch(torch.autograd, "grad", _tap_grad),
     Patch(Optimizer, "__init__", _tap_optimizer_init),
+    Patch(Tensor, "__float__", _tap_read("read with float(loss)")),
+    Patch(Tensor, "__format__", _tap_format),
+    *(Patch(torch, f, _tap_check(f"checked with torch.{f}(loss)")) for f in _CHECKS),
+    *(Patch(Tensor, f, _tap_check(f"checked with loss.{f}()")) for f in _CHECKS),
+    Patch(_SCALER, "scale", _tap_scale),
+    Patch(_SCALER, "unscale_", _tap_unscale),
+    Patch(_SCALER, "step", _tap_scaler_step),
+    *_clip_patches(),
 )
+_ITEM = Patch(Tensor, "item", _tap_read("read with loss.item()"))
+"""``item()`` is called once per parameter inside an optimizer's step (Adam's step
+counts): it is lifted while a watched optimizer steps (see :func:`reading_items`)."""
+_items_on = [True]
 
 
 def _optimizer_params() -> list[Tensor]:
@@ -153,6 +372,31 @@ def _sync() -> None:
             patch.install()
         else:
             patch.remove()
+    if _sinks and _items_on[0]:
+        _ITEM.install()
+    else:
+        _ITEM.remove()
+
+
+def reading_items(on: bool) -> None:
+    """``item()`` tapped (on) or not: off while a watched optimizer steps, so that its
+    per-parameter ``item()`` calls pay nothing (two attribute writes a step instead)."""
+    if _items_on[0] != on:
+        _items_on[0] = on
+        if _sinks:
+            if on:
+                _ITEM.install()
+            else:
+                _ITEM.remove()
+
+
+def optimizer_of(params: list[Tensor]) -> Optimizer | None:
+    """The live optimizer holding one of ``params`` (the first found)."""
+    ids = {id(p) for p in params}
+    for opt in list(_optimizers):
+        if any(id(p) in ids for g in opt.param_groups for p in g["params"]):
+            return opt
+    return None
 
 
 def add_loss_sink(sink: LossSink) -> None:
@@ -179,30 +423,6 @@ def scaling_losses(scale: Callable[[Tensor], Tensor]) -> Iterator[None]:
     finally:
         _loss_scale.remove(scale)
         _sync()
-
-
-_CLASSIFICATION = ("NllLossBackward0", "NllLoss2DBackward0")
-_BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
-
-
-def loss_kind(tensors: Any) -> dict[str, Any] | None:
-    """What the loss handed to backward() is, read from its autograd node (no device
-    read): ``{"node": "NllLossBackward0", "classes": 65}`` for a cross-entropy over 65
-    classes, whose loss at a uniform prediction (chance) is ln 65. None when the loss is
-    anything else (scaled, summed with other terms, label-smoothed): no chance level."""
-    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
-        tensors = tensors[0]
-    node = getattr(tensors, "grad_fn", None)
-    if node is None:
-        return None
-    name = node.name()
-    if name in _CLASSIFICATION:
-        saved = getattr(node, "_saved_self", None)
-        classes = int(saved.shape[1]) if saved is not None and saved.dim() >= 2 else None
-        return {"node": name, "classes": classes}
-    if name in _BINARY:
-        return {"node": name, "classes": 2}
-    return {"node": name}
 
 
 def scalar_loss(tensors: Any) -> Tensor | None:

@@ -76,6 +76,7 @@ class Watched:
         modules, rows = module_rows(roots, self.prefixes, self.next_id, self.run.config.modules)
         self.next_id += len(rows)
         self.modules.update(modules)
+        self.run.steps.activations.adopt(modules)  # what they output before: the first step's
         return rows
 
     def watch_modules(self, roots: list[nn.Module]) -> None:
@@ -102,6 +103,18 @@ class Watched:
             self._root_returned(module, kwargs, output)
 
     @guarded
+    def adopt(self, calls: list[tuple[nn.Module, Any, Any, Any, RngState]]) -> None:
+        """Forwards of a root made before it was watched (``gradoc run`` finds its model at
+        the first optimizer step): the step's probes hear of them as if they had been seen
+        (a loss they returned was backpropagated by now: it is not the step's to check)."""
+        for module, args, kwargs, output, rng in calls:
+            self.forward_seen = True
+            self.last_forward = (module, args, kwargs)
+            self.samples += batch_size(args, kwargs)
+            for probe in self.probes:
+                probe.on_forward(module, args, kwargs, output, rng if self.keep_rng else {})
+
+    @guarded
     def _root_called(self, module: nn.Module, args: Any) -> None:
         if torch.is_grad_enabled():
             self.forward_seen = True
@@ -118,3 +131,4 @@ class Watched:
         self.samples += batch_size(args, kwargs)
         for probe in self.probes:
             probe.on_forward(module, args, kwargs, output, rng)
+        self.run.steps.on_forward_output(output)

@@ -133,7 +133,12 @@ def loss_trend(h: History) -> tuple[Series, bool]:
 
 def ce_classes(h: History) -> int | None:
     """The number of classes of the run's cross-entropy loss, as recorded at its first
-    backward (meta ``loss_fn``); None for any other loss."""
+    backward (meta ``loss_fn``, read through a loss scaler and gradient accumulation's
+    division); None for any other loss, and when the recorded loss is a cross-entropy
+    divided by a constant that was not undone (``loss / 2``: no chance level of ln k)."""
     loss_fn = h.meta.get("loss_fn")
     k = loss_fn.get("classes") if isinstance(loss_fn, dict) else None
+    division = h.meta.get("loss_division")
+    if isinstance(division, dict) and division.get("undone") is False:
+        return None
     return k if isinstance(k, int) and k >= 2 else None

@@ -1,6 +1,9 @@
 """nonfinite: the loss or a gradient became NaN or Inf.
 
-Needs: per-step loss, per-parameter gradient non-finite counts.
+Needs: per-step loss, per-parameter gradient non-finite counts, and the run's
+``nonfinite_loss`` event: a loss the program computed and read (``if not
+torch.isfinite(loss): break``, ``print(loss.item())``) or its model returned, that never
+became a step's loss (it did not reach ``backward()``, or the step never ended).
 Rule: any NaN/Inf is an error; there is no threshold to calibrate (SageMaker Debugger
 and AUTOTRAINER both treat a single non-finite value as a failure). The finding points
 at the first step where either the loss or a gradient was non-finite. Among the
@@ -54,19 +57,26 @@ def check(h: History) -> list[Finding]:
     # a located origin is itself the evidence (a script may stop before backward)
     origins = [e.data["origin"] for e in h.events if e.kind == "nonfinite_origin"]
     first_origin = min((o["step"] for o in origins if o.get("step") is not None), default=None)
-    if bad_loss is None and bad_grad is None and first_origin is None:
+    unbacked = _unbacked(h)
+    bad_unbacked = unbacked[0] if unbacked is not None else None
+    if bad_loss is None and bad_grad is None and first_origin is None and bad_unbacked is None:
         return []
-    step = min(s for s in (bad_loss, bad_grad, first_origin) if s is not None)
+    step = min(s for s in (bad_loss, bad_grad, first_origin, bad_unbacked) if s is not None)
     evidence: list[dict[str, object]] = []
     layer = None
     parts = []
-    if bad_loss is not None:
-        value = loss.at(bad_loss)
-        evidence.append({"signal": "loss", "step": bad_loss, "value": _fmt(value)})
-        before = [v for s, v in zip(loss.steps, loss.values) if s < bad_loss and math.isfinite(v)]
+    if unbacked is not None and (bad_loss is None or unbacked[0] < bad_loss):
+        at, shown, what = unbacked
+        evidence.append({"signal": "loss, never a step's loss", "step": at, "value": shown})
+        parts.append(f"loss became {shown} at step {at} ({what})")
+    elif bad_loss is not None:
+        at, shown = bad_loss, _fmt(loss.at(bad_loss))
+        evidence.append({"signal": "loss", "step": at, "value": shown})
+        parts.append(f"loss became {shown} at step {at}")
+    if unbacked is not None or bad_loss is not None:
+        before = [v for s, v in zip(loss.steps, loss.values) if s < at and math.isfinite(v)]
         if before:
             evidence.append({"signal": "last finite loss", "value": before[-1]})
-        parts.append(f"loss became {_fmt(value)} at step {bad_loss}")
     if bad_grad is not None:
         with_grads = [
             p for p in h.params if h.param(p.name, "grad_nonfinite").at(bad_grad) is not None
@@ -126,3 +136,14 @@ def check(h: History) -> list[Finding]:
 
 def _fmt(value: float | None) -> str:
     return "missing" if value is None else repr(value).lower()
+
+
+def _unbacked(h: History) -> tuple[int, str, str] | None:
+    """The run's first non-finite loss that was never a step's loss (see the module
+    docstring): (step, value, how the program had it); None without one."""
+    event = next((e for e in h.events if e.kind == "nonfinite_loss" and "read_by" in e.data), None)
+    if event is None or event.step is None:
+        return None
+    how = str(event.data["read_by"])
+    what = how if event.data.get("backpropagated") else f"{how}, never backpropagated"
+    return event.step, str(event.data.get("value", "nan")), what

@@ -8,7 +8,8 @@ Rules: every audit finding is reported once, at the first step it was seen. A le
 anomaly (its rule is in ``collect/lengths.py``) is info, and a warning when one falls on a
 step with a non-finite value; the diagnosis then folds it into that story.
 ``padding_waste`` is info when more than a third of the tokens the model processed were
-padding (above half it suggests bucketing): a cost, not a fault.
+padding (above half it suggests bucketing): a cost, not a fault; when the pads were found
+by the model's ``padding_idx`` with no mask argument, it says so and how to audit them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from .finding import Finding
 from .history import History
 
 WASTE_INFO = 1 / 3
+_UNMASKED = (
+    "; the pads reached the model with no mask argument (found by its embedding's "
+    "padding_idx): unless the model masks them itself they change the real positions' "
+    "outputs, which gradoc run --check padding audits"
+)
 
 
 def check(h: History) -> list[Finding]:
@@ -61,6 +67,7 @@ def check(h: History) -> list[Finding]:
                 layer=f.get("layer"),
                 summary=f["summary"],
                 evidence=f.get("evidence", []),
+                details=f.get("details") or {},
             )
         )
     lengths = h.meta.get("lengths") or {}
@@ -74,7 +81,8 @@ def check(h: History) -> list[Finding]:
                 layer=None,
                 summary=f"{ratio:.0%} of the tokens were padding over {lengths['batches']} "
                 f"batches (mean length {fmt(lengths['mean'])} of up to {lengths['max']})"
-                + ("; bucket batches by length" if ratio > 0.5 else ""),
+                + ("; bucket batches by length" if ratio > 0.5 else "")
+                + (_UNMASKED if str(lengths.get("source", "")).endswith("no mask") else ""),
                 evidence=[
                     {"signal": "padding ratio", "value": ratio},
                     {"signal": "mean length", "value": lengths["mean"]},

@@ -1180,13 +1180,17 @@ def _loss_padding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "set padded targets to -100 (nn.CrossEntropyLoss's ignore_index) or multiply the "
         "per-position loss by the mask before averaging",
     )
-    f.fixes += [
-        {
-            "horizon": "immediate",
-            "action": "F.cross_entropy(logits, targets, ignore_index=PAD) with padded targets "
-            "set to PAD, or (loss * mask).sum() / mask.sum()",
-        }
-    ]
+    if f.details.get("model_loss"):  # the model computed it from labels= (Hugging Face)
+        action = (
+            "set the labels to -100 at padded positions, which the model's loss ignores: "
+            "labels = input_ids.masked_fill(attention_mask == 0, -100)"
+        )
+    else:
+        action = (
+            "F.cross_entropy(logits, targets, ignore_index=PAD) with padded targets set to "
+            "PAD, or (loss * mask).sum() / mask.sum()"
+        )
+    f.fixes += [{"horizon": "immediate", "action": action}]
     return [cause]
 
 

@@ -137,7 +137,7 @@ def _changed(a: list[Tensor], b: list[Tensor], pads: Tensor) -> float:
 
 def audit_padding(
     model: nn.Module,
-    batch: Tensor | tuple[Any, ...],
+    batch: Tensor | tuple[Any, ...] | None,
     *,
     pad_mask: Tensor | None = None,
     attention_mask: Tensor | None = None,
@@ -145,28 +145,44 @@ def audit_padding(
     loss_fn: Callable[[Any, Any], Tensor] | None = None,
     targets: Tensor | None = None,
     model_kwargs: dict[str, Any] | None = None,
+    batch_key: str | None = None,
     tolerance: float = TOLERANCE,
 ) -> list[Finding]:
     """Audit one padded batch; returns findings (``padding_leak``, ``loss_includes_padding``,
     ``padding_waste``).
 
     ``batch``: the model's first positional input (token ids (B, T) or embeddings (B, T,
-    D)), or a tuple of positional inputs whose first is that. Where the pads are:
-    ``pad_mask`` (True = pad), ``attention_mask`` (1 = real, 0 = pad; also passed to the
-    model as ``attention_mask=``) or ``pad_id``. ``model_kwargs`` go to the model as they
-    are (e.g. ``src_key_padding_mask=``). ``loss_fn(output, targets)`` with per-position
-    ``targets`` enables the loss check. The model runs in its current mode, without
-    gradients for the leak check; its buffers and the RNG are restored.
+    D)), or a tuple of positional inputs whose first is that; or, with ``batch_key``, the
+    positional inputs (or None) while the batch is the keyword argument of that name
+    (``batch_key="input_ids"`` for a Hugging Face model). Where the pads are: ``pad_mask``
+    (True = pad), ``attention_mask`` (1 = real, 0 = pad; also passed to the model as
+    ``attention_mask=``) or ``pad_id``. ``model_kwargs`` go to the model as they are (e.g.
+    ``src_key_padding_mask=``, ``labels=``). ``loss_fn(output, targets)`` with
+    per-position ``targets`` enables the loss check; a model that computes its loss itself
+    (its output holds one: a Hugging Face ``ModelOutput.loss`` from ``labels=``, or a
+    scalar beside per-position outputs) gets it too. The model runs in its current mode,
+    without gradients for the leak check; its buffers and the RNG are restored.
+
+    >>> import torch.nn as nn
+    >>> model = nn.Sequential(nn.Embedding(10, 4, padding_idx=0), nn.Linear(4, 2))
+    >>> ids = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 0]])
+    >>> [f.kind for f in audit_padding(model, ids, pad_id=0)]
+    ['padding_waste']
     """
-    args = batch if isinstance(batch, tuple) else (batch,)
-    x = args[0]
-    pads = pads_from(x, pad_mask, attention_mask, pad_id).to(x.device)
     kwargs = dict(model_kwargs or {})
+    args = () if batch is None else (batch if isinstance(batch, tuple) else (batch,))
+    x = kwargs[batch_key] if batch_key is not None else args[0]
+    pads = pads_from(x, pad_mask, attention_mask, pad_id).to(x.device)
     if attention_mask is not None:
         kwargs.setdefault("attention_mask", attention_mask)
     names = {m: n for n, m in model.named_modules()}
+    other = _perturb(x, pads, pad_id)
+    if batch_key is not None:
+        args2, kwargs2 = args, {**kwargs, batch_key: other}
+    else:
+        args2, kwargs2 = (other, *args[1:]), kwargs
     base, outs, ins = _run(model, args, kwargs, names)
-    perturbed, outs2, ins2 = _run(model, (_perturb(x, pads, pad_id), *args[1:]), kwargs, names)
+    perturbed, outs2, ins2 = _run(model, args2, kwargs2, names)
     findings = []
     final = _changed(_tensors(base), _tensors(perturbed), pads)
     if final > tolerance:
@@ -199,8 +215,43 @@ def audit_padding(
         )
     if loss_fn is not None and targets is not None:
         findings += _loss_check(model, args, kwargs, loss_fn, targets, pads)
+    elif _own_loss(base) is not None:
+        findings += _own_loss_check(model, args, kwargs, pads)
     findings += _waste(pads)
     return findings
+
+
+def _own_loss(output: Any) -> Tensor | None:
+    """The loss a model computed itself: ``output.loss`` (a Hugging Face ``ModelOutput``),
+    ``output["loss"]``, or a scalar in a tuple of outputs (nanoGPT's ``logits, loss``)."""
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None and isinstance(output, (tuple, list)):
+        loss = next((o for o in output if isinstance(o, Tensor) and o.dim() == 0), None)
+    return loss if isinstance(loss, Tensor) and loss.numel() == 1 else None
+
+
+def _own_loss_check(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], pads: Tensor
+) -> list[Finding]:
+    """The loss check of a model that computes its loss itself: the gradient of that loss
+    with respect to its per-position outputs (the logits), at the padded positions."""
+    with kept([model]), torch.enable_grad():
+        torch.manual_seed(0)
+        out = model(*args, **kwargs)
+        loss = _own_loss(out)
+        per_position = [
+            t
+            for t in _tensors(out)
+            if t.dim() >= 2 and t.shape[:2] == pads.shape and t.requires_grad
+        ]
+        if loss is None or not loss.requires_grad or not per_position:
+            return []
+        (grad,) = torch.autograd.grad(loss, per_position[0], allow_unused=True)
+    if grad is None:
+        return []
+    return _leaked(grad, pads, own=True)
 
 
 def _loss_check(
@@ -218,6 +269,12 @@ def _loss_check(
     grad = first.grad
     if grad is None:
         return []
+    return _leaked(grad, pads)
+
+
+def _leaked(grad: Tensor, pads: Tensor, own: bool = False) -> list[Finding]:
+    """``loss_includes_padding`` when the loss's gradient at padded positions is not 0
+    (``own``: the loss the model computed itself, from ``labels=``)."""
     at_pads = _real(grad, ~pads)  # the padded positions
     if at_pads is None or grad.shape[:2] != pads.shape:
         return []
@@ -237,6 +294,7 @@ def _loss_check(
                 {"signal": "share of the loss gradient at padded positions", "value": share},
                 {"signal": "padded positions", "value": int(pads.sum())},
             ],
+            details={"model_loss": own},
         )
     ]
 

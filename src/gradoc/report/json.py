@@ -50,10 +50,71 @@ def build_report(run: RunLog, stopped: dict[str, Any] | None = None) -> dict[str
             "exit_code": meta.get("exit_code"),
             "guard": meta.get("guard"),
             "steps_counted_by": meta.get("steps_counted_by") or [],
+            "loss_read": loss_read(meta),
+            "clipping": clipping(run),
             "unwatched": _unwatched(meta),
         },
         "findings": [f.to_json() for f in findings],
         **({"amp": _amp(meta["amp"])} if meta.get("amp") else {}),
+    }
+
+
+def loss_read(meta: dict[str, Any]) -> str | None:
+    """How the run's loss was read, in one sentence (None before schema 4's logs)."""
+    read = meta.get("loss_read")
+    if not isinstance(read, dict):
+        return None
+    parts = ["the loss handed to backward()"]
+    if read.get("returned"):
+        parts[0] += f", computed and returned {read['returned']}"
+    through = []
+    if read.get("unscaled"):
+        through.append(f"{read['unscaled']}'s loss scaling undone")
+    division = meta.get("loss_division")
+    if isinstance(division, dict) and division.get("by") is not None:
+        by = f"{division['by']:g}"
+        through.append(
+            f"the division by {by} micro-batches (gradient accumulation) undone"
+            if division.get("undone")
+            else f"divided by {by} before backward() (kept: not the step's number of "
+            "backward() calls)"
+        )
+    kind = read.get("kind") or {}
+    if kind.get("fn") == "cross_entropy":
+        what = f"a cross-entropy over {kind.get('classes', '?')} classes"
+        if "ignore_index" in kind:
+            what += f" (ignore_index {kind['ignore_index']})"
+        if kind.get("label_smoothing"):
+            what += ", label-smoothed"
+        through.append(what)
+    elif kind.get("fn"):
+        through.append(str(kind["fn"]).replace("_", " "))
+    elif kind.get("node"):
+        through.append(f"autograd node {kind['node']}")
+    if through:
+        parts.append("read through: " + "; ".join(through))
+    return "; ".join(parts)
+
+
+def clipping(run: RunLog) -> dict[str, Any] | None:
+    """The program's own gradient clipping: its function and threshold, and how often it
+    bit (the norm it measured above the threshold) with the median factor it scaled by."""
+    said = run.meta.get("clipping")
+    if not isinstance(said, dict):
+        return None
+    measured, threshold = run.scalar("clip_norm"), run.scalar("clip_max")
+    limits = dict(zip(threshold.steps, threshold.values))
+    factors = [
+        min(1.0, limits[s] / v) if v > 0 and math.isfinite(v) else 0.0
+        for s, v in zip(measured.steps, measured.values)
+        if s in limits
+    ]
+    bit = [f for f in factors if f < 1.0]
+    return {
+        **said,
+        "steps": len(factors),
+        "bit": len(bit),
+        "median_factor": sorted(bit)[len(bit) // 2] if bit else None,
     }
 
 

@@ -115,6 +115,17 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
             console.print(_t(f"not watched: {part}", style="dim"))
     if info.get("guard"):
         console.print(_guard_line(info["guard"]))
+    if info.get("loss_read"):
+        console.print(_t(f"loss: {info['loss_read']}", style="dim"))
+    clip = info.get("clipping")
+    if isinstance(clip, dict) and clip.get("steps"):
+        said = (
+            f"clipping: the program's {clip.get('fn')} at {clip.get('threshold')} bit on "
+            f"{clip.get('bit')} of {clip.get('steps')} steps"
+        )
+        if clip.get("median_factor") is not None:
+            said += f" (median factor {clip['median_factor']:.3g})"
+        console.print(_t(said + "; the gradient norms below are before it", style="dim"))
     for name in ("loss", "grad_norm"):
         line = _series_line(name, run.scalar(name))
         if line is not None:

@@ -22,7 +22,18 @@ from .._text import one_line
 from ..errors import RunLogError
 from .schema import PARAM_STATS, READABLE
 
-_STEP_COLUMNS = ("time", "loss", "n_backward", "grad_norm", "grad_nonfinite", "samples")
+_STEP_COLUMNS = (
+    "time",
+    "loss",
+    "n_backward",
+    "grad_norm",
+    "grad_nonfinite",
+    "samples",
+    "clip_norm",
+    "clip_max",
+)
+_SINCE = {"samples": 2, "clip_norm": 4, "clip_max": 4}
+"""Step columns added by a schema version (older logs have none)."""
 _PARAM_STATS = PARAM_STATS
 _ACT_STATS = ("mean", "std", "zero_frac", "sat_frac", "nonfinite", "numel", "calls", "positions")
 
@@ -427,10 +438,11 @@ class RunLog:
 
     def scalar(self, name: str) -> Series:
         """A per-step series: ``loss``, ``grad_norm``, ``grad_nonfinite``, ``n_backward``,
-        ``samples`` (samples the model saw) or ``time``."""
+        ``samples`` (samples the model saw), ``time``, or the program's clipping:
+        ``clip_norm`` (the norm it measured) and ``clip_max`` (its threshold)."""
         if name not in _STEP_COLUMNS:
             raise KeyError(f"unknown step statistic {name!r}; one of {_STEP_COLUMNS}")
-        if name == "samples" and self.version < 2:
+        if self.version < _SINCE.get(name, 1):
             return Series([], [])
         rows = self._query(f"SELECT step, {name} FROM steps WHERE {name} IS NOT NULL ORDER BY step")
         return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])

@@ -1,4 +1,4 @@
-"""The run log's tables (schema version 2).
+"""The run log's tables (schema version 4).
 
 Readable with the ``sqlite3`` tool::
 
@@ -27,11 +27,13 @@ Conventions:
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
-"""3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
-2: ``steps.samples``. Versions 1 and 2 (one ``param_stats`` row per parameter and step)
-are read too."""
-READABLE = (1, 2, 3)
+SCHEMA_VERSION = 4
+"""4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
+``steps.loss`` with gradient accumulation and loss scaling undone;
+3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
+2: ``steps.samples``. Versions 1 to 3 (1 and 2: one ``param_stats`` row per parameter and
+step) are read too."""
+READABLE = (1, 2, 3, 4)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -52,12 +54,18 @@ CREATE TABLE IF NOT EXISTS layers (
 CREATE TABLE IF NOT EXISTS steps (
     step        INTEGER PRIMARY KEY,
     time        REAL NOT NULL,     -- seconds since the run started
-    loss        REAL,              -- mean of the losses passed to backward() in this step
+    loss        REAL,              -- the step's loss: the losses passed to backward(), loss
+                                   -- scaling undone; the sum of micro-batch losses each
+                                   -- divided by their count (accumulation), else their mean
     n_backward  INTEGER NOT NULL,  -- backward() calls in this step (gradient accumulation)
-    grad_norm   REAL,              -- global L2 norm over all watched gradients
+    grad_norm   REAL,              -- global L2 norm over all watched gradients, before the
+                                   -- program clipped them
     grad_nonfinite INTEGER,        -- non-finite gradient values, all parameters
     lr          TEXT,              -- JSON list: learning rate of each param group
-    samples     INTEGER            -- samples the watched model saw (batch sizes summed)
+    samples     INTEGER,           -- samples the watched model saw (batch sizes summed)
+    clip_norm   REAL,              -- the norm the program's clip_grad_norm_ measured (max
+                                   -- |grad| for clip_grad_value_); NULL: no clipping
+    clip_max    REAL               -- its threshold (meta 'clipping' says which function)
 );
 CREATE TABLE IF NOT EXISTS param_arrays (
     step           INTEGER NOT NULL,

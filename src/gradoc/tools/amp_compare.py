@@ -78,14 +78,11 @@ def _worker(ns: argparse.Namespace) -> int:
             state["ctx"].__exit__(None, None, None)
             state["ctx"] = None
 
-    class Losses:  # the taps' sink: every scalar loss handed to backward()
+    class Losses(taps.LossSink):  # every scalar loss handed to backward()
         def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
             loss = taps.scalar_loss(tensors)
             if loss is not None:
                 rec["loss"].append(float(loss.float()))
-
-        def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
-            pass
 
     def scaled(loss: torch.Tensor) -> torch.Tensor:
         return loss.float() * state["scale"] if scaling else loss

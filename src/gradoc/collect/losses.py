@@ -1,0 +1,257 @@
+"""The loss as the program computes it: read through its wrappers, and seen where it is made.
+
+A step's loss is what the program optimises for that step. Programs rarely hand that
+number to ``backward()`` as it is:
+
+- a loss scaler multiplies it (``GradScaler.scale``: the tap says which tensor it scaled);
+- gradient accumulation divides each micro-batch's loss by the number of micro-batches
+  (``loss / 4``, nanoGPT, Hugging Face's Trainer) before its backward: when every
+  micro-batch of a step was divided by the step's number of ``backward()`` calls, the
+  step's loss is their sum (the mean of the undivided losses), else their mean (the
+  divisors are compared on the host, when the step's values are read: no extra read);
+- the loss function is wrapped (a division, label smoothing's sum of two terms), which
+  hides the cross-entropy whose number of classes says where its chance level lies.
+
+All of it is read from the autograd graph's nodes and the constants they saved: no device
+read. :func:`read` reads one ``backward()``'s loss, :func:`step_values` and :func:`combine`
+make a step's, :func:`kind` names the loss function.
+
+A loss that never reaches ``backward()`` (a loop that checks it and stops: ``if not
+torch.isfinite(loss): break``) is seen where the program reads it or where the model
+returns it: :class:`Unbacked` keeps those reads until a ``backward()`` shows whether they
+were backpropagated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_NLL = ("NllLossBackward0", "NllLoss2DBackward0")
+_BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
+_REGRESSION = {
+    "MseLossBackward0": "mse_loss",
+    "L1LossBackward0": "l1_loss",
+    "SmoothL1LossBackward0": "smooth_l1_loss",
+    "HuberLossBackward0": "huber_loss",
+    "KlDivBackward0": "kl_div",
+}
+_SEARCH = 64
+"""Autograd nodes looked at from a ``backward()``'s root, at most, to match losses the program
+read before (a loss inside ``ce + reg``, divided, scaled): the top of the graph only."""
+
+
+@dataclass(slots=True)
+class Micro:
+    """One ``backward()``'s loss: its value (a detached scalar on the device, loss scaling
+    undone) and the constant it was divided by before the backward, if any (a one-element
+    tensor: its value is compared on the host, with the step's other values)."""
+
+    value: Tensor
+    divisor: Tensor | None
+    node: Any
+    """The loss's own autograd node (below the scaler and the division)."""
+    scaled: bool
+
+
+def divided(node: Any) -> tuple[Tensor, Any] | None:
+    """``loss / c`` with ``c`` a one-element tensor that needs no gradient (a Python number
+    is saved as one): (c, the node below); None otherwise. Nothing is read."""
+    if node.name() != "DivBackward0":
+        return None
+    try:
+        nexts = node.next_functions
+        if len(nexts) != 2 or nexts[1][0] is not None or nexts[0][0] is None:
+            return None
+        other = node._saved_other
+    except (AttributeError, RuntimeError):
+        return None
+    if not isinstance(other, Tensor) or other.numel() != 1:
+        return None
+    return other.detach().reshape(()), nexts[0][0]
+
+
+def read(loss: Tensor, scaled: dict[int, tuple[Any, Tensor]]) -> Micro:
+    """The loss of one ``backward(loss)``; ``scaled``: id(node of a scaled loss) -> (that
+    node, the loss before scaling), what the scaler tap saw."""
+    node = loss.grad_fn
+    before = scaled.pop(id(node), None) if node is not None else None
+    was_scaled = before is not None and before[0] is node
+    if was_scaled:
+        loss = before[1]  # type: ignore[index]
+        node = loss.grad_fn
+    divisor = None
+    if node is not None:
+        found = divided(node)
+        if found is not None:
+            divisor, node = found
+    return Micro(loss.detach().reshape(()), divisor, node, was_scaled)
+
+
+def step_values(micros: list[Micro]) -> tuple[Tensor, list[Tensor | None] | None]:
+    """A step's micro-batch losses (n values, or one scalar) on the device, and their
+    divisors (None where none; None for all when no micro-batch was divided), for the host
+    to combine when the step is read (:func:`combine`): each divisor is a part of that read,
+    wherever it lies (a Python number's is on the CPU)."""
+    if len(micros) == 1 and micros[0].divisor is None:
+        return micros[0].value.float(), None
+    values = torch.stack([m.value.float() for m in micros])
+    if all(m.divisor is None for m in micros):
+        return values, None
+    return values, [m.divisor for m in micros]
+
+
+def combine(values: list[float], divisors: list[float] | None) -> tuple[float, bool | None]:
+    """The step's loss from its micro-batches' (on the host): their sum when each was
+    divided by their number (gradient accumulation: the mean of the undivided losses), else
+    their mean; and whether a division was undone (None: no division)."""
+    n = len(values)
+    if divisors is not None and all(d == n for d in divisors):
+        return math.fsum(values), True
+    return math.fsum(values) / n, (None if divisors is None else False)
+
+
+def mean(micros: list[Micro]) -> Tensor:
+    """The step's micro-batch losses averaged on the device (finite exactly when each is)."""
+    if len(micros) == 1:
+        return micros[0].value.float()
+    return torch.stack([m.value.float() for m in micros]).mean()
+
+
+def kind(node: Any) -> dict[str, Any]:
+    """What the loss function is, from the loss's own node (below a loss scaler and a
+    division, never below a multiplication: ``2 * ce`` has no chance level of ln k): ``{"node":
+    "NllLossBackward0", "fn": "cross_entropy", "classes": 65}`` for a cross-entropy over 65
+    classes (its loss at a uniform prediction, chance, is ln 65), also label-smoothed
+    (``"label_smoothing": true``: its chance level is ln 65 too) and with its
+    ``ignore_index``; ``{"node": ...}`` alone for anything else (no chance level)."""
+    if node is None:
+        return {"node": None}
+    name = node.name()
+    if name in _NLL:
+        return {"node": name, "fn": "cross_entropy", **_nll(node)}
+    if name in _BINARY:
+        return {"node": name, "fn": "binary_cross_entropy", "classes": 2}
+    if name in _REGRESSION:
+        return {"node": name, "fn": _REGRESSION[name]}
+    smoothed = _label_smoothed(node)
+    if smoothed is not None:
+        return {"node": smoothed.name(), "fn": "cross_entropy", **_nll(smoothed)} | {
+            "label_smoothing": True
+        }
+    return {"node": name}
+
+
+def _nll(node: Any) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    saved = getattr(node, "_saved_self", None)
+    if isinstance(saved, Tensor) and saved.dim() >= 2:
+        facts["classes"] = int(saved.shape[1])
+    ignore = getattr(node, "_saved_ignore_index", None)
+    if isinstance(ignore, int):
+        ignore = ignore - (1 << 64) if ignore >= 1 << 63 else ignore  # saved as unsigned
+        if ignore != -100:  # PyTorch's default: not worth a word
+            facts["ignore_index"] = ignore
+    return facts
+
+
+def _label_smoothed(node: Any) -> Any:
+    """``cross_entropy(..., label_smoothing=e)``: ``(1 - e) * nll + e * smooth``, an
+    ``AddBackward0`` of two ``MulBackward1``; the NLL node, else None."""
+    if node.name() != "AddBackward0":
+        return None
+    parts = [fn for fn, _ in node.next_functions]
+    if len(parts) != 2 or any(p is None or p.name() != "MulBackward1" for p in parts):
+        return None
+    below = parts[0].next_functions[0][0]
+    return below if below is not None and below.name() in _NLL else None
+
+
+@dataclass(slots=True)
+class Seen:
+    """A scalar with a graph that the program read (or its model returned) in a step."""
+
+    node: Any
+    value: float | Tensor
+    """Its value when the read gave it (a non-finite float), else a detached scalar."""
+    how: str
+    step: int
+
+
+@dataclass(slots=True)
+class Unbacked:
+    """Losses the program read, waiting for a ``backward()`` to show whether they were
+    backpropagated; those that were not are :meth:`take`-n for the step's packet."""
+
+    held: list[Seen] = field(default_factory=list)
+    unused: list[Seen] = field(default_factory=list)
+    limit: int = 8
+
+    def add(self, t: Tensor, value: float | None, how: str, step: int) -> None:
+        node = t.grad_fn
+        if any(s.node is node for s in self.held):
+            return  # read twice (printed and checked): one loss
+        if len(self.held) >= self.limit:
+            return
+        held = value if value is not None else t.detach().reshape(())
+        self.held.append(Seen(node, held, how, step))
+
+    def backward(self, root: Any) -> None:
+        """A ``backward()`` from ``root``: what it reaches was backpropagated; what the
+        program read and this backward does not reach was not (it moved on)."""
+        if not self.held:
+            return
+        reached = _top(root, {id(s.node) for s in self.held})
+        self.unused += [s for s in self.held if id(s.node) not in reached]
+        self.held = []
+
+    def close(self) -> None:
+        """The run ends: nothing read since the last ``backward()`` was backpropagated."""
+        self.unused += self.held
+        self.held = []
+
+    def take(self) -> list[Seen]:
+        taken, self.unused = self.unused, []
+        return taken
+
+
+def _top(root: Any, wanted: set[int]) -> set[int]:
+    """Which of the ``wanted`` node ids lie within the top ``_SEARCH`` nodes of the graph."""
+    found: set[int] = set()
+    todo, seen = [root], 0
+    visited: set[int] = set()
+    while todo and seen < _SEARCH and len(found) < len(wanted):
+        node = todo.pop(0)
+        if node is None or id(node) in visited:
+            continue
+        visited.add(id(node))
+        seen += 1
+        if id(node) in wanted:
+            found.add(id(node))
+        todo.extend(fn for fn, _ in node.next_functions)
+    return found
+
+
+def loss_like(t: Any) -> bool:
+    """A floating-point scalar with an autograd graph: what a loss looks like."""
+    return (
+        isinstance(t, Tensor) and t.grad_fn is not None and t.numel() == 1 and t.is_floating_point()
+    )
+
+
+def returned_loss(output: Any) -> Tensor | None:
+    """The loss a model's forward returned: a scalar with a graph, alone, in a tuple
+    (nanoGPT's ``logits, loss``) or as ``.loss`` / ``["loss"]`` (Hugging Face's
+    ``ModelOutput``)."""
+    if loss_like(output):
+        return output  # type: ignore[no-any-return]
+    if isinstance(output, (tuple, list)):
+        return next((o for o in output if loss_like(o)), None)
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    return loss if loss_like(loss) else None
