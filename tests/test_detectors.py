@@ -246,3 +246,28 @@ def test_weight_matrices_and_update_ratios_are_computed_once_per_history(monkeyp
     _util.weight_params(h).clear()
     assert set(_util.update_ratios(h)) == {"a.weight", "b.weight"}
     assert len(_util.weight_params(h)) == 2 and len(calls) == 2
+
+
+def _adam_history(lr: float, weight_norm: float, optimizer: str = "AdamW") -> object:
+    h = synthetic(
+        loss=smooth_loss(60),
+        grad_norms={f"l{i}.weight": [0.1] * 60 for i in range(3)},
+        param_stats={
+            f"l{i}.weight": {"weight_norm": [weight_norm] * 60, "update_norm": [0.01] * 60}
+            for i in range(3)
+        },
+        shapes={f"l{i}.weight": (10, 10) for i in range(3)},
+    )
+    h.lr = h.loss.__class__(list(range(60)), [lr * min(1.0, (s + 1) / 30) for s in range(60)])
+    h.meta = {"optimizers": [{"type": optimizer, "lr": lr}]}
+    return h
+
+
+def test_an_adam_learning_rate_as_large_as_the_weights_is_a_large_update() -> None:
+    """Weights of RMS 0.07 (norm 0.7 over 100 values): lr 0.1 is 1.4x them, as nanoGPT at
+    lr 0.1; lr 1e-3 (its recipe) is 0.014x; SGD's step scales with the gradient instead."""
+    (f,) = [f for f in run_detectors(_adam_history(0.1, 0.7)) if f.kind == "large_updates"]  # type: ignore[arg-type]
+    assert f.details["rule"] == "adam_lr" and f.details["ratio"] == pytest.approx(0.1 / 0.07)
+    assert f.step == 20  # the warm-up crossed lr = weight RMS there: 0.1 * 21 / 30
+    assert "large_updates" not in kinds(_adam_history(1e-3, 0.7))
+    assert "large_updates" not in kinds(_adam_history(0.1, 0.7, optimizer="SGD"))

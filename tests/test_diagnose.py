@@ -207,3 +207,28 @@ def test_detection_runs_off_the_training_path(
     assert calls == []  # nothing detected while training
     run.close()
     assert calls == [1]  # once, from the finished log
+
+
+def test_an_adam_rate_as_large_as_the_weights_joins_the_story_it_caused() -> None:
+    """A setting, not an event: whatever it began with, the blow-up it caused heads the
+    story, and alone it is its own story."""
+    setting = _finding("large_updates", 0)
+    setting.details = {"rule": "adam_lr", "lr": 0.5, "weight_rms": 0.07, "ratio": 7.0}
+    (story,) = order(merge([setting, _finding("loss_blowup", 2, "error")]))
+    assert story.kind == "loss_blowup" and {r["kind"] for r in story.related} == {"large_updates"}
+    alone = _finding("large_updates", 74)
+    alone.details = dict(setting.details)
+    assert [f.kind for f in merge([alone])] == ["large_updates"]
+
+
+def test_a_loss_at_init_far_above_chance_heads_the_explosion_it_starts() -> None:
+    """nanoGPT with init std 1.0: loss 35 against ln 65, gradient norm 2,200 at step 0."""
+    init = _finding("poor_initialization", 0)
+    init.details = {"rule": "chance"}
+    (story,) = order(merge([_finding("exploding_gradients", 0, "error"), init]))
+    assert story.kind == "poor_initialization" and story.severity == "error"
+    assert {r["kind"] for r in story.related} == {"exploding_gradients"}
+    drift = _finding("poor_initialization", 0)  # activations growing layer by layer
+    drift.details = {"rule": "drift"}
+    (story,) = order(merge([_finding("exploding_gradients", 0, "error"), drift]))
+    assert story.kind == "exploding_gradients"

@@ -1,24 +1,46 @@
 """large_updates: one optimizer step moves weights by a large part of their size.
 
-Needs: per-parameter update and weight norms (params schedule).
+Needs: per-parameter update and weight norms (params schedule); for the second rule, the
+optimizer's type (``meta['optimizers']``) and the learning rate.
 
-Rule: for a weight matrix, ||update|| / ||weight|| above ``RATIO`` (0.3) on any sampled step
-after step 0 (step 0 is skipped: zero-initialised tensors). Healthy updates are ~1e-3
-(Karpathy's rule of thumb; the calibration runs: 1e-4 to 0.1). SageMaker Debugger's
-threshold of 10 never fires in practice: once updates are that large the weights grow
-with them, and the ratio of an SGD run at learning rate 50 stays near 1.
+1. Measured: for a weight matrix, ||update|| / ||weight|| above ``RATIO`` (0.3) on any
+   sampled step after step 0 (step 0 is skipped: zero-initialised tensors). Healthy
+   updates are ~1e-3 (Karpathy's rule of thumb; the calibration runs: 1e-4 to 0.1).
+   SageMaker Debugger's threshold of 10 never fires in practice: once updates are that
+   large the weights grow with them, and the ratio of an SGD run at learning rate 50
+   stays near 1.
+2. Allowed (``rule: adam_lr``): Adam and its kin normalise each element's step, so one
+   step moves a weight by up to about the learning rate whatever the gradient's scale.
+   A learning rate at or above ``ADAM_LR`` (1.0) x the typical weight (the median RMS of
+   the weight matrices, at the step the rate peaked) lets one step rewrite the weights.
+   The measured ratio can stay small then (noisy gradients make Adam's steps cancel),
+   which is why the setting itself is the evidence. Calibration
+   (``../shared/real-programs``): healthy Adam runs 0.007-0.08 (nanoGPT, minGPT, makemore,
+   the word LMs) and 0.58 (the actor-critic, lr 3e-2 on default-initialised layers); the
+   same programs with the rate 100-1000x: 1.36 (nanoGPT, lr 0.1), 2.4, 7-8, 26, 58. A
+   setting, not an event: the diagnosis folds it into what it caused (a blow-up).
 """
 
 from __future__ import annotations
 
-from ._util import fmt, update_ratios
+import math
+import statistics
+
+from ._util import fmt, update_ratios, weight_params
 from .finding import Finding
 from .history import History
 
 RATIO = 0.3
+ADAM_LR = 1.0
+ADAM_FAMILY = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "SparseAdam", "Lion")
+"""Optimizers whose per-element step is normalised (about the learning rate in size)."""
 
 
 def check(h: History) -> list[Finding]:
+    return _measured(h) or _allowed(h)
+
+
+def _measured(h: History) -> list[Finding]:
     hits = []
     for name, series in update_ratios(h).items():
         over = [(s, r) for s, r in zip(series.steps, series.values) if r > RATIO]
@@ -42,5 +64,62 @@ def check(h: History) -> list[Finding]:
                 for s, n, r, _ in hits[:10]
             ]
             + [{"signal": "highest update/weight ratio", "value": fmt(peak)}],
+        )
+    ]
+
+
+def _allowed(h: History) -> list[Finding]:
+    optimizers = h.meta.get("optimizers") or []
+    kind = optimizers[0].get("type") if optimizers and isinstance(optimizers[0], dict) else None
+    lr = [(s, v) for s, v in zip(h.lr.steps, h.lr.values) if math.isfinite(v) and v > 0]
+    if kind not in ADAM_FAMILY or not lr:
+        return []
+    peak_step, peak = max(lr, key=lambda sv: (sv[1], -sv[0]))
+    rms = []
+    for p in weight_params(h):
+        norms = h.param(p.name, "weight_norm")
+        numel = p.numel or math.prod(p.shape or ())
+        if not norms.steps or not numel:
+            continue
+        at = min(range(len(norms.steps)), key=lambda i: abs(norms.steps[i] - peak_step))
+        if math.isfinite(norms.values[at]) and norms.values[at] > 0:
+            rms.append(norms.values[at] / math.sqrt(numel))
+    if not rms:
+        return []
+    typical = statistics.median(rms)
+    ratio = peak / typical
+    if ratio < ADAM_LR:
+        return []
+    onset = next(s for s, v in lr if v / typical >= ADAM_LR)
+    measured = [v for series in update_ratios(h).values() for v in series.values]
+    return [
+        Finding(
+            kind="large_updates",
+            severity="warning",
+            step=onset,
+            layer=None,
+            summary=(
+                f"large updates: {kind} at learning rate {fmt(peak)} can move every weight by "
+                f"~{fmt(ratio)}x its typical size in one step ({kind}'s step is about the "
+                f"learning rate per element, whatever the gradient's scale; the weights' "
+                f"RMS is {fmt(typical)})"
+            ),
+            evidence=[
+                {"signal": "optimizer", "value": kind},
+                {"signal": "learning rate at its peak", "step": peak_step, "value": fmt(peak)},
+                {"signal": "median RMS of the weight matrices then", "value": fmt(typical)},
+                {"signal": "learning rate / weight RMS", "value": fmt(ratio)},
+            ]
+            + (
+                [
+                    {
+                        "signal": "median measured update/weight ratio",
+                        "value": fmt(statistics.median(measured)),
+                    }
+                ]
+                if measured
+                else []
+            ),
+            details={"rule": "adam_lr", "lr": peak, "weight_rms": typical, "ratio": ratio},
         )
     ]

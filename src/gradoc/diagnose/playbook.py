@@ -1006,7 +1006,17 @@ def _large(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         0.6,
         "re-run with the learning rate divided by 10",
     )
-    if facts.lr is not None:
+    d = f.details
+    if d.get("rule") == "adam_lr":  # the rate itself, against the weights it moves
+        f.symptom = (
+            f"the learning rate ({fmt(d['lr'])}) is {fmt(d['ratio'])}x the weights' typical "
+            "size, so each optimizer step can rewrite them"
+        )
+        lr.support.append(
+            f"learning rate {fmt(d['lr'])} against weights of RMS {fmt(d['weight_rms'])}: "
+            "an Adam-family step moves each weight by about the learning rate"
+        )
+    elif facts.lr is not None:
         lr.support.append(f"learning rate {fmt(facts.lr)}")
     f.fixes += [
         _lr_fix(0.1, "lower the learning rate by 10x"),
