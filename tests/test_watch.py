@@ -418,3 +418,32 @@ def test_one_host_read_per_step(
     grad_steps = [s for s in range(steps) if "grads" not in config or s % 3 == 0]
     assert log.scalar("grad_norm").steps == grad_steps
     assert len(log.param_stats_at(grad_steps[-1])) == 6
+
+
+def test_one_host_read_per_step_when_the_program_clips_and_scales(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nanoGPT's loop: GradScaler, unscale_, clip_grad_norm_, the scaler's step. The
+    statistics move to the first of those (before the clip scales the gradients): still
+    one read a step."""
+    reads = DeviceReads(monkeypatch)
+
+    def loop(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        scaler = torch.amp.GradScaler("cpu", init_scale=8.0, growth_interval=1000)
+        for step in range(12):
+            x, y = batch(step)
+            opt.zero_grad()
+            scaler.scale(F.mse_loss(model(x), y)).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            scaler.step(opt)
+            scaler.update()
+
+    model, opt = make()
+    baseline = reads.during(lambda: loop(model, opt))  # the scaler's own reads
+    model, opt = make()
+    with gradoc.watch(model, opt, out=tmp_path / "run", activations=gradoc.every(4)) as run:
+        watched = reads.during(lambda: loop(model, opt))
+    assert watched - baseline == 12
+    log = gradoc.open_run(run.dir)
+    assert log.scalar("clip_norm").values == pytest.approx(log.scalar("grad_norm").values)
