@@ -232,3 +232,21 @@ def test_a_loss_at_init_far_above_chance_heads_the_explosion_it_starts() -> None
     drift.details = {"rule": "drift"}
     (story,) = order(merge([_finding("exploding_gradients", 0, "error"), drift]))
     assert story.kind == "exploding_gradients"
+
+
+def test_the_programs_own_clipping_is_a_signal_and_not_advised_again() -> None:
+    """A clip that bit on most steps: the raw gradients were above it; the fix is not
+    "add clipping"."""
+    from gradoc.detect import History, synthetic
+    from gradoc.diagnose import diagnose
+    from gradoc.store import Series
+
+    h: History = synthetic(loss=[2.0] * 5 + [50.0] * 45, grad_norms={"a.weight": [5.0] * 50})
+    h.clip_norm = Series(list(range(50)), [5.0] * 40 + [0.5] * 10)
+    h.clip_max = Series(list(range(50)), [1.0] * 50)
+    (story,) = diagnose(h, [_finding("large_updates", 5)])
+    lr = next(x for x in story.hypotheses if x["cause"].startswith("learning rate too high"))
+    assert any("bit on 40 of 50 steps" in s for s in lr["support"])
+    signals = {e["signal"]: e["value"] for e in story.evidence}
+    assert signals["steps the program's gradient clip at 1 bit"] == "40 of 50"
+    assert not any("torch.nn.utils.clip_grad_norm_" in f["action"] for f in story.fixes)

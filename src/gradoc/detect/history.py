@@ -27,6 +27,10 @@ class History:
     lr: Series = field(default_factory=lambda: Series([], []))
     samples: Series = field(default_factory=lambda: Series([], []))
     """Samples the watched model saw per step (absent from logs before schema 2)."""
+    clip_norm: Series = field(default_factory=lambda: Series([], []))
+    """The norm the program's own clipping measured, before it clipped (schema 4)."""
+    clip_max: Series = field(default_factory=lambda: Series([], []))
+    """... and its threshold."""
     params: list[Layer] = field(default_factory=list)
     modules: list[Layer] = field(default_factory=list)
     param_stats: Mapping[str, Mapping[str, Series]] = field(default_factory=dict)
@@ -49,6 +53,8 @@ class History:
             grad_nonfinite=run.scalar("grad_nonfinite"),
             lr=run.lr(0),
             samples=run.scalar("samples"),
+            clip_norm=run.scalar("clip_norm"),
+            clip_max=run.scalar("clip_max"),
             params=run.params,
             modules=run.modules,
             param_stats=run.param_table(),

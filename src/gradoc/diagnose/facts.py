@@ -36,6 +36,8 @@ class Facts:
     the same thing and receives the same gradient (no symmetry to break)."""
     early_peak_loss: float | None = None
     """The highest finite loss of the first 20% of the run, when it is >= 2x the first."""
+    clip: tuple[float, int, int] | None = None
+    """The program's own gradient clipping: (its threshold, steps it bit on, steps it ran)."""
     weight_gains: list[float] | None = None
     """The backward gain of each Linear/Conv weight matrix at its first record, input side
     first: ``||W|| / sqrt(W.shape[1])``, the factor by which a gradient's RMS is scaled
@@ -85,7 +87,19 @@ def gather(h: History, before: int | None) -> Facts:
         ],
         early_peak_loss=_early_peak(h),
         weight_gains=_weight_gains(h),
+        clip=_clip(h),
     )
+
+
+def _clip(h: History) -> tuple[float, int, int] | None:
+    limits = dict(zip(h.clip_max.steps, h.clip_max.values))
+    measured = [
+        (v, limits[s]) for s, v in zip(h.clip_norm.steps, h.clip_norm.values) if s in limits
+    ]
+    if not measured:
+        return None
+    bit = sum(1 for v, t in measured if not v <= t)  # a NaN norm is clipped to NaN: it bit
+    return measured[0][1], bit, len(measured)
 
 
 GAIN_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d")

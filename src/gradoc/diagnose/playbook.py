@@ -124,6 +124,12 @@ def _lr_fix(factor: float, action: str, horizon: str = "immediate") -> dict[str,
 
 
 def _clip_advice(facts: Facts) -> str:
+    if facts.clip is not None:  # the program clips already: more of it is not the fix
+        threshold, bit, steps = facts.clip
+        return (
+            f"keep the program's gradient clipping at {fmt(threshold)} (it bit on {bit} of "
+            f"{steps} steps): clipping bounds each step, it does not remove the cause"
+        )
     if not facts.grad_p99:  # no healthy step to learn a scale from
         return (
             "clip the global gradient norm while the cause is fixed: "
@@ -134,6 +140,26 @@ def _clip_advice(facts: Facts) -> str:
         f"clip the global gradient norm at {at}, the p99 of this run's healthy steps: "
         f"torch.nn.utils.clip_grad_norm_(model.parameters(), {at})"
     )
+
+
+def _clipping(f: Finding, lr: Hypothesis, facts: Facts) -> None:
+    """The program's own clipping, as a signal: a clip that bites on most steps means the
+    raw gradients were above its threshold most of the time (the norms gradoc shows are
+    before it)."""
+    if facts.clip is None:
+        return
+    threshold, bit, steps = facts.clip
+    f.evidence.append(
+        {
+            "signal": f"steps the program's gradient clip at {fmt(threshold)} bit",
+            "value": f"{bit} of {steps}",
+        }
+    )
+    if bit > steps / 2:
+        lr.support.append(
+            f"the program's clip at {fmt(threshold)} bit on {bit} of {steps} steps: the "
+            "gradients were above it most of the time"
+        )
 
 
 def _loss_before(f: Finding, h: History) -> None:
@@ -463,6 +489,7 @@ def _exploding(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "global gradient norm with an alert at 10x its moving average",
         "update/weight ratio per layer (healthy ~1e-3)",
     ]
+    _clipping(f, lr, facts)
     return [init, lr, arch, rec]
 
 
@@ -723,6 +750,7 @@ def _divergence(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         {"horizon": "long-term", "action": "choose the learning rate with a range test; decay it"},
     ]
     f.monitoring += ["smoothed loss against its best so far (alert at 2x)"]
+    _clipping(f, lr, facts)
     return [lr, grad]
 
 
@@ -814,6 +842,7 @@ def _blowup(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         },
     ]
     f.monitoring += ["the loss against its start level over the first steps (alert at 2x)"]
+    _clipping(f, lr, facts)
     return [lr, init, data]
 
 
@@ -1020,9 +1049,15 @@ def _large(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         lr.support.append(f"learning rate {fmt(facts.lr)}")
     f.fixes += [
         _lr_fix(0.1, "lower the learning rate by 10x"),
-        {"horizon": "short-term", "action": "add a warm-up and gradient clipping"},
+        {
+            "horizon": "short-term",
+            "action": _clip_advice(facts)
+            if facts.clip is not None
+            else "add a warm-up and gradient clipping",
+        },
     ]
     f.monitoring += ["update/weight ratio per layer (healthy ~1e-3, alert above 0.1)"]
+    _clipping(f, lr, facts)
     return [lr]
 
 
