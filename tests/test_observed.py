@@ -438,3 +438,26 @@ def test_a_step_the_grad_scaler_skips_is_ended_and_counted(tmp_path: Path) -> No
     ]
     assert log.meta["scaler_skipped_steps"] == 1
     assert log.param("weight", "update_norm").steps == [0]  # params every 10: step 0 only
+
+
+def test_a_nan_printed_just_before_the_end_is_found_or_said(tmp_path: Path) -> None:
+    """A metric computed without gradients turned -inf and the loop stopped: gradoc saw no
+    non-finite loss or gradient, but the program printed one and ended right after."""
+    plain = python(tmp_path, "metric_nan_printed.py")
+    done, report = gradoc_run(tmp_path, "metric_nan_printed.py")
+    assert done.stdout == plain.stdout
+    top = headline(report)
+    assert (top["kind"], top["step"]) == ("nonfinite", 26)
+    assert top["origin"]["op"] == "aten.log.default"  # the re-run found it
+    assert top["origin"]["code"] == "metric = error.abs().log().mean()"
+    _, unlocated = gradoc_run(
+        tmp_path / "b", "metric_nan_printed.py", options=("--replay-budget", "0")
+    )
+    top = headline(unlocated)
+    assert (top["kind"], top["severity"]) == ("nonfinite", "warning")
+    assert "log-error -inf" in top["summary"] and "does not watch" in top["summary"]
+
+
+def test_a_sentinel_inf_printed_long_before_the_end_is_no_finding(tmp_path: Path) -> None:
+    _, report = gradoc_run(tmp_path, "metric_nan_printed.py", "--never")
+    assert report["status"] == "healthy"

@@ -48,7 +48,8 @@ def unlocated_step(
     """The step to replay: the first non-finite step of a run whose origin was not found,
     or the step a script stopped in with a NaN/Inf in hand (``clues``), or step 0 (every
     operation checked from the start) for a program in which gradoc saw no step while it
-    printed or raised a NaN/Inf; None otherwise."""
+    printed or raised a NaN/Inf, or the step of a NaN/Inf it printed just before it ended
+    (:func:`printed_at_the_end`); None otherwise."""
     origins = [e.data.get("origin") or {} for e in events if e.kind == "nonfinite_origin"]
     if any(o.get("file") or o.get("phase") in ("input", "optimizer") for o in origins):
         return None  # located already (bad inputs and bad weights have no line to find)
@@ -60,6 +61,11 @@ def unlocated_step(
         return int(meta.get("steps") or 0)  # stopped inside this step, at a NaN
     if not meta.get("steps") and (clues or meta.get("printed_nonfinite")):
         return 0  # no step seen, a NaN/Inf printed or raised: check the whole program
+    from .detect.nonfinite import printed_at_the_end
+
+    printed = printed_at_the_end(meta)
+    if printed is not None:
+        return printed  # the program printed a NaN/Inf gradoc did not see, and ended
     return None
 
 

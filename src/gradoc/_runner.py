@@ -10,7 +10,7 @@ import runpy
 import sys
 import sysconfig
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -166,15 +166,25 @@ def _exit_code(code: object) -> int:
 
 class _Scanned:
     """A stream as it was, whose writes are also read for a non-finite value (``loss nan``):
-    the first such line is kept; once one is, writes pass straight through."""
+    the first such line is kept, and the last one with its step (``step()`` then)."""
 
-    def __init__(self, stream: Any, found: list[str]) -> None:
+    def __init__(
+        self,
+        stream: Any,
+        found: list[str],
+        last: list[tuple[int, str]],
+        step: Callable[[], int] | None,
+    ) -> None:
         self._stream = stream
-        self._found = found
+        self._found, self._last, self._step = found, last, step
 
     def write(self, text: Any) -> Any:
-        if not self._found and isinstance(text, str) and _NONFINITE.search(text):
-            self._found.append(one_line(text.strip())[:160])
+        wanted = self._step is not None or not self._found
+        if wanted and isinstance(text, str) and _NONFINITE.search(text):
+            if not self._found:
+                self._found.append(one_line(text.strip())[:160])
+            if self._step is not None:
+                self._last[:] = [(self._step(), one_line(text.strip())[:160])]
         return self._stream.write(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -182,13 +192,19 @@ class _Scanned:
 
 
 @contextlib.contextmanager
-def scan_output(found: list[str]) -> Iterator[None]:
+def scan_output(
+    found: list[str],
+    last: list[tuple[int, str]] | None = None,
+    step: Callable[[], int] | None = None,
+) -> Iterator[None]:
     """While the script runs, note the first line it prints (stdout or stderr) that shows
     a NaN/Inf: a program that made no training step gradoc could count can still have
     printed one (``gradoc run`` then re-runs it with every operation checked). A stream
     the script replaced is left as the script left it."""
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Scanned(saved[0], found), _Scanned(saved[1], found)
+    last = last if last is not None else []
+    sys.stdout = _Scanned(saved[0], found, last, step)
+    sys.stderr = _Scanned(saved[1], found, last, step)
     try:
         yield
     finally:

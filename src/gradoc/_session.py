@@ -76,8 +76,10 @@ def execute(
     effects = SideEffects([out, *([json_path] if json_path else [])])  # gradoc's own files
     clues: list[str] = []
     printed: list[str] = []
+    printed_at: list[tuple[int, str]] = []  # the last line that showed a NaN/Inf, its step
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
-    with effects, _numerics(run, "numerics" in checks), scan_output(printed):
+    scan = scan_output(printed, printed_at, step=lambda: run.step)
+    with effects, _numerics(run, "numerics" in checks), scan:
         code = exec_script(script, script_args, clues)
     auto.remove()
     status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
@@ -86,6 +88,9 @@ def execute(
     run.set_meta(
         exit_clues=clues,
         printed_nonfinite=printed,
+        printed_nonfinite_last=(
+            {"step": printed_at[0][0], "text": printed_at[0][1]} if printed_at else None
+        ),
         side_effects={"count": effects.count, "seen": effects.seen},
     )
     try:

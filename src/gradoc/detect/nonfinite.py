@@ -23,6 +23,7 @@ calibration split, transformer:lr_sgd), so it is a consequence, not a root cause
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .._text import module_label
 from ._util import fmt
@@ -60,7 +61,7 @@ def check(h: History) -> list[Finding]:
     unbacked = _unbacked(h)
     bad_unbacked = unbacked[0] if unbacked is not None else None
     if bad_loss is None and bad_grad is None and first_origin is None and bad_unbacked is None:
-        return []
+        return _printed(h)
     step = min(s for s in (bad_loss, bad_grad, first_origin, bad_unbacked) if s is not None)
     evidence: list[dict[str, object]] = []
     layer = None
@@ -147,3 +148,38 @@ def _unbacked(h: History) -> tuple[int, str, str] | None:
     how = str(event.data["read_by"])
     what = how if event.data.get("backpropagated") else f"{how}, never backpropagated"
     return event.step, str(event.data.get("value", "nan")), what
+
+
+def printed_at_the_end(meta: dict[str, Any]) -> int | None:
+    """The step of a NaN/Inf the program printed within its last step (``loss nan`` from a
+    detached loss, a metric gradoc does not watch) before it ended; None otherwise (a
+    ``best = inf`` printed long before the end is not one)."""
+    last, steps = meta.get("printed_nonfinite_last"), meta.get("steps")
+    at = last.get("step") if isinstance(last, dict) else None
+    if not isinstance(at, int) or not isinstance(steps, int) or steps == 0:
+        return None
+    return at if at >= steps - 1 else None
+
+
+def _printed(h: History) -> list[Finding]:
+    """A NaN/Inf the program printed just before it ended, in nothing gradoc watched: not
+    healthy, and said plainly (``gradoc run`` re-runs the script to find it when it may)."""
+    at = printed_at_the_end(h.meta)
+    if at is None:
+        return []
+    text = str(h.meta["printed_nonfinite_last"].get("text", ""))[:160]
+    return [
+        Finding(
+            kind="nonfinite",
+            severity="warning",
+            step=at,
+            layer=None,
+            summary=(
+                f"the program printed a non-finite value at step {at} and then ended "
+                f"({text[:80]!r}), in something gradoc does not watch (a detached loss, a "
+                "metric): the loss and gradients it watched were finite"
+            ),
+            evidence=[{"signal": "printed", "step": at, "value": text}],
+            details={"printed": text},
+        )
+    ]

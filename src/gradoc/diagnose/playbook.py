@@ -206,7 +206,11 @@ def _at_chance(value: object, h: History) -> int | None:
 
 # -- one explanation per kind -------------------------------------------------------------------
 def _nonfinite(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-    f.symptom = f"the loss or the gradients became NaN/Inf at {_at(f)}"
+    f.symptom = (
+        f"the program printed a NaN/Inf at {_at(f)} and ended"
+        if f.details.get("printed")
+        else f"the loss or the gradients became NaN/Inf at {_at(f)}"
+    )
     grads_before = [
         v
         for s, v in zip(h.grad_norm.steps, h.grad_norm.values)
