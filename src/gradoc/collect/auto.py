@@ -99,6 +99,7 @@ class AutoAttach:
         run.attach_early = self._attach
         run.steps.activations.watch_early()  # the first forward comes before the model is found
         self._early: EarlyCalls | None = EarlyCalls()
+        run.watched.early = self._take_early
         self._handles = [
             register_optimizer_step_pre_hook(self._pre),
             register_optimizer_step_post_hook(self._post),
@@ -106,11 +107,7 @@ class AutoAttach:
 
     def _attach(self, optimizer: Optimizer) -> None:
         if not self.run.closed and not self.run.watches(optimizer):
-            models = self._finder.trained_by(optimizer)
-            self.run.attach(models, optimizer, hooks=False)
-            if self._early is not None:  # the first model found adopts its first forwards
-                self.run.watched.adopt(self._early.take(models))
-                self._early = None
+            self.run.attach(self._finder.trained_by(optimizer), optimizer, hooks=False)
 
     def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
         if self.run.closed:
@@ -124,8 +121,15 @@ class AutoAttach:
         if not self.run.closed:
             self.run.post_step(optimizer)
 
+    def _take_early(self, roots: list[nn.Module]) -> list[Call]:
+        """The first model found (by an optimizer, or by a program's first ``backward()``)
+        adopts its forwards made before."""
+        early, self._early = self._early, None
+        return early.take(roots) if early is not None else []
+
     def remove(self) -> None:
         self.run.attach_early = None
+        self.run.watched.early = None
         if self._early is not None:
             self._early.remove()
             self._early = None

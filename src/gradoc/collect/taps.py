@@ -36,6 +36,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .._patch import Patch
+from .._wrappers import compiling
 from .losses import loss_like
 
 
@@ -151,6 +152,8 @@ def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _tell_value(t: Tensor, value: float | None, how: str) -> None:
+    if compiling():  # traced by torch.compile: a fake tensor, and no side effect to freeze
+        return
     for sink in list(_sinks):
         sink.on_value(t, value, how)
 

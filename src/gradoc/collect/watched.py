@@ -10,6 +10,7 @@ DDP, DataParallel and ``torch.compile`` wrappers are seen through: layer names h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,6 +46,8 @@ class Watched:
         self._calls: dict[int, list[tuple[tuple[Any, ...], RngState]]] = {}
         """Per watched root, its forward calls in progress: (args, RNG state before)."""
         self.last_forward: tuple[nn.Module, Any, Any] | None = None
+        self.early: Callable[[list[nn.Module]], list[Any]] | None = None
+        """``gradoc run``: the forwards new roots made before they were found (``auto``)."""
         # this step's forwards (the step protocol resets them when the step ends)
         self.forward_seen = False
         self.samples = 0
@@ -68,6 +71,8 @@ class Watched:
             if handles is None and not self._global:  # the root has hooks of its own
                 handles = self._global = global_hooks(self._module_pre, self._module_post)
             self.handles += handles or []
+        if self.early is not None and new_roots:
+            self.adopt(self.early([callee[r] for r in new_roots]))
         return new_roots
 
     def module_rows(self, roots: list[nn.Module]) -> list[tuple[object, ...]]:
