@@ -271,3 +271,20 @@ def test_an_adam_learning_rate_as_large_as_the_weights_is_a_large_update() -> No
     assert f.step == 20  # the warm-up crossed lr = weight RMS there: 0.1 * 21 / 30
     assert "large_updates" not in kinds(_adam_history(1e-3, 0.7))
     assert "large_updates" not in kinds(_adam_history(0.1, 0.7, optimizer="SGD"))
+
+
+def test_clip_factors_say_where_the_programs_clip_bit() -> None:
+    """A zero or small norm is left alone (factor 1); a larger one is scaled to the
+    threshold; a NaN or inf one is what clipping cannot rescue (factor 0)."""
+    from gradoc.detect._util import clip_factors
+    from gradoc.store import Series
+
+    measured = Series([0, 1, 2, 3, 4, 5], [0.0, 0.5, 4.0, NAN, INF, 2.0])
+    limits = Series([0, 1, 2, 3, 4], [1.0] * 5)  # step 5 was not clipped
+    assert clip_factors(measured, limits) == [
+        (1.0, 1.0),
+        (1.0, 1.0),
+        (1.0, 0.25),
+        (1.0, 0.0),
+        (1.0, 0.0),
+    ]

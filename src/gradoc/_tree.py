@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
@@ -13,6 +14,24 @@ from torch.utils._pytree import tree_flatten
 
 def tensors(tree: Any) -> list[Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, Tensor)]
+
+
+def output_loss(output: Any, like: Callable[[Any], bool] | None = None) -> Tensor | None:
+    """The loss a model returned with its outputs: ``output.loss`` / ``output["loss"]``
+    (Hugging Face's ``ModelOutput``), the first tensor of a tuple of outputs that looks like
+    one (nanoGPT's ``logits, loss``), or the output itself; a loss looks ``like`` says
+    (default: a one-element tensor)."""
+    like = like or _one_element
+    if isinstance(output, (tuple, list)):
+        return next((o for o in output if like(o)), None)
+    loss = output if isinstance(output, Tensor) else getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    return loss if like(loss) else None
+
+
+def _one_element(t: Any) -> bool:
+    return isinstance(t, Tensor) and t.numel() == 1
 
 
 def floats(tree: Any) -> list[Tensor]:

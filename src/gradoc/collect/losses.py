@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._tree import output_loss
+
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
 _BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
 _REGRESSION = {
@@ -180,6 +182,8 @@ class Seen:
     """Its value when the read gave it (a non-finite float), else a detached scalar."""
     how: str
     step: int
+    backpropagated: bool = False
+    """It reached ``backward()``, but its step never ended (the program stopped first)."""
 
 
 @dataclass(slots=True)
@@ -244,14 +248,5 @@ def loss_like(t: Any) -> bool:
 
 
 def returned_loss(output: Any) -> Tensor | None:
-    """The loss a model's forward returned: a scalar with a graph, alone, in a tuple
-    (nanoGPT's ``logits, loss``) or as ``.loss`` / ``["loss"]`` (Hugging Face's
-    ``ModelOutput``)."""
-    if loss_like(output):
-        return output  # type: ignore[no-any-return]
-    if isinstance(output, (tuple, list)):
-        return next((o for o in output if loss_like(o)), None)
-    loss = getattr(output, "loss", None)
-    if loss is None and isinstance(output, dict):
-        loss = output.get("loss")
-    return loss if loss_like(loss) else None
+    """The loss a model's forward returned (``_tree.output_loss``) that has a graph."""
+    return output_loss(output, loss_like)

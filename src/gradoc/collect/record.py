@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..store.writer import insert_rows, real
+from ..store.writer import insert_rows, real, write_meta
 from . import losses
 from .activations import Calls, activation_rows
 from .grads import Slices, grad_rows
@@ -103,14 +103,11 @@ class StepRecord:
         for seen, at in layout.unused:
             value = values[at][0] if at is not None else float(seen.value)  # type: ignore[arg-type]
             if not math.isfinite(value):
-                message = (
-                    f"loss is {value} at step {seen.step} ({seen.how}), and never "
-                    "reached backward()"
-                    if "backpropagated" not in seen.how
-                    else f"loss is {value} at step {seen.step} ({seen.how})"
+                message = f"loss is {value} at step {seen.step} ({seen.how})" + (
+                    "" if seen.backpropagated else ", and never reached backward()"
                 )
                 data = {
-                    "backpropagated": "backpropagated" in seen.how,
+                    "backpropagated": seen.backpropagated,
                     "read_by": seen.how,
                     "value": repr(value).lower(),
                 }
@@ -154,10 +151,8 @@ class StepRecord:
         loss, undone = losses.combine(micro, divisors)
         if undone is not None and "division" not in self.seen:
             self.seen.add("division")
-            said = {"undone": undone, "by": divisors[0] if divisors else None}
-            conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                ("loss_division", json.dumps(said)),
+            write_meta(
+                conn, loss_division={"undone": undone, "by": divisors[0] if divisors else None}
             )
         return loss
 

@@ -197,19 +197,21 @@ class Steps(taps.LossSink):
     def on_value(self, tensor: Tensor, value: float | None, how: str) -> None:
         if self.run.closed:
             return
-        # without an optimizer the step in progress is still the last backward()'s
-        step = self.count + (1 if self.manual.open else 0)
-        self._unbacked.add(tensor, value, how, step)
+        self._unbacked.add(tensor, value, how, self._loss_step())
 
     def on_forward_output(self, output: Any) -> None:
         """A watched model returned: a loss it computed (nanoGPT's ``logits, loss``, a
         Hugging Face ``ModelOutput.loss``) is the step's, backpropagated or not."""
         loss = losses.returned_loss(output)
         if loss is not None:
-            step = self.count + (1 if self.manual.open else 0)
-            self._unbacked.add(loss, None, "returned by the model's forward()", step)
+            self._unbacked.add(loss, None, "returned by the model's forward()", self._loss_step())
             if "returned" not in self._loss_read:
                 self._say_loss(None, returned="by the model's forward()")
+
+    def _loss_step(self) -> int:
+        """The step a loss computed now belongs to: without an optimizer, the open step is
+        still the last ``backward()``'s, and the loss is the next one's."""
+        return self.count + (1 if self.manual.open else 0)
 
     @guarded
     def on_scaled(self, loss: Tensor, scaled: Tensor) -> None:
@@ -538,9 +540,9 @@ class Steps(taps.LossSink):
         if self._losses:  # backpropagated, but the step never ended (the program stopped)
             step = self.count
             for m in self._losses:
-                self._unbacked.unused.append(
-                    losses.Seen(m.node, m.value, "backpropagated; the step never ended", step)
-                )
+                how = "backpropagated; the step never ended"
+                seen = losses.Seen(m.node, m.value, how, step, backpropagated=True)
+                self._unbacked.unused.append(seen)
             self._losses = []
         self.activations.arm(False)
         meta: dict[str, Any] = {}

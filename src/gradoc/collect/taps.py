@@ -162,7 +162,7 @@ def _tap_read(how: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``item()`` / ``float(t)``: the value comes back; a non-finite one is told."""
 
     def make(read: Callable[..., Any]) -> Callable[..., Any]:
-        def tapped(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        def tapped(self: Tensor) -> Any:
             value = _warning_at_caller(read, self) if self.requires_grad else read(self)
             if self.grad_fn is not None and isinstance(value, float) and not math.isfinite(value):
                 _tell_value(self, value, how)

@@ -87,6 +87,18 @@ def update_ratios(h: History) -> dict[str, Series]:
     return dict(found)
 
 
+def clip_factors(measured: Series, threshold: Series) -> list[tuple[float, float]]:
+    """Per step the program clipped, (its threshold, the factor its clip scaled the
+    gradients by): 1 where the measured norm was within the threshold, else threshold /
+    norm (0 for a non-finite norm, which clipping turns into NaN: it bit)."""
+    limits = dict(zip(threshold.steps, threshold.values))
+    return [
+        (t, 1.0 if v <= t else (t / v if math.isfinite(v) else 0.0))
+        for s, v in zip(measured.steps, measured.values)
+        if (t := limits.get(s)) is not None
+    ]
+
+
 def fmt(x: float) -> str:
     """A number in a finding's text: :func:`gradoc._text.number`, 3 significant digits."""
     return number(x, 3)

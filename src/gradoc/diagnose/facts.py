@@ -6,7 +6,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..detect._util import NORM_TYPES, finite, update_ratios, weight_params
+from ..detect._util import NORM_TYPES, clip_factors, finite, update_ratios, weight_params
 from ..detect.history import History
 
 RECURRENT = ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell")
@@ -92,14 +92,10 @@ def gather(h: History, before: int | None) -> Facts:
 
 
 def _clip(h: History) -> tuple[float, int, int] | None:
-    limits = dict(zip(h.clip_max.steps, h.clip_max.values))
-    measured = [
-        (v, limits[s]) for s, v in zip(h.clip_norm.steps, h.clip_norm.values) if s in limits
-    ]
-    if not measured:
+    factors = clip_factors(h.clip_norm, h.clip_max)
+    if not factors:
         return None
-    bit = sum(1 for v, t in measured if not v <= t)  # a NaN norm is clipped to NaN: it bit
-    return measured[0][1], bit, len(measured)
+    return factors[0][0], sum(1 for _, f in factors if f < 1.0), len(factors)
 
 
 GAIN_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d")

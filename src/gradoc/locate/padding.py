@@ -27,6 +27,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .._state import kept
+from .._tree import output_loss
 from .._tree import tensors as _tensors
 from ..detect.finding import Finding
 
@@ -215,21 +216,10 @@ def audit_padding(
         )
     if loss_fn is not None and targets is not None:
         findings += _loss_check(model, args, kwargs, loss_fn, targets, pads)
-    elif _own_loss(base) is not None:
+    elif output_loss(base) is not None:
         findings += _own_loss_check(model, args, kwargs, pads)
     findings += _waste(pads)
     return findings
-
-
-def _own_loss(output: Any) -> Tensor | None:
-    """The loss a model computed itself: ``output.loss`` (a Hugging Face ``ModelOutput``),
-    ``output["loss"]``, or a scalar in a tuple of outputs (nanoGPT's ``logits, loss``)."""
-    loss = getattr(output, "loss", None)
-    if loss is None and isinstance(output, dict):
-        loss = output.get("loss")
-    if loss is None and isinstance(output, (tuple, list)):
-        loss = next((o for o in output if isinstance(o, Tensor) and o.dim() == 0), None)
-    return loss if isinstance(loss, Tensor) and loss.numel() == 1 else None
 
 
 def _own_loss_check(
@@ -240,7 +230,7 @@ def _own_loss_check(
     with kept([model]), torch.enable_grad():
         torch.manual_seed(0)
         out = model(*args, **kwargs)
-        loss = _own_loss(out)
+        loss = output_loss(out)
         per_position = [
             t
             for t in _tensors(out)

@@ -12,6 +12,7 @@ from typing import Any
 
 from .._text import safe
 from ..detect import History, run_detectors
+from ..detect._util import clip_factors
 from ..detect.finding import Finding
 from ..diagnose import diagnose
 from ..store import RunLog, open_run
@@ -102,13 +103,7 @@ def clipping(run: RunLog) -> dict[str, Any] | None:
     said = run.meta.get("clipping")
     if not isinstance(said, dict):
         return None
-    measured, threshold = run.scalar("clip_norm"), run.scalar("clip_max")
-    limits = dict(zip(threshold.steps, threshold.values))
-    factors = [
-        min(1.0, limits[s] / v) if v > 0 and math.isfinite(v) else 0.0
-        for s, v in zip(measured.steps, measured.values)
-        if s in limits
-    ]
+    factors = [f for _, f in clip_factors(run.scalar("clip_norm"), run.scalar("clip_max"))]
     bit = [f for f in factors if f < 1.0]
     return {
         **said,

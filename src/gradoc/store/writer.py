@@ -148,12 +148,7 @@ class RunWriter:
                 self._queue.put(self._take())
 
     def set_meta(self, **items: Any) -> None:
-        rows = [(k, json.dumps(v, default=str)) for k, v in items.items()]
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
-
-        self.put(write)
+        self.put(lambda conn: write_meta(conn, **items))
 
     def flush(self, timeout: float | None = 30.0) -> None:
         """Wait until everything queued so far is committed."""
@@ -271,6 +266,12 @@ def insert_rows(conn: sqlite3.Connection, table: str, rows: Iterable[tuple[Any, 
     if rows:
         marks = ",".join("?" * len(rows[0]))
         conn.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", rows)
+
+
+def write_meta(conn: sqlite3.Connection, **items: Any) -> None:
+    """Record facts about the run (JSON values) in the ``meta`` table (on the writer)."""
+    rows = [(k, json.dumps(v, default=str)) for k, v in items.items()]
+    conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
 
 
 def append_event(
