@@ -52,6 +52,14 @@ held-out split.
     python benchmarks/accuracy.py --split calibration  # what rules may be tuned on
     python benchmarks/accuracy.py --quick              # one run per family (CI)
     python benchmarks/accuracy.py --only mlp:lr_adam   # some runs, with their headlines
+    python benchmarks/accuracy.py --real               # ../shared/real-programs, same table
+    python benchmarks/accuracy.py --real makemore_lr_x1000 timeseq_mape_div0
+
+``--real`` runs the public programs of ``../shared/real-programs`` (each case's ``run.sh``
+under ``gradoc run``, as a user would; ~9 minutes for all 24) and scores each report with
+the suite's own ``check.py`` (its verdict is the "suite" column), and with this file's
+measures: the headline kind among the case's accepted kinds, the root cause containing
+the expected words, false alarms on the healthy programs.
 """
 
 from __future__ import annotations
@@ -954,7 +962,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one run per fault family")
     ap.add_argument("--only", help="ARCH[:FAULT] runs of the split, e.g. mlp:lr_adam")
     ap.add_argument("--json", type=Path, help="write the summary here")
+    ap.add_argument("--real", nargs="*", metavar="CASE", help="the real programs (all, or CASEs)")
+    ap.add_argument("--real-dir", type=Path, default=REAL, help="where the real programs are")
     args = ap.parse_args(argv)
+    if args.real is not None:
+        summary = real_programs(args.real_dir, args.real, sys.stdout)
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=1))
+        return 0 if summary["suite_passed"] == summary["cases"] else 1
     torch.set_num_threads(1)
     splits = list(SPLITS) if args.split == "all" else [args.split]
     summaries = []
@@ -969,6 +984,91 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(summaries, indent=1))
     return 0
+
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "real-programs"
+
+
+def real_programs(root: Path, names: list[str], out: Any) -> dict[str, Any]:
+    """Run and score the real programs (see the module docstring)."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    if not (root / "check.py").exists():
+        raise SystemExit(f"no real-program suite at {root} (--real-dir)")
+    cases = names or sorted(p.name for p in root.iterdir() if (p / "expect.json").exists())
+    gradoc = shutil.which("gradoc") or str(Path(sys.executable).parent / "gradoc")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, case in enumerate(cases, 1):
+            print(f"[{i}/{len(cases)}] {case}", file=sys.stderr, flush=True)
+            where = Path(tmp) / case
+            env = {**os.environ, "PY": sys.executable, "GRADOC": gradoc, "OUT": str(where)}
+            rc = subprocess.run(["bash", str(root / case / "run.sh")], env=env, capture_output=True)
+            if rc.returncode == 77:
+                results.append({"case": case, "skipped": True})
+                continue
+            check = subprocess.run(
+                [sys.executable, str(root / "check.py"), str(root / case), str(where)],
+                capture_output=True,
+                text=True,
+            )
+            results.append(_score_real(root / case, where, check.returncode == 0, check.stdout))
+    return _real_table(results, out)
+
+
+def _score_real(case: Path, where: Path, passed: bool, verdict: str) -> dict[str, Any]:
+    expect = json.loads((case / "expect.json").read_text())
+    try:
+        report = json.loads((where / "report.json").read_text())
+    except (OSError, ValueError):
+        report = {"findings": []}
+    top = next(iter(serious(report)), None)
+    kinds = expect.get("kind") or []
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    words = expect.get("root_cause_contains")
+    return {
+        "case": case.name,
+        "healthy": bool(expect.get("healthy")),
+        "suite": passed,
+        "verdict": verdict.strip(),
+        "found": bool(set(kinds) & found_kinds(report)),
+        "headline": bool(top and top["kind"] in kinds),
+        "root_cause": None
+        if not words
+        else bool(top and words.lower() in (top.get("root_cause") or "").lower()),
+        "false_alarm": bool(expect.get("healthy") and top is not None),
+        "said": top["kind"] if top else None,
+    }
+
+
+def _real_table(results: list[dict[str, Any]], out: Any) -> dict[str, Any]:
+    ran = [r for r in results if not r.get("skipped")]
+    bugs = [r for r in ran if not r["healthy"]]
+    healthy = [r for r in ran if r["healthy"]]
+    rooted = [r for r in bugs if r["root_cause"] is not None]
+    print("\nreal programs (../shared/real-programs)", file=out)
+    for r in ran:
+        mark = "ok  " if r["suite"] else "FAIL"
+        print(f"  {mark} {r['case']:40} {r['said'] or 'healthy'}", file=out)
+    summary = {
+        "cases": len(ran),
+        "skipped": len(results) - len(ran),
+        "suite_passed": sum(r["suite"] for r in ran),
+        "found": f"{sum(r['found'] for r in bugs)}/{len(bugs)}",
+        "headline": f"{sum(r['headline'] for r in bugs)}/{len(bugs)}",
+        "root_cause": f"{sum(bool(r['root_cause']) for r in rooted)}/{len(rooted)}",
+        "false_alarms": f"{sum(r['false_alarm'] for r in healthy)} of {len(healthy)}",
+    }
+    print(
+        f"  suite {summary['suite_passed']}/{len(ran)}; bugs found {summary['found']}, headline "
+        f"{summary['headline']}, root cause {summary['root_cause']}; false alarms "
+        f"{summary['false_alarms']} healthy; skipped {summary['skipped']}",
+        file=out,
+    )
+    return summary
 
 
 if __name__ == "__main__":

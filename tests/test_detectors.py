@@ -165,9 +165,11 @@ def test_a_divergence_the_guard_rolled_back_is_named() -> None:
     h = synthetic(loss=[1.0 - 0.005 * i for i in range(120)])
     assert "loss_divergence" not in {f.kind for f in run_detectors(h)}
     reason = "loss diverged: rolling median 2.06 over 50 steps, 240x its best"
-    h.events = [Event(80, 0.0, "rollback", "...", {"reason": reason, "to_step": 60})]
+    h.events = [
+        Event(80, 0.0, "rollback", "...", {"reason": reason, "to_step": 60, "diverged": True})
+    ]
     (f,) = [f for f in run_detectors(h) if f.kind == "loss_divergence"]
-    assert (f.step, f.evidence[0]["value"], f.evidence[1]["value"]) == (80, reason, 60)
+    assert (f.step, f.evidence[0].value, f.evidence[1].value) == (80, reason, 60)
 
 
 def test_divergence_that_ends_non_finite() -> None:

@@ -13,8 +13,8 @@ from rich.console import Console
 
 import gradoc
 from gradoc.detect import Finding
+from gradoc.detect.finding import FAMILIES
 from gradoc.diagnose import CAUSES, merge, order
-from gradoc.diagnose.playbook import FAMILIES
 from gradoc.report import build_report, print_summary, to_json_text
 from tests.scenarios import HEALTHY, PATHOLOGIES
 
@@ -109,7 +109,17 @@ def test_every_story_is_a_full_diagnosis(name: str, reports: dict) -> None:
     )
     assert f["hypotheses"]
     for h in f["hypotheses"]:
-        assert set(h) == {"cause", "family", "likelihood", "support", "against", "check"}
+        assert set(h) == {
+            "cause",
+            "family",
+            "likelihood",
+            "score",
+            "support",
+            "against",
+            "not_observed",
+            "signs",
+            "check",
+        }
         assert h["likelihood"] in ("high", "medium", "low") and h["check"]
         assert h["family"] in FAMILIES
     assert f["root_cause_family"] == f["hypotheses"][0]["family"]
@@ -245,8 +255,8 @@ def test_the_programs_own_clipping_is_a_signal_and_not_advised_again() -> None:
     h.clip_norm = Series(list(range(50)), [5.0] * 40 + [0.5] * 10)
     h.clip_max = Series(list(range(50)), [1.0] * 50)
     (story,) = diagnose(h, [_finding("large_updates", 5)])
-    lr = next(x for x in story.hypotheses if x["cause"].startswith("learning rate too high"))
+    lr = next(x.to_json() for x in story.hypotheses if x.family == "learning_rate")
     assert any("bit on 40 of 50 steps" in s for s in lr["support"])
-    signals = {e["signal"]: e["value"] for e in story.evidence}
+    signals = {e.signal: e.value for e in story.evidence}
     assert signals["steps the program's gradient clip at 1 bit"] == "40 of 50"
-    assert not any("torch.nn.utils.clip_grad_norm_" in f["action"] for f in story.fixes)
+    assert not any("torch.nn.utils.clip_grad_norm_" in f.action for f in story.fixes)

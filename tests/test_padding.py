@@ -180,7 +180,7 @@ def test_loss_that_counts_pads_is_flagged(batch) -> None:  # type: ignore[no-unt
     )
     assert "loss_includes_padding" not in kinds(clean)
     waste = next(f for f in clean if f.kind == "padding_waste")
-    assert waste.evidence[0]["value"] == pytest.approx(float(pads.float().mean()))
+    assert waste.evidence[0].value == pytest.approx(float(pads.float().mean()))
 
 
 def test_run_check_padding_and_length_monitoring(tmp_path: Path) -> None:

@@ -389,7 +389,7 @@ def test_back_at_chance_after_a_blow_up_is_a_plateau_that_names_the_learning_rat
     top = _serious(_ce(synthetic(loss=loss), 4))[0]
     assert top.kind == "loss_plateau" and top.details["classes"] == 4
     assert top.root_cause_family == "learning_rate", top.root_cause
-    assert any(f.get("apply") == {"lr_scale": 0.1} for f in top.fixes)
+    assert any(f.apply == {"lr_scale": 0.1} for f in top.fixes)
 
 
 def test_a_converged_fine_tune_is_no_plateau() -> None:

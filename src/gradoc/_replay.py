@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .store import EventKind
+
 SEED = 0
 
 
@@ -50,10 +52,10 @@ def unlocated_step(
     operation checked from the start) for a program in which gradoc saw no step while it
     printed or raised a NaN/Inf, or the step of a NaN/Inf it printed just before it ended
     (:func:`printed_at_the_end`); None otherwise."""
-    origins = [e.data.get("origin") or {} for e in events if e.kind == "nonfinite_origin"]
+    origins = [e.data.get("origin") or {} for e in events if e.kind == EventKind.NONFINITE_ORIGIN]
     if any(o.get("file") or o.get("phase") in ("input", "optimizer") for o in origins):
         return None  # located already (bad inputs and bad weights have no line to find)
-    bad = [e.step for e in events if e.kind in ("nonfinite_loss", "nonfinite_grad")]
+    bad = [e.step for e in events if e.kind in (EventKind.NONFINITE_LOSS, EventKind.NONFINITE_GRAD)]
     bad = [s for s in bad if isinstance(s, int)]
     if bad:
         return int(min(bad))
@@ -118,7 +120,7 @@ def replay(
         f"with every RNG seeded and tracing armed at step {step}"
     )
     message = f"{origin['phase']}: {origin['op']} ({origin['file']}:{origin['line']}) [replayed]"
-    append_event(out / "run.db", step, "nonfinite_origin", message, {"origin": origin})
+    append_event(out / "run.db", step, EventKind.NONFINITE_ORIGIN, message, {"origin": origin})
     return origin
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from enum import Enum
 
 # C0 controls but tab and newline, DEL, C1 controls, and the Unicode bidi controls
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -63,3 +64,17 @@ def number(x: float | int | None, digits: int = 4) -> str:
     if not math.isfinite(x):
         return repr(float(x)).lower()
     return f"{x:.{digits}g}"
+
+
+class StrEnum(str, Enum):
+    """A vocabulary whose members are their names as strings (``enum.StrEnum`` is 3.11+):
+    ``Kind.NONFINITE == "nonfinite"``, and str(), f-strings, JSON and SQLite see the value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    def __repr__(self) -> str:
+        return repr(self.value)

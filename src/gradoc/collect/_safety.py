@@ -15,6 +15,7 @@ from typing import Any
 from .._text import one_line, safe
 from ..guard import GuardGaveUp
 from ..locate.replay import own_work
+from ..store import EventKind
 
 
 def guarded(method: Callable[..., None]) -> Callable[..., None]:
@@ -37,7 +38,7 @@ def guarded(method: Callable[..., None]) -> Callable[..., None]:
             message = f"internal error in {method.__name__}: {type(exc).__name__}: {exc}"
             print(f"gradoc: {safe(message)}; monitoring stopped, training goes on", file=sys.stderr)
             with contextlib.suppress(Exception):
-                run.event("internal_error", message)
+                run.event(EventKind.INTERNAL_ERROR, message)
 
     return hook
 

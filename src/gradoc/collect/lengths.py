@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .._tree import arguments
 from ..locate.padding import mask_pads
+from ..store import EventKind
 from .probe import Probe
 
 WARMUP = 20
@@ -218,7 +219,7 @@ class Lengths(Probe):
         anomaly = self.monitor.observe(step, lo, hi, total, n, padded)
         if anomaly is not None:
             message = anomaly.pop("message")
-            self.event("length_anomaly", message, step=step, **anomaly)
+            self.event(EventKind.LENGTH_ANOMALY, message, step=step, **anomaly)
 
     def close(self, step: int) -> dict[str, Any]:
         return {"lengths": self.monitor.summary()} if self.monitor.batches else {}

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ..detect._util import update_ratio
 from ..locate.replay import rerun_closure
+from ..store import EventKind
 from .grads import Slices, Target, lr_of
 from .probe import Probe
 
@@ -46,7 +47,7 @@ class Locate(Probe):
         except Exception as exc:
             self.locator.done = True
             self.run.event(
-                "locate_failed", f"could not locate the origin: {type(exc).__name__}: {exc}"
+                EventKind.LOCATE_FAILED, f"could not locate the origin: {type(exc).__name__}: {exc}"
             )
 
     def _locate(self, target: Target, bad: bool, loss_bad: bool) -> None:
@@ -106,5 +107,5 @@ class Locate(Probe):
             if origin is not None:
                 self.run.record_origin(origin)
         except Exception as exc:  # the report matters more than the origin
-            self.run.event("locate_failed", f"could not locate the origin: {exc}")
+            self.run.event(EventKind.LOCATE_FAILED, f"could not locate the origin: {exc}")
         return {}

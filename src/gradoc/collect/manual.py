@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..locate.origin import _user
+from ..store import EventKind
 from ..store.writer import insert_rows
 from . import taps
 from ._safety import guarded
@@ -140,7 +141,7 @@ class ManualSteps:
             return
         self.steps.remove(self.target.optimizer)
         self.target, self.open = None, False
-        self.run.event("steps_counted", "an optimizer stepped: steps counted at its step()")
+        self.run.event(EventKind.STEPS_COUNTED, "an optimizer stepped: steps counted at its step()")
 
     def on_backward(self, tensors: Any, inputs: Any) -> None:
         """A direct call begins: the previous step ends (its update is done by now)."""

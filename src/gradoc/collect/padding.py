@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..store import EventKind
 from .lengths import batch_of
 from .probe import Probe
 
@@ -58,4 +59,4 @@ class PaddingAudit(Probe):
             seen = (f.kind, f.layer)
             if seen not in self._audited and f.kind != "padding_waste":
                 self._audited.add(seen)
-                run.event("padding_audit", f.summary, step=step, finding=f.to_json())
+                run.event(EventKind.PADDING_AUDIT, f.summary, step=step, finding=f.to_json())

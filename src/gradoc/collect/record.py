@@ -17,6 +17,7 @@ from typing import Any
 
 from torch import Tensor
 
+from ..store import EventKind
 from ..store.writer import insert_rows, real, write_meta
 from . import losses
 from .activations import Calls, activation_rows
@@ -99,7 +100,9 @@ class StepRecord:
                 )
             )
             if loss is not None and not math.isfinite(loss):
-                self._first(conn, "nonfinite_loss", r.step, f"loss is {loss} at step {r.step}")
+                self._first(
+                    conn, EventKind.NONFINITE_LOSS, r.step, f"loss is {loss} at step {r.step}"
+                )
         for seen, at in layout.unused:
             value = values[at][0] if at is not None else float(seen.value)  # type: ignore[arg-type]
             if not math.isfinite(value):
@@ -111,7 +114,7 @@ class StepRecord:
                     "read_by": seen.how,
                     "value": repr(value).lower(),
                 }
-                self._first(conn, "nonfinite_loss", seen.step, message, data)
+                self._first(conn, EventKind.NONFINITE_LOSS, seen.step, message, data)
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
             [sl.step for sl in layout.targets if any(counts.get(w.id) for w in sl.present)]
@@ -122,7 +125,7 @@ class StepRecord:
             total = int(sum(self.counts.values()))
             self._first(
                 conn,
-                "nonfinite_grad",
+                EventKind.NONFINITE_GRAD,
                 min(bad_steps),
                 f"{total} non-finite gradient values at step {min(bad_steps)}",
             )

@@ -1,12 +1,9 @@
 """The watched run: a model and its optimizers, watched by probes around one host read.
 
-A :class:`Run` attaches (the models' hooks, see ``watched``; the optimizers' step hooks, see
-``steps``), holds the run log's writer and closes: the last step's statistics, the probes'
-summaries and the run's end go to the log, then ``finish`` writes the report and sinks.
-What happens within a step is the step protocol's (``steps``); what is measured, the
-probes' (``grads``, ``activations``, ``lengths``, ``padding``, ``locate_probe``), chosen
-once from the configuration by :func:`probes_for`; the only reads of the device are the
-packet's (``packet``), once per step.
+A :class:`Run` attaches (models' hooks: ``watched``; optimizers' step hooks: ``steps``),
+holds the run log's writer and closes (last statistics, probes' summaries, the run's end;
+then ``finish`` writes the report and sinks). Within a step: ``steps``; what is measured:
+the probes chosen once by :func:`probes_for`; the device is read by ``packet``, once.
 """
 
 from __future__ import annotations
@@ -28,7 +25,8 @@ from .._version import __version__
 from ..config import WatchConfig
 from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
-from ..store.writer import RunWriter, insert_rows
+from ..store import EventKind, RunWriter
+from ..store.writer import insert_rows
 from . import taps
 from ._safety import finish_safely, open_runs, sigint_deferred
 from .layers import param_rows
@@ -155,7 +153,8 @@ class Run:
             self.guard.watch(optimizer)
         if self._lr_scale != 1.0:
             scale_lr(optimizer, self._lr_scale)
-            self.event("lr_scaled", f"learning rates x{self._lr_scale:g} (applied by gradoc)")
+            scaled = f"learning rates x{self._lr_scale:g} (applied by gradoc)"
+            self.event(EventKind.LR_SCALED, scaled)
         self.put(lambda conn: insert_rows(conn, "layers", rows))
         if hooks:
             self._handles += self.steps.hook(optimizer)
@@ -169,7 +168,7 @@ class Run:
         """Record facts about the run (JSON values) in the run log's ``meta`` table."""
         self._writer.set_meta(**items)
 
-    def event(self, kind: str, message: str, step: int | None = None, **data: Any) -> None:
+    def event(self, kind: EventKind, message: str, step: int | None = None, **data: Any) -> None:
         """Record an event in the run log (shown in reports)."""
         at = self.step if step is None else step
         row = (None, at, time.monotonic() - self.t0, kind, message, json.dumps(data, default=str))
@@ -242,7 +241,8 @@ class Run:
             self.close("gave_up")
             return
         interrupted = isinstance(exc, KeyboardInterrupt)
-        self.event("interrupted" if interrupted else "crash", f"{type(exc).__name__}: {exc}")
+        kind = EventKind.INTERRUPTED if interrupted else EventKind.CRASH
+        self.event(kind, f"{type(exc).__name__}: {exc}")
         self.close("interrupted" if interrupted else "crashed")
 
     def __repr__(self) -> str:

@@ -44,6 +44,7 @@ from .._state import RngState, rng_state
 from .._text import module_label, safe
 from ..guard import Guard, Vitals, agree
 from ..locate import Origin
+from ..store import EventKind
 from . import losses, taps
 from ._safety import guarded
 from .activations import Activations, AmpRanges
@@ -149,7 +150,9 @@ class Steps(taps.LossSink):
         where = f" in {module_label(origin.module)}" if origin.module is not None else ""
         at = f" ({origin.file}:{origin.line})" if origin.file else ""
         message = f"{origin.phase}: {origin.op}{where}{at}"
-        self.run.event("nonfinite_origin", message, step=origin.step, origin=origin.to_json())
+        self.run.event(
+            EventKind.NONFINITE_ORIGIN, message, step=origin.step, origin=origin.to_json()
+        )
 
     def remove(self, optimizer: Any) -> None:
         self.targets.pop(optimizer, None)
@@ -272,7 +275,9 @@ class Steps(taps.LossSink):
         target.before = None  # no update was made: not a tiny one
         self._scaler_skips += 1
         if self._scaler_skips <= 10:
-            self.run.event("scaler_skipped", "the GradScaler skipped this step (inf/NaN gradients)")
+            self.run.event(
+                EventKind.SCALER_SKIPPED, "the GradScaler skipped this step (inf/NaN gradients)"
+            )
         self.post_step(optimizer)
 
     def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
@@ -417,7 +422,7 @@ class Steps(taps.LossSink):
                 guard.skipped_step(target.optimizer, step, reason, self.origins.get(step))
         models, optimizers = list(self.watched.prefixes), list(self.targets)
         if d.rollback:
-            guard.rollback(d.to, step, d.reason, models, optimizers)
+            guard.rollback(d.to, step, d.reason, models, optimizers, d.diverged)
         elif d.clip_to is not None and v.norm is not None:
             grads = [w.param.grad for w in target.present if w.param.grad is not None]
             guard.clip(grads, v.norm, d.clip_to, step)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import (
+    accumulating,
     dead_units,
     exploding,
+    frozen,
     large_updates,
     loss_blowup,
     loss_divergence,
@@ -46,6 +48,8 @@ DETECTORS: dict[str, Detector] = {
     "fp16_overflow": precision.check_overflow,
     "fp16_underflow": precision.check_underflow,
     "padding": padding.check,
+    "accumulating_gradients": accumulating.check,
+    "frozen_parameters": frozen.check,
 }
 
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}

@@ -154,3 +154,42 @@ def ce_classes(h: History) -> int | None:
     if isinstance(division, dict) and division.get("undone") is False:
         return None
     return k if isinstance(k, int) and k >= 2 else None
+
+
+def optimizer_type(h: History) -> str | None:
+    """The first optimizer's class name, as recorded in ``meta['optimizers']``."""
+    optimizers = h.meta.get("optimizers") or []
+    first = optimizers[0] if optimizers and isinstance(optimizers[0], dict) else {}
+    kind = first.get("type")
+    return kind if isinstance(kind, str) else None
+
+
+NOISE_WINDOW = 8
+"""Steps of the recent median an excursion is measured against."""
+
+
+def excursions(values: Sequence[float], quantile: float = 0.95) -> float | None:
+    """How far a series strays from its own recent level on an ordinary step: the
+    ``quantile`` of ``v / median(previous NOISE_WINDOW values)`` over the run (a positive
+    series; None for one with values <= 0 or fewer than 20 steps). A batch-mean loss has
+    ~1.3; the loss of one sample (a one-weight regression fit one point at a time) or one
+    episode has 10 and more, and a 10x rise is ordinary there. A single event (a bad
+    batch) does not move a 95th percentile of a run of 20 steps or more.
+
+    A series with values <= 0 (a policy-gradient loss) is measured by its distance from
+    the recent median against the recent magnitude, ``1 + |v - m| / median(|prev|)``."""
+    vals = [v for v in values if math.isfinite(v)]
+    if len(vals) < 20:
+        return None
+    ratios = []
+    for i in range(NOISE_WINDOW, len(vals)):
+        prev = vals[i - NOISE_WINDOW : i]
+        m = statistics.median(prev)
+        if min(vals) > 0:
+            ratios.append(vals[i] / m)
+        elif (scale := statistics.median(abs(x) for x in prev)) > 0:
+            ratios.append(1 + abs(vals[i] - m) / scale)
+    if len(ratios) < 12:
+        return None
+    ratios.sort()
+    return ratios[min(len(ratios) - 1, int(quantile * len(ratios)))]

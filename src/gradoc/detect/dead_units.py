@@ -15,7 +15,7 @@ that outputs NaN is broken, not dead (the ``nonfinite`` finding's story).
 
 from __future__ import annotations
 
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 ACTIVE = 0.01
@@ -55,15 +55,19 @@ def check(h: History) -> list[Finding]:
             for i, s in enumerate(steps)
             if all(dead_share(samples[t]) > LAYER_SHARE for t in steps[i:])
         )
-        flagged.append((m.name, first, dead_share(samples[steps[-1]]), len(samples[steps[-1]])))
+        alive = [t for t in steps if t < first]
+        timing = {"first_sample": steps[0], "alive_until": alive[-1] if alive else None}
+        flagged.append(
+            (m.name, first, dead_share(samples[steps[-1]]), len(samples[steps[-1]]), timing)
+        )
     if not flagged:
         return []
-    name, first, share, width = flagged[0]
+    name, first, share, width, timing = flagged[0]
     others = [f[0] or "(model)" for f in flagged[1:]]
     behind = " (its output goes through F.relu)" if functional.get(name) == "relu" else ""
     return [
         Finding(
-            kind="dead_units",
+            kind=Kind.DEAD_UNITS,
             severity="warning",
             step=first,
             layer=name,
@@ -72,13 +76,14 @@ def check(h: History) -> list[Finding]:
                 + (f" (also in {', '.join(others)})" if others else "")
             ),
             evidence=[
-                {
-                    "signal": f"share of units active on < 1% of positions in {n}",
-                    "value": round(s, 3),
-                    "step": st,
-                    "type": "distribution",
-                }
-                for n, st, s, _ in flagged
+                Evidence(
+                    f"share of units active on < 1% of positions in {n}",
+                    round(s, 3),
+                    step=st,
+                    type="distribution",
+                )
+                for n, st, s, _, _ in flagged
             ],
+            details=timing,
         )
     ]

@@ -14,7 +14,15 @@ develops:
    (the median of its first 5% of steps, at least 5) and stays above 10 times it for
    ``SUSTAIN`` (3) steps or turns non-finite within 20 steps. The EMA z-score of ZClip
    (alpha 0.97) at the onset is given as evidence. A single high step that comes back
-   is a loss spike, not an explosion (see loss_spike).
+   is a loss spike, not an explosion (see loss_spike). On a gradient norm that is noisy
+   by itself (its 95th-percentile excursion over its recent median, ``_util.excursions``,
+   at least ``NOISY`` (5): the gradient of one episode of a policy gradient, 0.02 to 146
+   on a healthy agent, tests/shapes/ppo_healthy.py) the growth must also hold in the
+   median of the next ``HOLD`` (20) steps.
+
+The scale rule ignores a single sampled step whose next sample is back below the ratio:
+one batch whose targets were x1000 gives a gradient 1e4x its weights for one step, and
+that is the batch's loss spike (tests/shapes/corrupted_batch.py).
 
 AUTOTRAINER's first/last-layer ratio > 70 did not separate the labelled runs: an N(0, 1)
 MLP has ratio 0.17 (both ends explode), so it is not used.
@@ -23,9 +31,10 @@ MLP has ratio 0.17 (both ends explode), so it is not used.
 from __future__ import annotations
 
 import math
+import statistics
 
-from ._util import finite, fmt, median, weight_params
-from .finding import Finding
+from ._util import excursions, finite, fmt, median, weight_params
+from .finding import Evidence, Finding, Kind
 from .history import History
 from .zclip import WARMUP, ZClip
 
@@ -33,6 +42,8 @@ SCALE_RATIO = 1e3
 GROWTH = 100.0
 SUSTAIN = 3
 NONFINITE_WITHIN = 20
+NOISY = 5.0
+HOLD = 20
 
 
 def _ema_z(values: list[float], upto: int) -> float:
@@ -53,11 +64,17 @@ def _scale_rule(h: History) -> tuple[int, str, float] | None:
         w = h.param(p.name, "weight_norm")
         weights = dict(zip(w.steps, w.values))
         g = h.param(p.name, "grad_norm")
-        for s, gv in zip(g.steps, g.values):
-            wv = weights.get(s)
-            if wv and math.isfinite(gv) and wv > 0 and gv / wv > SCALE_RATIO:
-                if worst is None or (s, -gv / wv) < (worst[0], -worst[2]):
-                    worst = (s, p.name, gv / wv)
+        ratios = [
+            (s, gv / wv if math.isfinite(gv) else math.inf)
+            for s, gv in zip(g.steps, g.values)
+            if (wv := weights.get(s)) and wv > 0
+        ]
+        for i, (s, r) in enumerate(ratios):
+            if r > SCALE_RATIO and math.isfinite(r):
+                if i + 1 < len(ratios) and ratios[i + 1][1] <= SCALE_RATIO:
+                    continue  # one step, and back: a spike
+                if worst is None or (s, -r) < (worst[0], -worst[2]):
+                    worst = (s, p.name, r)
                 break
     return worst
 
@@ -71,6 +88,7 @@ def _growth_rule(h: History) -> tuple[int, float, float] | None:
     base = median(fvalues[:k])
     if not base > 0:
         return None
+    noisy = (excursions([v for v in fvalues if v > 0]) or 0.0) >= NOISY
     for i in range(k, len(values)):
         v = values[i]
         if not (math.isfinite(v) and v > GROWTH * base):
@@ -80,6 +98,9 @@ def _growth_rule(h: History) -> tuple[int, float, float] | None:
             not math.isfinite(a) or a > 10 * base for a in after
         )
         ends_nonfinite = any(not math.isfinite(a) for a in values[i + 1 : i + 1 + NONFINITE_WITHIN])
+        hold = values[i + 1 : i + 1 + HOLD]
+        if noisy and sustained and len(hold) == HOLD:
+            sustained = statistics.median(hold) > 10 * base
         if sustained or ends_nonfinite:
             return steps[i], v / base, _ema_z(values, i)
     return None
@@ -90,31 +111,25 @@ def check(h: History) -> list[Finding]:
     growth = _growth_rule(h)
     if scale is None and growth is None:
         return []
-    evidence: list[dict[str, object]] = []
+    evidence: list[Evidence] = []
     parts = []
     step = min(s for s in (scale and scale[0], growth and growth[0]) if s is not None)
     layer = None
     if scale is not None:
         s, name, ratio = scale
         layer = h.module_of(name)
-        evidence.append(
-            {"signal": f"gradient norm / weight norm of {name}", "step": s, "value": fmt(ratio)}
-        )
+        evidence.append(Evidence(f"gradient norm / weight norm of {name}", fmt(ratio), step=s))
         parts.append(f"the gradient of {name} is {fmt(ratio)}x its weights at step {s}")
     if growth is not None:
         s, factor, z = growth
-        evidence.append(
-            {"signal": "global gradient norm / its early level", "step": s, "value": fmt(factor)}
-        )
-        evidence.append(
-            {"signal": "EMA z-score of the gradient norm at the onset", "value": fmt(z)}
-        )
+        evidence.append(Evidence("global gradient norm / its early level", fmt(factor), step=s))
+        evidence.append(Evidence("EMA z-score of the gradient norm at the onset", fmt(z)))
         parts.append(f"the global gradient norm grew {fmt(factor)}x its early level by step {s}")
         if layer is None:
             layer = _fastest_growing(h, s)
     return [
         Finding(
-            kind="exploding_gradients",
+            kind=Kind.EXPLODING_GRADIENTS,
             severity="error",
             step=step,
             layer=layer,

@@ -1,38 +1,289 @@
-"""A finding: one problem the run log shows, in the shape of report.json."""
+"""A finding: one problem the run log shows, as typed records in the shape of report.json.
+
+The records (``Evidence``, ``Hypothesis`` with its ``Sign``s, ``Fix``, ``RuledOut``) are
+what detectors and the diagnosis write and what renderers read; :meth:`Finding.to_json`
+is the one place they become report.json's dictionaries (``../shared/DESIGN.md``).
+
+How hypotheses are ranked, the one rule: each hypothesis lists the signs it predicts,
+each checked against the run and found ``seen``, ``contradicted`` or ``not observed``
+(the run did not show it either way: nothing sampled then, nothing recorded). Its score is
+
+    score = base + sum(weight of seen signs) - sum(weight of contradicted signs)
+
+Signs not observed count 0: absence is never support. The weights are ``DECISIVE`` (3:
+the run shows the cause itself, e.g. the operation that made the NaN), ``STRONG`` (2: a
+sign only this cause predicts, e.g. units dead before any update for an initialisation),
+``MODERATE`` (1) and ``WEAK`` (0.5: consistent with it, but with others too). ``base``
+(at most 0.3) is how common the cause is for the symptom; it orders causes that no
+evidence separates, nothing more. Hypotheses are ranked by score, then base; the likelihood
+shown is ``high`` at a score of 2 or more, ``medium`` at 1 or more, ``low`` below.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from .._text import StrEnum
 
 Severity = Literal["error", "warning", "info"]
 
 
+class Kind(StrEnum):
+    """The finding kinds of DESIGN.md (a ``str``: ``Kind.NONFINITE == "nonfinite"``)."""
+
+    NONFINITE = "nonfinite"
+    EXPLODING_GRADIENTS = "exploding_gradients"
+    VANISHING_GRADIENTS = "vanishing_gradients"
+    DEAD_UNITS = "dead_units"
+    SATURATED_UNITS = "saturated_units"
+    LOSS_SPIKE = "loss_spike"
+    LOSS_BLOWUP = "loss_blowup"
+    LOSS_DIVERGENCE = "loss_divergence"
+    LOSS_PLATEAU = "loss_plateau"
+    POOR_INITIALIZATION = "poor_initialization"
+    LARGE_UPDATES = "large_updates"
+    TINY_UPDATES = "tiny_updates"
+    FP16_OVERFLOW = "fp16_overflow"
+    FP16_UNDERFLOW = "fp16_underflow"
+    PADDING_LEAK = "padding_leak"
+    LOSS_INCLUDES_PADDING = "loss_includes_padding"
+    LENGTH_ANOMALY = "length_anomaly"
+    PADDING_WASTE = "padding_waste"
+    ACCUMULATING_GRADIENTS = "accumulating_gradients"
+    FROZEN_PARAMETERS = "frozen_parameters"
+    LOG_INCOMPLETE = "log_incomplete"
+    """Not a training problem: the run log stopped before the run did (report/json.py)."""
+
+
+class Family(StrEnum):
+    """The kind of root cause a hypothesis names: stable where its words are not."""
+
+    LEARNING_RATE = "learning_rate"
+    INITIALIZATION = "initialization"
+    NUMERICS = "numerics"
+    DATA = "data"
+    ARCHITECTURE = "architecture"
+    PRECISION = "precision"
+    MASKING = "masking"
+    BATCHING = "batching"
+    GRADIENTS = "gradients"
+    LOOP = "loop"
+    """The training loop's code: gradients never cleared, parameters left out of training."""
+
+
+FAMILIES: dict[Family, str] = {
+    Family.LEARNING_RATE: "the learning rate or its schedule",
+    Family.INITIALIZATION: "the scale or sign of the initial weights and biases",
+    Family.NUMERICS: "a numerically unsafe operation in the user's code",
+    Family.DATA: "the inputs or labels: non-finite, extreme, corrupted or unlearnable",
+    Family.ARCHITECTURE: "the model's structure: saturating activations, depth without "
+    "normalisation, an ungated recurrence, a logit scale",
+    Family.PRECISION: "values outside the range of a low-precision dtype",
+    Family.MASKING: "padding that reaches the outputs or the loss",
+    Family.BATCHING: "how batches are formed",
+    Family.GRADIENTS: "the gradients themselves, with no upstream cause identified",
+    Family.LOOP: "the training loop: gradients never cleared, parameters that never train",
+}
+
+
+class Horizon(StrEnum):
+    IMMEDIATE = "immediate"
+    SHORT_TERM = "short-term"
+    LONG_TERM = "long-term"
+
+
+HORIZONS = tuple(Horizon)
+
+
+DECISIVE, STRONG, MODERATE, WEAK = 3.0, 2.0, 1.0, 0.5
+"""The weights of a sign (the module docstring's rule)."""
+
+
+class State(StrEnum):
+    """What the run showed of a sign a hypothesis predicts."""
+
+    SEEN = "seen"
+    CONTRADICTED = "contradicted"
+    NOT_OBSERVED = "not observed"
+
+
+@dataclass(slots=True)
+class Evidence:
+    """A signal, with the value observed (``type``: metric, distribution, code, log)."""
+
+    signal: str
+    value: Any
+    step: int | None = None
+    type: str = "metric"
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Further typed values (``steps``, ``of``, ``argument``) that renderers may show."""
+
+    @classmethod
+    def of(cls, data: Evidence | dict[str, Any]) -> Evidence:
+        if isinstance(data, Evidence):
+            return data
+        rest = {k: v for k, v in data.items() if k not in ("signal", "value", "step", "type")}
+        return cls(
+            data["signal"], data.get("value"), data.get("step"), data.get("type", "metric"), rest
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"signal": self.signal, "value": self.value}
+        if self.step is not None:
+            out["step"] = self.step
+        return out | self.extra | {"type": self.type}
+
+
+@dataclass(slots=True)
+class Sign:
+    """One thing a hypothesis predicts, checked against the run: a typed fact with the step
+    and value it was read at. ``weight`` is how much it tells (see diagnose/scoring.py)."""
+
+    claim: str
+    state: State
+    weight: float
+    step: int | None = None
+    value: float | str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"claim": self.claim, "state": str(self.state), "weight": self.weight}
+        if self.step is not None:
+            out["step"] = self.step
+        if self.value is not None:
+            out["value"] = self.value
+        return out
+
+
+@dataclass(slots=True)
+class Hypothesis:
+    family: Family
+    cause: str
+    check: str
+    """How to verify it."""
+    base: float = 0.0
+    """Its base rate among the causes of this symptom, in score units; small (<= 0.3), so
+    that it only orders causes the run's evidence does not separate."""
+    signs: list[Sign] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.family = Family(self.family)
+
+    def sign(
+        self,
+        claim: str,
+        state: State | bool | None,
+        weight: float,
+        step: int | None = None,
+        value: float | str | None = None,
+    ) -> Sign:
+        """Add a sign: ``True`` seen, ``False`` contradicted, ``None`` not observed."""
+        if not isinstance(state, State):
+            state = {True: State.SEEN, False: State.CONTRADICTED, None: State.NOT_OBSERVED}[state]
+        made = Sign(claim, state, weight, step, value)
+        self.signs.append(made)
+        return made
+
+    def seen(self, claim: str, weight: float, **at: Any) -> Sign:
+        return self.sign(claim, State.SEEN, weight, **at)
+
+    def against(self, claim: str, weight: float, **at: Any) -> Sign:
+        return self.sign(claim, State.CONTRADICTED, weight, **at)
+
+    def unseen(self, claim: str, weight: float = 0.0, **at: Any) -> Sign:
+        return self.sign(claim, State.NOT_OBSERVED, weight, **at)
+
+    def claims(self, state: State) -> list[str]:
+        return [s.claim for s in self.signs if s.state is state]
+
+    @property
+    def score(self) -> float:
+        """The module docstring's rule."""
+        seen = sum(s.weight for s in self.signs if s.state is State.SEEN)
+        against = sum(s.weight for s in self.signs if s.state is State.CONTRADICTED)
+        return self.base + seen - against
+
+    @property
+    def likelihood(self) -> str:
+        return "high" if self.score >= 2 else "medium" if self.score >= 1 else "low"
+
+    @property
+    def confirmed(self) -> bool:
+        """Some sign of it was seen in this run."""
+        return any(s.state is State.SEEN for s in self.signs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "family": str(self.family),
+            "likelihood": self.likelihood,
+            "score": round(self.score, 2),
+            "support": self.claims(State.SEEN),
+            "against": self.claims(State.CONTRADICTED),
+            "not_observed": self.claims(State.NOT_OBSERVED),
+            "signs": [s.to_json() for s in self.signs],
+            "check": self.check,
+        }
+
+
+def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
+    """Most likely first, by the module docstring's rule."""
+    return sorted(hypotheses, key=lambda h: (-h.score, -h.base))
+
+
+@dataclass(slots=True)
+class Fix:
+    horizon: Horizon
+    action: str
+    apply: dict[str, Any] | None = None
+    """What ``gradoc run --fix`` can apply without a code change (``{"lr_scale": 0.1}``)."""
+    code: dict[str, Any] | None = None
+    """Where the code change goes (file, line, code), when the origin names it."""
+
+    def __post_init__(self) -> None:
+        self.horizon = Horizon(self.horizon)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"horizon": str(self.horizon), "action": self.action}
+        if self.apply is not None:
+            out["apply"] = self.apply
+        if self.code is not None:
+            out["code"] = self.code
+        return out
+
+
+@dataclass(slots=True)
+class RuledOut:
+    cause: str
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "why": self.why}
+
+
 @dataclass(kw_only=True, slots=True)
 class Finding:
-    kind: str
-    """One of DESIGN.md's finding kinds, e.g. ``nonfinite``."""
+    kind: Kind
+    """One of DESIGN.md's finding kinds."""
     severity: Severity
     step: int | None
     """The first step at which the problem was seen."""
     layer: str | None
     """The module's fully qualified name (``''`` is the model itself), if one is involved."""
     summary: str
-    evidence: list[dict[str, Any]] = field(default_factory=list)
-    """The signals, each ``{"signal", "value", ...}`` with the observed value."""
-    hypotheses: list[dict[str, Any]] = field(default_factory=list)
-    """Ranked causes: ``{"cause", "likelihood", "support", "against", "check"}``."""
-    ruled_out: list[dict[str, Any]] = field(default_factory=list)
-    """Common wrong diagnoses, each ``{"cause", "why"}`` with the run's own numbers."""
-    fixes: list[dict[str, Any]] = field(default_factory=list)
-    """``{"horizon": "immediate" | "short-term" | "long-term", "action"}``."""
+    evidence: list[Evidence] = field(default_factory=list)
+    """The signals, each with the observed value."""
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    """Ranked causes, most likely first (diagnose/scoring.py)."""
+    ruled_out: list[RuledOut] = field(default_factory=list)
+    """Common wrong diagnoses, each with the run's own numbers."""
+    fixes: list[Fix] = field(default_factory=list)
     origin: dict[str, Any] | None = None
     symptom: str | None = None
     """What a person sees, in one sentence."""
     root_cause: str | None = None
-    root_cause_family: str | None = None
-    """The kind of root cause, one of ``gradoc.diagnose.playbook.FAMILIES``
-    (``"learning_rate"``, ``"numerics"``, ...): stable where ``root_cause``'s words are not."""
+    root_cause_family: Family | None = None
+    """The family of the first hypothesis: stable where ``root_cause``'s words are not."""
     monitoring: list[str] = field(default_factory=list)
     related: list[dict[str, Any]] = field(default_factory=list)
     """Findings folded into this one as its consequences or causes: kind, step, summary."""
@@ -40,8 +291,28 @@ class Finding:
     """Typed facts the diagnosis reasons with (``{"spikes": 3}``, ``{"peak_loss": 1e5}``):
     rewording a summary or a signal can never change a diagnosis."""
 
+    def __post_init__(self) -> None:
+        self.kind = Kind(self.kind)
+        self.evidence = [Evidence.of(e) for e in self.evidence]
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data["origin"] is None:
-            del data["origin"]
+        data: dict[str, Any] = {
+            "kind": str(self.kind),
+            "severity": self.severity,
+            "step": self.step,
+            "layer": self.layer,
+            "summary": self.summary,
+            "evidence": [e.to_json() for e in self.evidence],
+            "hypotheses": [h.to_json() for h in self.hypotheses],
+            "ruled_out": [r.to_json() for r in self.ruled_out],
+            "fixes": [f.to_json() for f in self.fixes],
+            "symptom": self.symptom,
+            "root_cause": self.root_cause,
+            "root_cause_family": str(self.root_cause_family) if self.root_cause_family else None,
+            "monitoring": list(self.monitoring),
+            "related": list(self.related),
+            "details": dict(self.details),
+        }
+        if self.origin is not None:
+            data["origin"] = self.origin
         return data

@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import fmt, loss_trend
-from .finding import Finding
+from ._util import excursions, fmt, loss_trend
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 START = 3
@@ -40,6 +40,11 @@ SMOOTH = 3
 RISE = 2.0
 SUSTAIN = 3
 FLOOR = 100.0
+NOISY = 3.0
+"""A rise to at most this many times the run's own 95th-percentile excursion
+(``_util.excursions``) is the loss's noise, not a blow-up: a one-weight regression fit
+one sample a step rose 19.5x from its first loss and its excursions reach 19x on ordinary
+steps (tests/shapes/one_weight_regression.py)."""
 BACK = 1.5
 """The loss has come back once the smoothed loss is below 1.5x the start level again."""
 
@@ -71,7 +76,15 @@ def check(h: History) -> list[Finding]:
     if onset is None:
         return []
     peak_i = max(range(onset, len(values)), key=lambda i: values[i])
-    back_i = next((i for i in range(peak_i, len(smooth)) if smooth[i] < BACK * start), None)
+    # the smoothed loss lags the loss by SMOOTH - 1 steps: it cannot be back before that
+    after = max(peak_i, onset + SMOOTH - 1)
+    back_i = next((i for i in range(after, len(smooth)) if smooth[i] < BACK * start), None)
+    if back_i is not None and steps[back_i] - steps[onset] < SUSTAIN:
+        return []  # up and back within a few steps: a spike (loss_spike), not a blow-up
+    end_i = back_i if back_i is not None else len(values)
+    noise = excursions(values[:onset] + values[end_i:])  # the run's noise outside the event
+    if noise is not None and values[peak_i] / start <= NOISY * noise:
+        return []  # within what this run's loss does on its own
     tail = values[-max(3, len(values) // 10) :]
     end = statistics.median(tail)
     ratio = values[peak_i] / start
@@ -90,7 +103,7 @@ def check(h: History) -> list[Finding]:
     unit = " per sample" if per_sample else ""
     return [
         Finding(
-            kind="loss_blowup",
+            kind=Kind.LOSS_BLOWUP,
             severity="error",
             step=steps[onset],
             layer=None,
@@ -100,10 +113,10 @@ def check(h: History) -> list[Finding]:
                 f"{steps[peak_i]}{came} and ended at {fmt(end)}"
             ),
             evidence=[
-                {"signal": f"loss{unit} at the start (lowest of the first 3)", "value": fmt(start)},
-                {"signal": "peak loss", "step": steps[peak_i], "value": fmt(values[peak_i])},
-                {"signal": "peak / start", "value": fmt(ratio)},
-                {"signal": "loss at the end (median of the last 10%)", "value": fmt(end)},
+                Evidence(f"loss{unit} at the start (lowest of the first 3)", fmt(start)),
+                Evidence("peak loss", fmt(values[peak_i]), step=steps[peak_i]),
+                Evidence("peak / start", fmt(ratio)),
+                Evidence("loss at the end (median of the last 10%)", fmt(end)),
             ],
             details=details,
         )

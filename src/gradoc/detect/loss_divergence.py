@@ -32,8 +32,9 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..store import EventKind
 from ._util import finite, fmt, loss_trend
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 RISE = 2.0
@@ -58,19 +59,19 @@ def check(h: History) -> list[Finding]:
 def _rolled_back(h: History) -> list[Finding]:
     """The guard rolled back a divergence: the report names it too."""
     for e in h.events:
-        reason = str(e.data.get("reason", "")) if e.kind == "rollback" else ""
-        if reason.startswith("loss diverged") and e.step is not None:
+        reason = str(e.data.get("reason", ""))
+        if e.kind == EventKind.ROLLBACK and e.data.get("diverged") and e.step is not None:
             to = e.data.get("to_step")
             return [
                 Finding(
-                    kind="loss_divergence",
+                    kind=Kind.LOSS_DIVERGENCE,
                     severity="error",
                     step=e.step,
                     layer=None,
                     summary=f"loss diverged at step {e.step}; the guard rolled back to step {to}",
                     evidence=[
-                        {"signal": "the guard's divergence check", "value": reason},
-                        {"signal": "rolled back to the snapshot of step", "value": to},
+                        Evidence("the guard's divergence check", reason),
+                        Evidence("rolled back to the snapshot of step", to),
                     ],
                 )
             ]
@@ -99,7 +100,7 @@ def _from_the_curve(h: History) -> list[Finding]:
             peak = max(values[i:])
             return [
                 Finding(
-                    kind="loss_divergence",
+                    kind=Kind.LOSS_DIVERGENCE,
                     severity="error",
                     step=step,
                     layer=None,
@@ -108,13 +109,9 @@ def _from_the_curve(h: History) -> list[Finding]:
                         f"{fmt(best)}" + (", then turned non-finite" if ends_nonfinite else "")
                     ),
                     evidence=[
-                        {"signal": "best smoothed loss before", "value": fmt(best)},
-                        {
-                            "signal": "smoothed loss at the onset",
-                            "step": step,
-                            "value": fmt(smooth[i]),
-                        },
-                        {"signal": "highest finite loss after", "value": fmt(peak)},
+                        Evidence("best smoothed loss before", fmt(best)),
+                        Evidence("smoothed loss at the onset", fmt(smooth[i]), step=step),
+                        Evidence("highest finite loss after", fmt(peak)),
                     ],
                 )
             ]

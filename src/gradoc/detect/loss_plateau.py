@@ -19,6 +19,11 @@ benchmarks/accuracy.py, calibration split, resnet:lr_adam). Converged: a cross-e
 whose whole run sits below ``CONVERGED`` (0.5) x ln k has learnt what it can and is not
 stuck (fine-tuning a trained CNN at a tenth of its learning rate: 0.3-0.4 throughout
 against ln 4; calibration split, cnn:healthy:finetune).
+
+Noisy: a loss whose 95th-percentile excursion over its recent median exceeds ``NOISY``
+(3x; ``_util.excursions``) measures no 2% gain, unless it sits at chance: an
+actor-critic's loss, whose size follows the episodes' returns, not progress
+(``../shared/real-programs`` actor_critic_cartpole_healthy: 7.9).
 """
 
 from __future__ import annotations
@@ -26,14 +31,15 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import ce_classes, finite, fmt, loss_trend
-from .finding import Finding
+from ._util import ce_classes, excursions, finite, fmt, loss_trend
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 MIN_STEPS = 100
 MIN_GAIN = 0.02
 CHANCE_BAND = 0.03
 CONVERGED = 0.5
+NOISY = 3.0
 
 
 def check(h: History) -> list[Finding]:
@@ -51,9 +57,12 @@ def check(h: History) -> list[Finding]:
         return []
     if k is not None and max(early, late) < CONVERGED * math.log(k):
         return []  # learnt, and holding there
+    noise = excursions(values)
+    if not at_chance and noise is not None and noise > NOISY:
+        return []  # a loss this noisy measures no 2% gain
     return [
         Finding(
-            kind="loss_plateau",
+            kind=Kind.LOSS_PLATEAU,
             severity="warning",
             step=steps[-max(5, len(values) // 4)],
             layer=None,
@@ -62,9 +71,9 @@ def check(h: History) -> list[Finding]:
                 f"{len(values) // 4} steps ({gain:.1%} better in {len(values)} steps)"
             ),
             evidence=[
-                {"signal": "median loss, first 10% of steps", "value": fmt(early)},
-                {"signal": "median loss, last 25% of steps", "value": fmt(late)},
-                {"signal": "relative improvement", "value": round(gain, 4)},
+                Evidence("median loss, first 10% of steps", fmt(early)),
+                Evidence("median loss, last 25% of steps", fmt(late)),
+                Evidence("relative improvement", round(gain, 4)),
             ],
             details={"early_loss": early, "late_loss": late, "gain": gain}
             | ({"chance": math.log(k), "classes": k} if at_chance and k else {}),

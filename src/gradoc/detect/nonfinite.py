@@ -26,8 +26,9 @@ import math
 from typing import Any
 
 from .._text import module_label
+from ..store import EventKind
 from ._util import fmt
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 GROWTH = 100.0
@@ -56,28 +57,28 @@ def check(h: History) -> list[Finding]:
     counts = h.grad_nonfinite
     bad_grad = next((s for s, v in zip(counts.steps, counts.values) if v), None)
     # a located origin is itself the evidence (a script may stop before backward)
-    origins = [e.data["origin"] for e in h.events if e.kind == "nonfinite_origin"]
+    origins = [e.data["origin"] for e in h.events if e.kind == EventKind.NONFINITE_ORIGIN]
     first_origin = min((o["step"] for o in origins if o.get("step") is not None), default=None)
     unbacked = _unbacked(h)
     bad_unbacked = unbacked[0] if unbacked is not None else None
     if bad_loss is None and bad_grad is None and first_origin is None and bad_unbacked is None:
         return _printed(h)
     step = min(s for s in (bad_loss, bad_grad, first_origin, bad_unbacked) if s is not None)
-    evidence: list[dict[str, object]] = []
+    evidence: list[Evidence] = []
     layer = None
     parts = []
     if unbacked is not None and (bad_loss is None or unbacked[0] < bad_loss):
         at, shown, what = unbacked
-        evidence.append({"signal": "loss, never a step's loss", "step": at, "value": shown})
+        evidence.append(Evidence("loss, never a step's loss", shown, step=at))
         parts.append(f"loss became {shown} at step {at} ({what})")
     elif bad_loss is not None:
         at, shown = bad_loss, _fmt(loss.at(bad_loss))
-        evidence.append({"signal": "loss", "step": at, "value": shown})
+        evidence.append(Evidence("loss", shown, step=at))
         parts.append(f"loss became {shown} at step {at}")
     if unbacked is not None or bad_loss is not None:
         before = [v for s, v in zip(loss.steps, loss.values) if s < at and math.isfinite(v)]
         if before:
-            evidence.append({"signal": "last finite loss", "value": before[-1]})
+            evidence.append(Evidence("last finite loss", before[-1]))
     if bad_grad is not None:
         with_grads = [
             p for p in h.params if h.param(p.name, "grad_nonfinite").at(bad_grad) is not None
@@ -87,14 +88,13 @@ def check(h: History) -> list[Finding]:
         total = int(sum(c for _, c in bad))
         nearest = bad[-1][0] if bad else None  # params are in registration order
         layer = nearest.module if nearest else None
-        evidence.append({"signal": "non-finite gradient values", "step": bad_grad, "value": total})
+        evidence.append(Evidence("non-finite gradient values", total, step=bad_grad))
         evidence.append(
-            {
-                "signal": "parameters with non-finite gradients",
-                "value": len(bad),
-                "of": len(with_grads),
-                "names": [p.name for p, _ in bad][-10:],
-            }
+            Evidence(
+                "parameters with non-finite gradients",
+                len(bad),
+                extra={"of": len(with_grads), "names": [p.name for p, _ in bad][-10:]},
+            )
         )
         where = f" (nearest the loss: {nearest.name})" if nearest else ""
         parts.append(
@@ -117,13 +117,13 @@ def check(h: History) -> list[Finding]:
             parts.insert(0, f"born outside the model ({origin['phase']} pass)")
     skipped = h.meta.get("skipped_updates")
     if skipped:
-        evidence.append({"signal": "non-finite updates not applied", "value": skipped})
+        evidence.append(Evidence("non-finite updates not applied", skipped))
     grew = _grew_before(h, step)
     for what, ratio in grew.items():
-        evidence.append({"signal": f"{what.replace('_', ' ')} growth before", "value": fmt(ratio)})
+        evidence.append(Evidence(f"{what.replace('_', ' ')} growth before", fmt(ratio)))
     return [
         Finding(
-            kind="nonfinite",
+            kind=Kind.NONFINITE,
             severity="error",
             step=step,
             layer=layer,
@@ -142,7 +142,9 @@ def _fmt(value: float | None) -> str:
 def _unbacked(h: History) -> tuple[int, str, str] | None:
     """The run's first non-finite loss that was never a step's loss (see the module
     docstring): (step, value, how the program had it); None without one."""
-    event = next((e for e in h.events if e.kind == "nonfinite_loss" and "read_by" in e.data), None)
+    event = next(
+        (e for e in h.events if e.kind == EventKind.NONFINITE_LOSS and "read_by" in e.data), None
+    )
     if event is None or event.step is None:
         return None
     how = str(event.data["read_by"])
@@ -170,7 +172,7 @@ def _printed(h: History) -> list[Finding]:
     text = str(h.meta["printed_nonfinite_last"].get("text", ""))[:160]
     return [
         Finding(
-            kind="nonfinite",
+            kind=Kind.NONFINITE,
             severity="warning",
             step=at,
             layer=None,
@@ -179,7 +181,7 @@ def _printed(h: History) -> list[Finding]:
                 f"({text[:80]!r}), in something gradoc does not watch (a detached loss, a "
                 "metric): the loss and gradients it watched were finite"
             ),
-            evidence=[{"signal": "printed", "step": at, "value": text}],
+            evidence=[Evidence("printed", text, step=at)],
             details={"printed": text},
         )
     ]

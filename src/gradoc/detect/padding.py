@@ -14,8 +14,9 @@ by the model's ``padding_idx`` with no mask argument, it says so and how to audi
 
 from __future__ import annotations
 
+from ..store import EventKind
 from ._util import fmt
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 WASTE_INFO = 1 / 3
@@ -28,14 +29,18 @@ _UNMASKED = (
 
 def check(h: History) -> list[Finding]:
     findings: list[Finding] = []
-    anomalies = [e for e in h.events if e.kind == "length_anomaly"]
+    anomalies = [e for e in h.events if e.kind == EventKind.LENGTH_ANOMALY]
     if anomalies:
         first = anomalies[0]
-        bad = {e.step for e in h.events if e.kind in ("nonfinite_loss", "nonfinite_grad")}
-        bad |= {e.step for e in h.events if e.kind == "nonfinite_origin"}
+        bad = {
+            e.step
+            for e in h.events
+            if e.kind in (EventKind.NONFINITE_LOSS, EventKind.NONFINITE_GRAD)
+        }
+        bad |= {e.step for e in h.events if e.kind == EventKind.NONFINITE_ORIGIN}
         findings.append(
             Finding(
-                kind="length_anomaly",
+                kind=Kind.LENGTH_ANOMALY,
                 # unusual lengths are news, a problem only where something broke with them
                 severity="warning" if any(e.step in bad for e in anomalies) else "info",
                 step=first.step,
@@ -43,20 +48,20 @@ def check(h: History) -> list[Finding]:
                 summary=f"unusual sequence lengths: {first.message}"
                 + (f" ({len(anomalies)} such batches)" if len(anomalies) > 1 else ""),
                 evidence=[
-                    {"signal": k, "value": first.data[k]}
+                    Evidence(k, first.data[k])
                     for k in ("min", "previous_min", "max", "previous_max", "source")
                     if k in first.data
                 ]
-                + [{"signal": "batches with unusual lengths", "value": len(anomalies)}],
+                + [Evidence("batches with unusual lengths", len(anomalies))],
             )
         )
     seen: set[tuple[str, str | None]] = set()
     for e in h.events:
-        if e.kind != "padding_audit":
+        if e.kind != EventKind.PADDING_AUDIT:
             continue
         f = e.data["finding"]
         key = (f["kind"], f.get("layer"))
-        if key in seen or f["kind"] == "padding_waste":
+        if key in seen or f["kind"] == Kind.PADDING_WASTE:
             continue
         seen.add(key)
         findings.append(
@@ -75,7 +80,7 @@ def check(h: History) -> list[Finding]:
     if ratio is not None and ratio > WASTE_INFO:
         findings.append(
             Finding(
-                kind="padding_waste",
+                kind=Kind.PADDING_WASTE,
                 severity="info",
                 step=None,
                 layer=None,
@@ -84,9 +89,9 @@ def check(h: History) -> list[Finding]:
                 + ("; bucket batches by length" if ratio > 0.5 else "")
                 + (_UNMASKED if str(lengths.get("source", "")).endswith("no mask") else ""),
                 evidence=[
-                    {"signal": "padding ratio", "value": ratio},
-                    {"signal": "mean length", "value": lengths["mean"]},
-                    {"signal": "lengths from", "value": lengths.get("source")},
+                    Evidence("padding ratio", ratio),
+                    Evidence("mean length", lengths["mean"]),
+                    Evidence("lengths from", lengths.get("source")),
                 ],
             )
         )

@@ -27,7 +27,7 @@ import itertools
 import math
 
 from ._util import ce_classes, fmt
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 CHAIN = ("Linear", "Conv1d", "Conv2d", "Conv3d", "LazyLinear")
@@ -53,7 +53,7 @@ def _chance(h: History) -> list[Finding]:
     head = next((p.module for p in reversed(h.params) if p.shape and p.shape[0] == k), None)
     return [
         Finding(
-            kind="poor_initialization",
+            kind=Kind.POOR_INITIALIZATION,
             severity="warning",
             step=0,
             layer=head,
@@ -63,9 +63,9 @@ def _chance(h: History) -> list[Finding]:
                 "initial logits are far too large"
             ),
             evidence=[
-                {"signal": "loss at step 0", "value": fmt(start)},
-                {"signal": f"chance level ln({k})", "value": fmt(chance)},
-                {"signal": "loss at step 0 / chance", "value": fmt(start / chance)},
+                Evidence("loss at step 0", fmt(start)),
+                Evidence(f"chance level ln({k})", fmt(chance)),
+                Evidence("loss at step 0 / chance", fmt(start / chance)),
             ],
             details={"rule": "chance", "start_loss": start, "chance": chance, "classes": k},
         )
@@ -93,7 +93,7 @@ def _drift(h: History) -> list[Finding]:
     first, last = chain[0], chain[-1]
     return [
         Finding(
-            kind="poor_initialization",
+            kind=Kind.POOR_INITIALIZATION,
             severity="warning",
             step=first[1],
             layer=last[0],
@@ -102,7 +102,7 @@ def _drift(h: History) -> list[Finding]:
                 f"a layer, std {fmt(first[2])} at {first[0]} to {fmt(last[2])} at {last[0]}"
             ),
             evidence=[
-                {"signal": f"output std of {n}", "step": s, "value": fmt(v), "type": "distribution"}
+                Evidence(f"output std of {n}", fmt(v), step=s, type="distribution")
                 for n, s, v in chain
             ],
             details={"rule": "drift", "factor_per_layer": factor, "grows": grows},

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..stats.precision import FP16_MAX
 from ._util import fmt
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 UNDERFLOW = 0.10
@@ -89,9 +89,9 @@ def advice(amp: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _overflow(layer: str, what: str, evidence: list[dict[str, Any]]) -> Finding:
+def _overflow(layer: str, what: str, evidence: list[Evidence]) -> Finding:
     return Finding(
-        kind="fp16_overflow",
+        kind=Kind.FP16_OVERFLOW,
         severity="warning",
         step=None,
         layer=layer,
@@ -125,14 +125,12 @@ def check_overflow(h: History) -> list[Finding]:
                 f"outputs of {name or '(model)'} reach {fmt(a['max_abs'])}, above fp16's 65504 "
                 f"({int(a['fp16_overflow'])} values on {amp['activation_steps']} sampled steps)",
                 [
-                    {"signal": "largest |output|", "value": a["max_abs"]},
-                    {"signal": "values above 65504", "value": int(a["fp16_overflow"])},
-                    {"signal": "share of the outputs", "value": a["fp16_overflow"] / a["numel"]},
-                    {"signal": "bf16 overflow", "value": int(a["bf16_overflow"])},
+                    Evidence("largest |output|", a["max_abs"]),
+                    Evidence("values above 65504", int(a["fp16_overflow"])),
+                    Evidence("share of the outputs", a["fp16_overflow"] / a["numel"]),
+                    Evidence("bf16 overflow", int(a["bf16_overflow"])),
                 ]
-                + (
-                    [{"signal": "later modules that overflow too", "value": later}] if later else []
-                ),
+                + ([Evidence("later modules that overflow too", later)] if later else []),
             )
         )
     grads = sorted(
@@ -145,7 +143,7 @@ def check_overflow(h: History) -> list[Finding]:
             _overflow(
                 name,
                 f"the gradient of {name} reaches {fmt(g['max_abs'])} before any loss scaling",
-                [{"signal": "largest |gradient|", "value": g["max_abs"]}],
+                [Evidence("largest |gradient|", g["max_abs"])],
             )
         )
     return findings
@@ -166,15 +164,15 @@ def check_underflow(h: History) -> list[Finding]:
     if worst is not None:
         findings.append(
             Finding(
-                kind="fp16_underflow",
+                kind=Kind.FP16_UNDERFLOW,
                 severity="warning",
                 step=None,
                 layer=worst[0],
                 summary=f"fp16 underflow: {worst[1]:.0%} of the gradient of {worst[0]} flushes "
                 f"to zero in fp16 even at loss scale 2^{k}",
                 evidence=[
-                    {"signal": "loss scale", "value": 2**k},
-                    {"signal": "share of values below 2^-24 at that scale", "value": worst[1]},
+                    Evidence("loss scale", 2**k),
+                    Evidence("share of values below 2^-24 at that scale", worst[1]),
                 ],
             )
         )
@@ -187,13 +185,13 @@ def check_underflow(h: History) -> list[Finding]:
         name, share = max(acts, key=lambda x: x[1])
         findings.append(
             Finding(
-                kind="fp16_underflow",
+                kind=Kind.FP16_UNDERFLOW,
                 severity="warning",
                 step=None,
                 layer=name,
                 summary=f"fp16 underflow: {share:.0%} of the outputs of {name or '(model)'} are "
                 "below 2^-24 and flush to zero in fp16",
-                evidence=[{"signal": "share of outputs below 2^-24", "value": share}],
+                evidence=[Evidence("share of outputs below 2^-24", share)],
             )
         )
     return findings

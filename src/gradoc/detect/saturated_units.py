@@ -12,7 +12,7 @@ sigmoid (-23, 17) flag only complete saturation.
 
 from __future__ import annotations
 
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 SHARE = 0.5
@@ -33,7 +33,7 @@ def check(h: History) -> list[Finding]:
     others = [f[0] for f in flagged[1:]]
     return [
         Finding(
-            kind="saturated_units",
+            kind=Kind.SATURATED_UNITS,
             severity="warning",
             step=first,
             layer=name,
@@ -43,12 +43,9 @@ def check(h: History) -> list[Finding]:
                 + (f" (also {', '.join(others)})" if others else "")
             ),
             evidence=[
-                {
-                    "signal": f"saturated fraction of {n} ({t})",
-                    "value": round(v, 3),
-                    "step": s,
-                    "type": "distribution",
-                }
+                Evidence(
+                    f"saturated fraction of {n} ({t})", round(v, 3), step=s, type="distribution"
+                )
                 for n, t, s, v in flagged
             ],
         )

@@ -11,7 +11,7 @@ precision, an update below ~6e-8 of a weight is lost entirely, so such a step is
 from __future__ import annotations
 
 from ._util import fmt, update_ratios
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 RATIO = 1e-8
@@ -30,7 +30,7 @@ def check(h: History) -> list[Finding]:
     total = len(update_ratios(h))
     return [
         Finding(
-            kind="tiny_updates",
+            kind=Kind.TINY_UPDATES,
             severity="warning",
             step=step,
             layer=h.module_of(name),
@@ -39,14 +39,8 @@ def check(h: History) -> list[Finding]:
                 f"{fmt(peak)} of their norm (first: {name})"
             ),
             evidence=[
-                {"signal": f"largest update/weight ratio of {n}", "value": fmt(p)}
-                for n, p, _ in stuck[:10]
+                Evidence(f"largest update/weight ratio of {n}", fmt(p)) for n, p, _ in stuck[:10]
             ]
-            + [
-                {
-                    "signal": "learning rate (group 0)",
-                    "value": fmt(h.lr.values[-1]) if h.lr.values else "-",
-                }
-            ],
+            + [Evidence("learning rate (group 0)", fmt(h.lr.values[-1]) if h.lr.values else "-")],
         )
     ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from ._util import fmt, weight_params
-from .finding import Finding
+from .finding import Evidence, Finding, Kind
 from .history import History
 
 RATIO = 1e-3
@@ -49,7 +49,7 @@ def check(h: History) -> list[Finding]:
     rms = g_first.at(flagged[-1]) or 0.0
     return [
         Finding(
-            kind="vanishing_gradients",
+            kind=Kind.VANISHING_GRADIENTS,
             severity="warning",
             step=flagged[0],
             layer=first.module,
@@ -58,13 +58,10 @@ def check(h: History) -> list[Finding]:
                 f"{last.name} ({len(flagged)} of {checked} steps)"
             ),
             evidence=[
-                {
-                    "signal": f"grad norm {first.name} / grad norm {last.name}",
-                    "value": fmt(ratios[-1]),
-                },
-                {"signal": f"grad norm of {first.name}", "value": fmt(g_first.values[-1])},
-                {"signal": f"RMS gradient of {first.name}", "value": fmt(rms / math.sqrt(numel))},
-                {"signal": "steps with the ratio below 1e-3", "value": len(flagged), "of": checked},
+                Evidence(f"grad norm {first.name} / grad norm {last.name}", fmt(ratios[-1])),
+                Evidence(f"grad norm of {first.name}", fmt(g_first.values[-1])),
+                Evidence(f"RMS gradient of {first.name}", fmt(rms / math.sqrt(numel))),
+                Evidence("steps with the ratio below 1e-3", len(flagged), extra={"of": checked}),
             ],
         )
     ]

@@ -1,4 +1,6 @@
-"""Facts about a run that hypotheses and ruled-out diagnoses cite, computed once."""
+"""Facts about a run that hypotheses and ruled-out diagnoses cite, computed once, and the
+expectations they are weighed against: what this optimizer's steps look like on a healthy
+run, and how noisy this run's loss is on its own."""
 
 from __future__ import annotations
 
@@ -6,8 +8,18 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..detect._util import NORM_TYPES, clip_factors, finite, update_ratios, weight_params
+from ..detect._util import (
+    NORM_TYPES,
+    clip_factors,
+    excursions,
+    finite,
+    loss_trend,
+    optimizer_type,
+    update_ratios,
+    weight_params,
+)
 from ..detect.history import History
+from ..detect.large_updates import ADAM_FAMILY
 
 RECURRENT = ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell")
 NORMS = NORM_TYPES
@@ -38,10 +50,36 @@ class Facts:
     """The highest finite loss of the first 20% of the run, when it is >= 2x the first."""
     clip: tuple[float, int, int] | None = None
     """The program's own gradient clipping: (its threshold, steps it bit on, steps it ran)."""
+    optimizer: str | None = None
+    """The first optimizer's class name (``meta['optimizers']``)."""
+    loss_noise: float | None = None
+    """The run's own noise: the 95th percentile of the loss's excursions over its recent
+    median (:func:`gradoc.detect._util.excursions`); 1.3 for a batch-mean loss, 10 and
+    more for a loss of one sample or one episode."""
     weight_gains: list[float] | None = None
     """The backward gain of each Linear/Conv weight matrix at its first record, input side
     first: ``||W|| / sqrt(W.shape[1])``, the factor by which a gradient's RMS is scaled
     passing back through it (a zero-mean random W; strides ignored, so an upper bound)."""
+
+    @property
+    def adam(self) -> bool:
+        """Adam and its kin: each element's step is about the learning rate."""
+        return self.optimizer in ADAM_FAMILY
+
+    @property
+    def large_ratio(self) -> float:
+        """The update/weight ratio above which one step is large for this optimizer. SGD's
+        step is lr x gradient, ~1e-3 of the weights on a healthy run: 1e-2 is large. Adam's
+        moves every element by about the learning rate whatever the gradient, and more so
+        on its first steps (no second moment yet): lr 3e-3 on a layer of weight RMS 0.1 is
+        0.03 on a healthy run, so 0.1 is large (the real programs' healthy Adam runs:
+        0.007-0.08)."""
+        return 0.1 if self.adam else 1e-2
+
+    def noisy(self, ratio: float) -> bool:
+        """A rise of the loss by ``ratio`` is within what this run's loss does anyway
+        (at most 3x its 95th-percentile excursion)."""
+        return self.loss_noise is not None and ratio <= 3 * self.loss_noise
 
     @property
     def recurrent(self) -> bool:
@@ -88,6 +126,8 @@ def gather(h: History, before: int | None) -> Facts:
         early_peak_loss=_early_peak(h),
         weight_gains=_weight_gains(h),
         clip=_clip(h),
+        optimizer=optimizer_type(h),
+        loss_noise=excursions(loss_trend(h)[0].values),
     )
 
 

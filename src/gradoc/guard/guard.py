@@ -33,6 +33,7 @@ from ..config import GuardConfig, WatchConfig
 from ..detect.loss_divergence import diverged
 from ..detect.zclip import ZClip
 from ..errors import GradocError
+from ..store import EventKind
 from . import lr
 from .snapshots import Snapshot
 
@@ -69,6 +70,8 @@ class Decision:
     to: Snapshot | None = None
     """The snapshot to roll back to (None: there is none, and the guard gives up)."""
     reason: str = ""
+    diverged: bool = False
+    """The rollback is for a diverging loss (not for non-finite steps)."""
 
 
 @dataclass(slots=True)
@@ -261,7 +264,7 @@ class Guard:
                 diverged = self._divergence.update(step, v.loss)
                 if diverged:
                     point = self._restore_point(self._divergence.best_step)
-                    return Decision(rollback=True, to=point, reason=diverged)
+                    return Decision(rollback=True, to=point, reason=diverged, diverged=True)
         if v.norm is None or c.clip is None:
             return Decision()
         if c.clip == "zclip":
@@ -289,7 +292,7 @@ class Guard:
         torch._foreach_mul_(grads, target / (norm + 1e-6))
         self.clipped += 1
         self.event(
-            "clipped",
+            EventKind.CLIPPED,
             f"gradient norm {norm:.4g} clipped to {target:.4g}",
             step=step,
             norm=norm,
@@ -306,7 +309,9 @@ class Guard:
             return
         where = f" ({origin['phase']}: {origin.get('op')})" if origin else ""
         data = {"reason": reason, **({"origin": origin} if origin else {})}
-        self.event("skipped_update", f"step {step} not applied: {reason}{where}", step=step, **data)
+        self.event(
+            EventKind.SKIPPED_UPDATE, f"step {step} not applied: {reason}{where}", step=step, **data
+        )
 
     def stepped(self, optimizer: Optimizer) -> None:
         """After every optimizer step (applied or not): the schedulers' clock."""
@@ -327,6 +332,7 @@ class Guard:
         reason: str,
         models: list[nn.Module],
         optimizers: list[Optimizer],
+        diverged: bool = False,
     ) -> None:
         if snapshot is None or self.rollbacks >= self.config.max_rollbacks:
             self.gave_up = True
@@ -336,7 +342,7 @@ class Guard:
                 else f"already rolled back {self.rollbacks} times (max_rollbacks)"
             )
             message = f"gradoc guard gave up at step {step}: {reason}; {why}"
-            self.event("guard_gave_up", message, step=step, reason=reason)
+            self.event(EventKind.GUARD_GAVE_UP, message, step=step, reason=reason)
             raise GuardGaveUp(message + "; see the run's report for the diagnosis")
         snapshot.restore(models, optimizers)
         self.rollbacks += 1
@@ -346,11 +352,12 @@ class Guard:
         self._bad_streak = 0
         self._divergence.reset()
         self.event(
-            "rollback",
+            EventKind.ROLLBACK,
             f"{reason}: restored the snapshot of step {snapshot.step}, learning rate x"
             f"{self.config.lr_backoff:g} (now x{self.lr_scale:g} of the original)",
             step=step,
             to_step=snapshot.step,
             reason=reason,
+            diverged=diverged,
             lr_scale=self.lr_scale,
         )

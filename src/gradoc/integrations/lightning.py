@@ -18,6 +18,7 @@ from .._finish import write_outputs
 from ..collect import prepare_run_dir
 from ..collect.run import Run
 from ..config import WatchConfig
+from ..store import EventKind
 
 
 class GradocCallback(Callback):  # type: ignore[misc]
@@ -54,5 +55,5 @@ class GradocCallback(Callback):  # type: ignore[misc]
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if self.run is not None:
-            self.run.event("crash", f"{type(exception).__name__}: {exception}")
+            self.run.event(EventKind.CRASH, f"{type(exception).__name__}: {exception}")
             self.run.close("crashed")

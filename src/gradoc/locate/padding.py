@@ -29,7 +29,7 @@ from torch import Tensor
 from .._state import kept
 from .._tree import output_loss
 from .._tree import tensors as _tensors
-from ..detect.finding import Finding
+from ..detect.finding import Evidence, Finding, Kind
 
 MASK_KWARGS = (
     "attention_mask",
@@ -200,7 +200,7 @@ def audit_padding(
             first = (first[0].rpartition(".")[0], first[1])
         findings.append(
             Finding(
-                kind="padding_leak",
+                kind=Kind.PADDING_LEAK,
                 severity="error",
                 step=None,
                 layer=first[0],
@@ -208,9 +208,9 @@ def audit_padding(
                 f"changing only the padded positions changes the model's output by "
                 f"{final:.2g} (relative)",
                 evidence=[
-                    {"signal": "first module whose real outputs change", "value": first[0]},
-                    {"signal": "its relative change", "value": first[1]},
-                    {"signal": "relative change of the model's output", "value": final},
+                    Evidence("first module whose real outputs change", first[0]),
+                    Evidence("its relative change", first[1]),
+                    Evidence("relative change of the model's output", final),
                 ],
             )
         )
@@ -274,15 +274,15 @@ def _leaked(grad: Tensor, pads: Tensor, own: bool = False) -> list[Finding]:
     share = leaked / (float(grad.abs().sum()) or 1.0)
     return [
         Finding(
-            kind="loss_includes_padding",
+            kind=Kind.LOSS_INCLUDES_PADDING,
             severity="error",
             step=None,
             layer=None,
             summary=f"the loss counts padded positions: {share:.0%} of its gradient goes to "
             "outputs at pads (use ignore_index or mask the loss)",
             evidence=[
-                {"signal": "share of the loss gradient at padded positions", "value": share},
-                {"signal": "padded positions", "value": int(pads.sum())},
+                Evidence("share of the loss gradient at padded positions", share),
+                Evidence("padded positions", int(pads.sum())),
             ],
             details={"model_loss": own},
         )
@@ -302,7 +302,7 @@ def _waste(pads: Tensor) -> list[Finding]:
     ratio, attention = waste(pads)
     return [
         Finding(
-            kind="padding_waste",
+            kind=Kind.PADDING_WASTE,
             severity="warning" if ratio > 0.5 else "info",
             step=None,
             layer=None,
@@ -310,8 +310,8 @@ def _waste(pads: Tensor) -> list[Finding]:
             "wasted)"
             + ("; bucket by length (gradoc.data.LengthBucketSampler)" if ratio > 0.5 else ""),
             evidence=[
-                {"signal": "padding ratio", "value": ratio},
-                {"signal": "attention compute wasted", "value": attention},
+                Evidence("padding ratio", ratio),
+                Evidence("attention compute wasted", attention),
             ],
         )
     ]

@@ -330,7 +330,12 @@ def eps_evidence(
         if isinstance(held, Tensor) and held.is_floating_point():
             zeros = int((held == 0).sum())
             ev.append(
-                {"signal": f"exact zeros in {key} of {name}", "value": zeros, "of": held.numel()}
+                {
+                    "signal": f"exact zeros in {key} of {name}",
+                    "value": zeros,
+                    "of": held.numel(),
+                    "state": key,
+                }
             )
     return ev
 

@@ -19,7 +19,7 @@ from typing import Any
 from .._text import module_label, number
 from ..detect._util import update_ratio_series
 from ..detect.dead_units import dead_share, relu_family
-from ..store import RunLog
+from ..store import EventKind, RunLog
 from . import charts
 
 MAX_ROWS = 48
@@ -209,7 +209,7 @@ def _marks(log: RunLog, report: dict[str, Any]) -> dict[str, list[int]]:
         "spike": sorted(spikes),
         **{
             k: sorted({e.step for e in events if e.kind == k and e.step is not None})
-            for k in ("skipped_update", "clipped", "rollback")
+            for k in (EventKind.SKIPPED_UPDATE, EventKind.CLIPPED, EventKind.ROLLBACK)
         },
     }
 

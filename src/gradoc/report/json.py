@@ -13,9 +13,9 @@ from typing import Any
 from .._text import safe
 from ..detect import History, run_detectors
 from ..detect._util import clip_factors
-from ..detect.finding import Finding
+from ..detect.finding import Evidence, Finding, Fix, Horizon, Kind
 from ..diagnose import diagnose
-from ..store import RunLog, open_run
+from ..store import EventKind, RunLog, open_run
 
 REPORT_SCHEMA = "gradoc.report/1"
 
@@ -127,7 +127,7 @@ def _unwatched(meta: dict[str, Any]) -> list[str]:
 
 def _not_watched(run: RunLog) -> str:
     """Why a run has no step: it is never "healthy" (nothing was seen to be healthy)."""
-    found = any(e.kind == "nonfinite_origin" for e in run.events)
+    found = any(e.kind == EventKind.NONFINITE_ORIGIN for e in run.events)
     if found:  # the origin says where the NaN/Inf was born and how it was found
         checked = ""
     elif run.meta.get("check_numerics"):
@@ -150,7 +150,7 @@ def _not_recorded(recorded: int, stopped: dict[str, Any]) -> Finding:
     """The steps the run took that its log does not hold."""
     steps = stopped["steps"]
     return Finding(
-        kind="log_incomplete",
+        kind=Kind.LOG_INCOMPLETE,
         severity="warning",
         step=recorded,
         layer=None,
@@ -158,15 +158,15 @@ def _not_recorded(recorded: int, stopped: dict[str, Any]) -> Finding:
         f"{max(0, steps - recorded)} of the run's {steps} steps were not watched",
         symptom="what gradoc reports covers only the steps before the log stopped",
         evidence=[
-            {"signal": "steps the run took", "value": steps},
-            {"signal": "steps in the run log", "value": recorded},
+            Evidence("steps the run took", steps),
+            Evidence("steps in the run log", recorded),
         ],
         fixes=[
-            {
-                "horizon": "immediate",
-                "action": "free space where the run directory is, or give it another place "
-                "(--out), and run again to watch every step",
-            }
+            Fix(
+                Horizon.IMMEDIATE,
+                "free space where the run directory is, or give it another place (--out), "
+                "and run again to watch every step",
+            )
         ],
     )
 

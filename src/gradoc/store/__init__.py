@@ -2,7 +2,7 @@
 everything that reads a run (detectors, reports, the CLI, users with ``sqlite3``)."""
 
 from .reader import Layer, RunLog, Series, open_run
-from .schema import SCHEMA_VERSION
+from .schema import SCHEMA_VERSION, EventKind
 from .writer import RunWriter
 
-__all__ = ["SCHEMA_VERSION", "Layer", "RunLog", "RunWriter", "Series", "open_run"]
+__all__ = ["SCHEMA_VERSION", "EventKind", "Layer", "RunLog", "RunWriter", "Series", "open_run"]

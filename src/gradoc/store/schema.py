@@ -27,7 +27,32 @@ Conventions:
 
 from __future__ import annotations
 
+from .._text import StrEnum
+
 SCHEMA_VERSION = 4
+
+
+class EventKind(StrEnum):
+    """The ``events`` table's kinds (a ``str``: ``EventKind.CRASH == "crash"``)."""
+
+    NONFINITE_LOSS = "nonfinite_loss"
+    NONFINITE_GRAD = "nonfinite_grad"
+    NONFINITE_ORIGIN = "nonfinite_origin"
+    LENGTH_ANOMALY = "length_anomaly"
+    PADDING_AUDIT = "padding_audit"
+    SKIPPED_UPDATE = "skipped_update"
+    CLIPPED = "clipped"
+    ROLLBACK = "rollback"
+    GUARD_GAVE_UP = "guard_gave_up"
+    SCALER_SKIPPED = "scaler_skipped"
+    LR_SCALED = "lr_scaled"
+    STEPS_COUNTED = "steps_counted"
+    LOCATE_FAILED = "locate_failed"
+    INTERNAL_ERROR = "internal_error"
+    INTERRUPTED = "interrupted"
+    CRASH = "crash"
+
+
 """4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
 ``steps.loss`` with gradient accumulation and loss scaling undone;
 3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);

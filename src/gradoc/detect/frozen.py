@@ -1,0 +1,78 @@
+"""frozen_parameters: most of the model never trains.
+
+Needs: the parameters the run watched (``layers``) and their gradient and update norms.
+
+A parameter is frozen when it never received a gradient in the run (``requires_grad``
+left False, a graph detached before it, a branch the loss never reaches). A gradient of
+exactly 0 is not frozen: it is what dead units pass back (``dead_units``). Rule: frozen
+parameters hold at least ``SHARE`` (50%) of the watched elements over at least
+``MIN_STEPS`` (10) steps. A warning when the loss did not improve by ``IMPROVED`` (10%)
+from its first 10% of steps to its last 25% (a small GPT whose blocks were left frozen:
+1.5% of its parameters train, the loss stalls at ln 64; tests/shapes/frozen_gpt.py);
+information when it did (fine-tuning a head on a frozen backbone, on purpose).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ._util import finite, fmt, loss_trend
+from .finding import Evidence, Finding, Kind
+from .history import History
+
+SHARE = 0.5
+MIN_STEPS = 10
+IMPROVED = 0.10
+
+
+def _numel(p: object) -> int:
+    numel = getattr(p, "numel", None)
+    shape = getattr(p, "shape", None) or ()
+    return int(numel) if numel else math.prod(shape)
+
+
+def _frozen(h: History, name: str) -> bool:
+    return not h.param(name, "grad_norm").steps
+
+
+def check(h: History) -> list[Finding]:
+    if h.num_steps < MIN_STEPS or not h.params:
+        return []
+    total = sum(_numel(p) for p in h.params)
+    frozen = [p for p in h.params if _frozen(h, p.name)]
+    share = sum(_numel(p) for p in frozen) / total if total else 0.0
+    if share < SHARE or len(frozen) == len(h.params):
+        return []  # nothing trained at all: no step of this model was watched
+    _, values = finite(loss_trend(h)[0])
+    gain = None
+    if len(values) >= MIN_STEPS:
+        early = statistics.median(values[: max(3, len(values) // 10)])
+        late = statistics.median(values[-max(3, len(values) // 4) :])
+        gain = (early - late) / abs(early) if early else None
+    stalled = gain is not None and gain < IMPROVED
+    names = [p.name for p in frozen]
+    return [
+        Finding(
+            kind=Kind.FROZEN_PARAMETERS,
+            severity="warning" if stalled else "info",
+            step=0,
+            layer=None,
+            summary=(
+                f"frozen parameters: {share:.1%} of the model's parameters never trained "
+                f"({len(frozen)} of {len(h.params)} tensors, e.g. {', '.join(names[:3])})"
+                + (f"; the loss improved {gain:.1%}" if gain is not None else "")
+            ),
+            evidence=[
+                Evidence("share of parameter elements that never trained", fmt(share)),
+                Evidence("tensors that never received a gradient", len(frozen)),
+                Evidence("tensors watched", len(h.params)),
+            ]
+            + (
+                [Evidence("relative improvement of the loss", round(gain, 4))]
+                if gain is not None
+                else []
+            ),
+            details={"share": share, "frozen": names[:50], "gain": gain, "stalled": stalled},
+        )
+    ]

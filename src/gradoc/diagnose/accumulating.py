@@ -1,0 +1,68 @@
+"""accumulating_gradients: each step's gradient is the running sum of the earlier ones."""
+
+from __future__ import annotations
+
+from ..detect._util import fmt
+from ..detect.finding import (
+    MODERATE,
+    STRONG,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    Kind,
+)
+from ..detect.history import History
+from .facts import Facts
+
+KIND = Kind.ACCUMULATING_GRADIENTS
+CAUSED_BY: tuple[Kind, ...] = ()
+CONSIDERS_ZERO_INIT = False
+
+
+def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+    d = f.details
+    f.symptom = (
+        "the gradient the optimizer applies grows step after step: gradients are added up "
+        "across steps instead of cleared"
+    )
+    loop = Hypothesis(
+        Family.LOOP,
+        "optimizer.zero_grad() missing from the training loop (or called once, outside it): "
+        "backward() adds each step's gradient to the ones before",
+        "print a parameter's p.grad.norm() right before loss.backward(): it should be 0 (or "
+        "p.grad None) at every step",
+        base=0.3,
+    )
+    lr = Hypothesis(
+        Family.LEARNING_RATE,
+        "learning rate too high",
+        "re-run with the learning rate divided by 10",
+        base=0.1,
+    )
+    linear = (
+        f"the gradient norm grew {fmt(d['growth'])}x over the first {d['steps']} steps, "
+        f"steadily (rank correlation {d['rho']:.2f}): a running sum of similar gradients "
+        "grows in proportion to the steps"
+    )
+    loop.seen(linear, STRONG, step=f.step)
+    lr.against(
+        "a learning rate too high grows the gradient geometrically, and not from the first step",
+        MODERATE,
+    )
+    loop.unseen("the program's calls to zero_grad() (gradoc does not watch them)")
+    f.fixes += [
+        Fix(
+            Horizon.IMMEDIATE,
+            "call optimizer.zero_grad(set_to_none=True) once per step, before loss.backward() "
+            "(with gradient accumulation: after each optimizer.step())",
+        ),
+        Fix(
+            Horizon.LONG_TERM,
+            "test the training step: after optimizer.step() and zero_grad(), every p.grad is "
+            "None or zero",
+        ),
+    ]
+    f.monitoring.append("the global gradient norm per step (a steady climb from step 0 is a sum)")
+    return [loop, lr]

@@ -1,0 +1,90 @@
+"""The diagnosis weighs the run's evidence: shapes that a fixed order of hypotheses got
+wrong, each as a script of our own in tests/shapes/ run unchanged under ``gradoc run``.
+
+- one corrupted batch: a spike whose first suspect is that batch, not the learning rate;
+- a ReLU layer killed by a learning rate: the rate, not an initialisation never observed;
+- ``zero_grad()`` removed: accumulating gradients, and the missing call as the cause;
+- a model frozen by mistake: frozen parameters, not "labels carry no relation";
+- LBFGS at lr 80: the learning rate;
+- noisy losses that are healthy (batch 1, a policy gradient, one-weight regression): no
+  warning at all.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SHAPES = Path(__file__).parent / "shapes"
+
+
+def gradoc_run(tmp_path: Path, script: str) -> dict[str, Any]:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "run", "--out", str(out), str(SHAPES / script)],
+        capture_output=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert (out / "report.json").exists(), done.stderr.decode()
+    return json.loads((out / "report.json").read_text())
+
+
+def serious(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+
+
+@pytest.mark.parametrize(
+    ("script", "kinds", "family"),
+    [
+        ("corrupted_batch.py", {"loss_spike"}, "data"),
+        ("lr_jump_dead.py", {"dead_units", "loss_blowup", "exploding_gradients"}, "learning_rate"),
+        ("no_zero_grad.py", {"accumulating_gradients"}, "loop"),
+        ("frozen_gpt.py", {"frozen_parameters"}, "loop"),
+        ("lbfgs_lr80.py", {"nonfinite", "loss_blowup"}, "learning_rate"),
+    ],
+)
+def test_the_headline_and_its_root_cause(
+    tmp_path: Path, script: str, kinds: set[str], family: str
+) -> None:
+    report = gradoc_run(tmp_path, script)
+    top = serious(report)[0]
+    assert top["kind"] in kinds, [f["summary"] for f in report["findings"]]
+    assert top["root_cause_family"] == family, top["root_cause"]
+    # the first hypothesis is the best-supported one, and it was seen in this run
+    first = top["hypotheses"][0]
+    assert first["support"], first
+    assert first["score"] == max(h["score"] for h in top["hypotheses"])
+
+
+def test_a_corrupted_batch_rules_out_the_learning_rate_with_adams_own_scale(
+    tmp_path: Path,
+) -> None:
+    """Adam's first step moves every weight by about the learning rate: 0.02-0.03 of a
+    small layer's norm at lr 3e-3 is no sign of a rate too high."""
+    top = serious(gradoc_run(tmp_path, "corrupted_batch.py"))[0]
+    lr = next(h for h in top["hypotheses"] if h["family"] == "learning_rate")
+    assert not lr["support"], lr
+    ratio = next(s for s in lr["signs"] if "large for Adam" in s["claim"])
+    assert ratio["state"] != "seen" and ratio["value"] < 0.1, ratio
+
+
+def test_a_frozen_model_folds_its_plateau_into_the_cause(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "frozen_gpt.py")
+    (top,) = serious(report)
+    assert top["kind"] == "frozen_parameters"
+    assert {r["kind"] for r in top["related"]} == {"loss_plateau"}
+    assert top["details"]["share"] > 0.9
+
+
+@pytest.mark.parametrize(
+    "script", ["char_rnn_batch1.py", "ppo_healthy.py", "one_weight_regression.py"]
+)
+def test_a_noisy_healthy_loss_raises_nothing(tmp_path: Path, script: str) -> None:
+    report = gradoc_run(tmp_path, script)
+    assert not serious(report), [f["summary"] for f in report["findings"]]
