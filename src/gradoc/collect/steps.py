@@ -48,6 +48,7 @@ from ..store import EventKind
 from . import losses, taps
 from ._safety import guarded
 from .activations import Activations, AmpRanges
+from .cleared import Clearing
 from .grads import Target, lr_of, received_counts
 from .layers import WatchedParam
 from .lengths import Lengths
@@ -97,6 +98,8 @@ class Steps(taps.LossSink):
         """The device tensors waiting for the step's one host read (see ``packet``)."""
         self._losses: list[losses.Micro] = []
         self._n_backward = 0
+        self._clearing = Clearing()
+        """Whether the program clears gradients between steps (``cleared``)."""
         self._loss_fn_seen = False
         self._loss_read: dict[str, Any] = {}
         """How the loss is read (``meta['loss_read']``), said once it is known."""
@@ -353,6 +356,8 @@ class Steps(taps.LossSink):
         want_grads = self.config.grads(target.steps) or self._guard_asked()
         if target.collect(want_grads, self.config.params(target.steps), self.device):
             self.locator.done = True  # sharded (FSDP2): a replay on one rank would hang
+        if primary:
+            self._clearing.at_statistics(target, self._n_backward, self.count)
         for probe in self.probes:
             probe.at_statistics(target, primary)
         if self.decides:
@@ -443,6 +448,7 @@ class Steps(taps.LossSink):
             self.guard.stepped(optimizer)
         if optimizer is not self.primary:
             return
+        self._clearing.after_step(target)
         loss, divisors = losses.step_values(self._losses) if self._losses else (None, None)
         lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
         samples = self.watched.samples or None
@@ -555,6 +561,7 @@ class Steps(taps.LossSink):
             meta["clip_calls"] = self._clips
         if self._scaler_skips:
             meta["scaler_skipped_steps"] = self._scaler_skips
+        meta |= self._clearing.summary()
         for probe in self.probes:
             meta |= probe.close(self.count)
         return meta

@@ -172,14 +172,11 @@ class Hypothesis:
     def sign(
         self,
         claim: str,
-        state: State | bool | None,
+        state: State,
         weight: float,
         step: int | None = None,
         value: float | str | None = None,
     ) -> Sign:
-        """Add a sign: ``True`` seen, ``False`` contradicted, ``None`` not observed."""
-        if not isinstance(state, State):
-            state = {True: State.SEEN, False: State.CONTRADICTED, None: State.NOT_OBSERVED}[state]
         made = Sign(claim, state, weight, step, value)
         self.signs.append(made)
         return made

@@ -14,22 +14,15 @@ information when it did (fine-tuning a head on a frozen backbone, on purpose).
 
 from __future__ import annotations
 
-import math
 import statistics
 
-from ._util import finite, fmt, loss_trend
+from ._util import finite, fmt, loss_trend, numel_of
 from .finding import Evidence, Finding, Kind
 from .history import History
 
 SHARE = 0.5
 MIN_STEPS = 10
 IMPROVED = 0.10
-
-
-def _numel(p: object) -> int:
-    numel = getattr(p, "numel", None)
-    shape = getattr(p, "shape", None) or ()
-    return int(numel) if numel else math.prod(shape)
 
 
 def _frozen(h: History, name: str) -> bool:
@@ -39,9 +32,9 @@ def _frozen(h: History, name: str) -> bool:
 def check(h: History) -> list[Finding]:
     if h.num_steps < MIN_STEPS or not h.params:
         return []
-    total = sum(_numel(p) for p in h.params)
+    total = sum(numel_of(p) for p in h.params)
     frozen = [p for p in h.params if _frozen(h, p.name)]
-    share = sum(_numel(p) for p in frozen) / total if total else 0.0
+    share = sum(numel_of(p) for p in frozen) / total if total else 0.0
     if share < SHARE or len(frozen) == len(h.params):
         return []  # nothing trained at all: no step of this model was watched
     _, values = finite(loss_trend(h)[0])

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import finite, fmt, loss_trend, update_ratios, weight_params
+from ._util import finite, fmt, loss_trend, numel_of, update_ratios, weight_params
 from .finding import Evidence, Finding, Kind
 from .history import History
 
@@ -77,9 +77,8 @@ def _measured(h: History) -> list[Finding]:
 def _converging(h: History, step: int) -> bool:
     """The loss fell ``CONVERGED``x (10) from the large steps to the end of the run: they
     were the optimizer closing in, not an instability."""
-    _, values = finite(loss_trend(h)[0])
     at = [v for s, v in zip(*finite(loss_trend(h)[0])) if s >= step]
-    if len(at) < 10 or not values:
+    if len(at) < 10:
         return False
     end = statistics.median(at[-max(3, len(at) // 10) :])
     return 0 < end * CONVERGED <= statistics.median(at[:3])
@@ -95,7 +94,7 @@ def _allowed(h: History) -> list[Finding]:
     rms = []
     for p in weight_params(h):
         norms = h.param(p.name, "weight_norm")
-        numel = p.numel or math.prod(p.shape or ())
+        numel = numel_of(p)
         if not norms.steps or not numel:
             continue
         at = min(range(len(norms.steps)), key=lambda i: abs(norms.steps[i] - peak_step))

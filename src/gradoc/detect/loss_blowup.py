@@ -12,8 +12,9 @@ smoothed with a rolling median of
 ``SMOOTH`` (3) steps, so that one bad batch stays a spike (``loss_spike``). The loss blows
 up at the first step where the smoothed loss exceeds ``RISE`` (2x) the start level and
 stays above it for ``SUSTAIN`` (3) smoothed steps. A single finite loss at or above
-``FLOOR`` (100x) the start level counts however briefly: a run whose loss went 100x above
-where it started is never healthy. Losses at or below 0 (log-likelihood objectives, RL
+``FLOOR`` (100x) the start level counts, unless the loss is back within ``SUSTAIN`` steps:
+then it is a spike, and ``loss_spike`` reports it (a run whose loss went 100x above where it
+started is never healthy). Losses at or below 0 (log-likelihood objectives, RL
 returns) have no scale to compare with and are left alone.
 
 Where the numbers come from: the learning-rate range test (Smith, "Cyclical Learning
@@ -24,6 +25,10 @@ smoothed steps, is already past what noise does (the healthy calibration runs, b
 of 8 with label noise included, stay below 1.3x). A blow-up may come back — Adam at lr
 3.0 took a 4-class MLP from 1.4 to 1e5 and back to exactly chance, ln 4, with dead
 units — which ``loss_divergence`` (a loss that stays up) does not see.
+
+Noise: the rise must stand out of the run's own noise outside the event
+(``_util.stands_out``): a one-weight regression fit one sample a step rose 19.5x from its
+first loss, and its ordinary excursion is 19x (tests/shapes/one_weight_regression.py).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import excursions, fmt, loss_trend
+from ._util import excursions, fmt, loss_trend, stands_out
 from .finding import Evidence, Finding, Kind
 from .history import History
 
@@ -40,11 +45,6 @@ SMOOTH = 3
 RISE = 2.0
 SUSTAIN = 3
 FLOOR = 100.0
-NOISY = 3.0
-"""A rise to at most this many times the run's own 95th-percentile excursion
-(``_util.excursions``) is the loss's noise, not a blow-up: a one-weight regression fit
-one sample a step rose 19.5x from its first loss and its excursions reach 19x on ordinary
-steps (tests/shapes/one_weight_regression.py)."""
 BACK = 1.5
 """The loss has come back once the smoothed loss is below 1.5x the start level again."""
 
@@ -83,7 +83,7 @@ def check(h: History) -> list[Finding]:
         return []  # up and back within a few steps: a spike (loss_spike), not a blow-up
     end_i = back_i if back_i is not None else len(values)
     noise = excursions(values[:onset] + values[end_i:])  # the run's noise outside the event
-    if noise is not None and values[peak_i] / start <= NOISY * noise:
+    if not stands_out(values[peak_i] / start, noise):
         return []  # within what this run's loss does on its own
     tail = values[-max(3, len(values) // 10) :]
     end = statistics.median(tail)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import ce_classes, excursions, finite, fmt, loss_trend
+from ._util import ce_classes, finite, fmt, loss_noise, loss_trend
 from .finding import Evidence, Finding, Kind
 from .history import History
 
@@ -57,7 +57,7 @@ def check(h: History) -> list[Finding]:
         return []
     if k is not None and max(early, late) < CONVERGED * math.log(k):
         return []  # learnt, and holding there
-    noise = excursions(values)
+    noise = loss_noise(h)
     if not at_chance and noise is not None and noise > NOISY:
         return []  # a loss this noisy measures no 2% gain
     return [

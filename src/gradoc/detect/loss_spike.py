@@ -12,12 +12,12 @@ was no spike against it; benchmarks/accuracy.py, calibration split, decoder:bad_
 A spike needs 10 earlier steps, and the loss must come back below twice the window's
 median within ``RECOVER`` (50) steps; a loss that stays up is a divergence instead.
 
-Noise: a spike must also exceed ``NOISY`` (5) times the run's own 95th-percentile
-excursion over its recent median (``_util.excursions``). A batch-mean loss strays 1.0-1.6x
-(the real programs' healthy runs: a 10x spike stands out); an actor-critic's loss or a
-polynomial fit by SGD strays 8-9x on 1 step in 20, and their largest excursions, 35x and
-32x, are its tail, not events (``../shared/real-programs`` actor_critic_cartpole_healthy,
-8.1; regression_manual_sgd_healthy, 9.4: hence 5, not 3). A step whose loss covered 3x
+Noise: a spike must also stand out of the run's own noise (``_util.stands_out``: its
+excess over the recent median more than 7x that of the run's 95th-percentile excursion). A
+batch-mean loss strays 1.0-1.6x (a 10x spike stands out); an actor-critic's loss or a
+polynomial fit by SGD strays 8-9x on 1 step in 20, and their largest excursions, 35x and 32x,
+are its tail, not events (``../shared/real-programs`` actor_critic_cartpole_healthy,
+regression_manual_sgd_healthy). A step whose loss covered 3x
 (``MORE_SAMPLES``) the samples of the steps before it (the forwards of its batch: a long
 episode of a loss summed over the episode) is a larger sum, not a spike
 (tests/shapes/ppo_healthy.py: 37 against a median of 0.27, on a 60-step episode after
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import excursions, fmt, loss_trend
+from ._util import fmt, loss_noise, loss_trend, stands_out
 from .finding import Evidence, Finding, Kind
 from .history import History
 
@@ -39,16 +39,15 @@ RATIO = 10.0
 RECOVER = 50
 MIN_HISTORY = 10
 RECENT = 16
-NOISY = 5.0
 MORE_SAMPLES = 3.0
 
 
-def _more_samples(h: History, step: int) -> bool:
-    """The step's loss covered ``MORE_SAMPLES`` (3) times the samples of the steps before
-    it (a long episode in a loss summed over the episode): a larger sum, not a spike."""
-    counts = dict(zip(h.samples.steps, h.samples.values))
+def _more_samples(counts: dict[int, float], step: int) -> bool:
+    """The step's loss covered ``MORE_SAMPLES`` (3) times the samples (``counts``, per
+    step) of the steps before it (a long episode in a loss summed over the episode): a
+    larger sum, not a spike."""
     here = counts.get(step)
-    before = [counts[s] for s in h.samples.steps if step - WINDOW <= s < step and counts[s]]
+    before = [n for s in range(step - WINDOW, step) if (n := counts.get(s))]
     if not here or not before:
         return False
     return here >= MORE_SAMPLES * statistics.median(before)
@@ -82,10 +81,11 @@ def check(h: History) -> list[Finding]:
         back = next((j for j, x in enumerate(after) if math.isfinite(x) and x < 2 * med), None)
         if back is not None:
             spikes.append((steps[i], v, med, z, back + 1))
-    spikes = [sp for sp in spikes if not _more_samples(h, sp[0])]
-    noise = excursions(values)
+    counts = dict(zip(h.samples.steps, h.samples.values))
+    spikes = [sp for sp in spikes if not _more_samples(counts, sp[0])]
+    noise = loss_noise(h)
     if noise is not None:  # what the loss does on an ordinary step is no spike
-        spikes = [sp for sp in spikes if _excursion(sp[1], sp[2]) > NOISY * noise]
+        spikes = [sp for sp in spikes if stands_out(_excursion(sp[1], sp[2]), noise)]
     if not spikes:
         return []
     step, value, med, z, back = spikes[0]

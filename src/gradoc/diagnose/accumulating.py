@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..detect._util import fmt
 from ..detect.finding import (
+    DECISIVE,
     MODERATE,
     STRONG,
     Family,
@@ -41,17 +42,24 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "re-run with the learning rate divided by 10",
         base=0.1,
     )
-    linear = (
-        f"the gradient norm grew {fmt(d['growth'])}x over the first {d['steps']} steps, "
-        f"steadily (rank correlation {d['rho']:.2f}): a running sum of similar gradients "
-        "grows in proportion to the steps"
+    loop.seen(
+        f"on {d['kept']} of {d['checked']} steps the .grad the optimizer applied was the "
+        "same tensor as the step before, changed only by that step's backward()",
+        DECISIVE,
+        step=d.get("first_kept"),
     )
-    loop.seen(linear, STRONG, step=f.step)
+    if d.get("growth") is not None:
+        loop.seen(
+            f"the gradient norm grew {fmt(d['growth'])}x by step {d['growth_step']}: a running "
+            "sum of similar gradients grows with the steps",
+            MODERATE,
+            step=d["growth_step"],
+        )
     lr.against(
-        "a learning rate too high grows the gradient geometrically, and not from the first step",
-        MODERATE,
+        "the gradients were never cleared: whatever the rate, each update applies the sum of "
+        "all the gradients so far",
+        STRONG,
     )
-    loop.unseen("the program's calls to zero_grad() (gradoc does not watch them)")
     f.fixes += [
         Fix(
             Horizon.IMMEDIATE,

@@ -19,7 +19,7 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import grad_jump, loss_jump, update_signs
+from .advice import grad_jump, loss_jump, lr_fix, update_signs
 from .facts import Facts
 
 KIND = Kind.DEAD_UNITS
@@ -108,8 +108,6 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         ),
     ]
     if lr.score > bias.score:
-        f.fixes.insert(
-            0, Fix(Horizon.IMMEDIATE, "lower the learning rate by 10x", {"lr_scale": 0.1})
-        )
+        f.fixes.insert(0, lr_fix(0.1, "lower the learning rate by 10x"))
     f.monitoring.append("share of units active on < 1% of inputs, per ReLU layer")
     return [bias, lr]

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from ..detect._util import (
     NORM_TYPES,
     clip_factors,
-    excursions,
     finite,
-    loss_trend,
+    loss_noise,
     optimizer_type,
     update_ratios,
     weight_params,
@@ -76,11 +75,6 @@ class Facts:
         0.007-0.08)."""
         return 0.1 if self.adam else 1e-2
 
-    def noisy(self, ratio: float) -> bool:
-        """A rise of the loss by ``ratio`` is within what this run's loss does anyway
-        (at most 3x its 95th-percentile excursion)."""
-        return self.loss_noise is not None and ratio <= 3 * self.loss_noise
-
     @property
     def recurrent(self) -> bool:
         return bool(self.module_types & set(RECURRENT))
@@ -127,7 +121,7 @@ def gather(h: History, before: int | None) -> Facts:
         weight_gains=_weight_gains(h),
         clip=_clip(h),
         optimizer=optimizer_type(h),
-        loss_noise=excursions(loss_trend(h)[0].values),
+        loss_noise=loss_noise(h),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..detect._util import fmt
 from ..detect.finding import (
     MODERATE,
     STRONG,
@@ -51,7 +52,11 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         )
     jump = grad_jump(h, None if f.step is None else f.step + 5, facts)
     if jump is not None:
-        grad.seen(f"the gradient norm rose {jump[1]:.3g}x its median by step {jump[0]}", MODERATE)
+        rise = f"the gradient norm rose {fmt(jump[1])}x its median by step {jump[0]}"
+        grad.seen(rise, MODERATE, step=jump[0])
+        if jump[0] > 0 and h.grad_norm.steps and h.grad_norm.steps[0] == 0:
+            # ordinary before any update, too large once updates began: the updates did it
+            lr.seen(f"{rise}, after the updates began (step 0: ordinary)", MODERATE, step=jump[0])
     else:
         grad.unseen("a gradient norm 10x its median around the onset")
     f.ruled_out.append(
