@@ -173,6 +173,17 @@ NOISE_WINDOW = 8
 """Steps of the recent median an excursion is measured against."""
 
 
+def excursion(value: float, prev: Sequence[float], positive: bool) -> float | None:
+    """How far ``value`` strays from the values before it: over their median for a
+    positive series, ``1 + |value - median| / median(|prev|)`` for one with values <= 0
+    (None where that scale is 0)."""
+    m = statistics.median(prev)
+    if positive:
+        return value / m
+    scale = statistics.median(abs(x) for x in prev)
+    return 1 + abs(value - m) / scale if scale > 0 else None
+
+
 def excursions(values: Sequence[float], quantile: float = 0.95) -> float | None:
     """How far a series strays from its own recent level on an ordinary step: the
     ``quantile`` of ``v / median(previous NOISE_WINDOW values)`` over the run (a positive
@@ -186,15 +197,12 @@ def excursions(values: Sequence[float], quantile: float = 0.95) -> float | None:
     vals = [v for v in values if math.isfinite(v)]
     if len(vals) < 20:
         return None
-    ratios = []
     positive = min(vals) > 0
-    for i in range(NOISE_WINDOW, len(vals)):
-        prev = vals[i - NOISE_WINDOW : i]
-        m = statistics.median(prev)
-        if positive:
-            ratios.append(vals[i] / m)
-        elif (scale := statistics.median(abs(x) for x in prev)) > 0:
-            ratios.append(1 + abs(vals[i] - m) / scale)
+    ratios = [
+        r
+        for i in range(NOISE_WINDOW, len(vals))
+        if (r := excursion(vals[i], vals[i - NOISE_WINDOW : i], positive)) is not None
+    ]
     if len(ratios) < 12:
         return None
     ratios.sort()

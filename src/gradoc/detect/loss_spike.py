@@ -10,7 +10,14 @@ window's median, or when it is at least ``RATIO`` (10) times the median of the l
 from 3.0 to 0.3 has a 128-step median twice its level, and a mislabelled batch at 4.3
 was no spike against it; benchmarks/accuracy.py, calibration split, decoder:bad_batch).
 A spike needs 10 earlier steps, and the loss must come back below twice the window's
-median within ``RECOVER`` (50) steps; a loss that stays up is a divergence instead.
+median within ``RECOVER`` (50) steps; a loss that stays up is a divergence instead. The
+ratio rule needs a loss with a scale: one that is <= 0 anywhere in the run (an
+actor-critic's or a policy gradient's, whose median sits near 0) is judged by the z-score
+alone, as ``loss_blowup`` leaves such losses alone, and how far its spike strays is
+measured as its noise is (``_util.excursion``: the distance from the median over the
+median magnitude) (``../shared/real-programs`` actor_critic_cartpole_healthy: 0.337
+against a recent median of 0.0047 is "71.6x", at a z-score of -0.1; 1.88 against 0.0375,
+z 20, strays 5x its ordinary excess, not 7).
 
 Noise: a spike must also stand out of the run's own noise (``_util.stands_out``: its
 excess over the recent median more than 7x that of the run's 95th-percentile excursion). A
@@ -29,7 +36,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._util import fmt, loss_noise, loss_trend, stands_out
+from ._util import excursion, fmt, loss_noise, loss_trend, stands_out
 from .finding import Evidence, Finding, Kind
 from .history import History
 
@@ -53,14 +60,10 @@ def _more_samples(counts: dict[int, float], step: int) -> bool:
     return here >= MORE_SAMPLES * statistics.median(before)
 
 
-def _excursion(value: float, level: float) -> float:
-    """As ``_util.excursions`` measures an ordinary step (positive losses: the ratio)."""
-    return value / level if level > 0 else math.inf
-
-
 def check(h: History) -> list[Finding]:
     trend, _ = loss_trend(h)
     steps, values = trend.steps, trend.values
+    scaled = all(x > 0 for x in values if math.isfinite(x))  # the ratio rule needs a scale
     spikes = []
     for i in range(MIN_HISTORY, len(values)):
         v = values[i]
@@ -73,22 +76,24 @@ def check(h: History) -> list[Finding]:
         z = (v - statistics.fmean(window)) / sd if sd > 0 else math.inf
         if z > Z and v > 1.25 * med:
             pass
-        elif recent > 0 and v >= RATIO * recent:
+        elif scaled and v >= RATIO * recent:
             med = recent
         else:
             continue
         after = [x for x in values[i + 1 : i + 1 + RECOVER]]
         back = next((j for j, x in enumerate(after) if math.isfinite(x) and x < 2 * med), None)
-        if back is not None:
-            spikes.append((steps[i], v, med, z, back + 1))
+        if back is not None:  # how far it strays: over its level, or (no scale) as the
+            # run's noise is measured on a loss with values <= 0
+            strays = v / med if scaled else excursion(v, window, positive=False)
+            spikes.append((steps[i], v, med, z, back + 1, math.inf if strays is None else strays))
     counts = dict(zip(h.samples.steps, h.samples.values))
     spikes = [sp for sp in spikes if not _more_samples(counts, sp[0])]
     noise = loss_noise(h)
     if noise is not None:  # what the loss does on an ordinary step is no spike
-        spikes = [sp for sp in spikes if stands_out(_excursion(sp[1], sp[2]), noise)]
+        spikes = [sp for sp in spikes if stands_out(sp[5], noise)]
     if not spikes:
         return []
-    step, value, med, z, back = spikes[0]
+    step, value, med, z, back, _ = spikes[0]
     grad = h.grad_norm.at(step)
     evidence: list[Evidence] = [
         Evidence("loss at the spike", fmt(value), step=step),
