@@ -290,3 +290,21 @@ def test_clip_factors_say_where_the_programs_clip_bit() -> None:
         (1.0, 0.0),
         (1.0, 0.0),
     ]
+
+
+@pytest.mark.parametrize(("at", "found"), [(0, True), (20, False)])
+def test_a_gradient_1e4x_its_weights_for_one_step_is_an_explosion_only_at_the_start(
+    at: int, found: bool
+) -> None:
+    """After ordinary steps, one step's huge gradient that comes straight back is that
+    batch's spike; at the first step, before any update, it is the initialisation's."""
+    from gradoc.detect import exploding
+
+    grads = [1.0] * 40
+    grads[at] = 1e4
+    h = synthetic(
+        grad_norms={"a.weight": grads},
+        param_stats={"a.weight": {"weight_norm": [1.0] * 40}},
+        shapes={"a.weight": (8, 8)},
+    )
+    assert bool(exploding.check(h)) is found

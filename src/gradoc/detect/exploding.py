@@ -20,9 +20,11 @@ develops:
    on a healthy agent, tests/shapes/ppo_healthy.py) the growth must also hold in the
    median of the next ``HOLD`` (20) steps.
 
-The scale rule ignores a single sampled step whose next sample is back below the ratio:
-one batch whose targets were x1000 gives a gradient 1e4x its weights for one step, and
-that is the batch's loss spike (tests/shapes/corrupted_batch.py).
+The scale rule ignores a single sampled step, after ordinary ones, whose next sample is
+back below the ratio: one batch whose targets were x1000 gives a gradient 1e4x its
+weights for one step, and that is the batch's loss spike (tests/shapes/corrupted_batch.py).
+The first sampled step is never such a spike: what is there before any update is the
+initialisation's (nanoGPT with init std 1.0: 2,200 before its clip, at step 0 only).
 
 AUTOTRAINER's first/last-layer ratio > 70 did not separate the labelled runs: an N(0, 1)
 MLP has ratio 0.17 (both ends explode), so it is not used.
@@ -71,8 +73,8 @@ def _scale_rule(h: History) -> tuple[int, str, float] | None:
         ]
         for i, (s, r) in enumerate(ratios):
             if r > SCALE_RATIO and math.isfinite(r):
-                if i + 1 < len(ratios) and ratios[i + 1][1] <= SCALE_RATIO:
-                    continue  # one step, and back: a spike
+                if i > 0 and i + 1 < len(ratios) and ratios[i + 1][1] <= SCALE_RATIO:
+                    continue  # one step after ordinary ones, and back: a spike
                 if worst is None or (s, -r) < (worst[0], -worst[2]):
                     worst = (s, p.name, r)
                 break
