@@ -15,6 +15,7 @@ from ..detect.finding import (
     Kind,
 )
 from ..detect.history import History
+from .advice import lr_too_high
 from .facts import Facts
 
 KIND = Kind.ACCUMULATING_GRADIENTS
@@ -36,12 +37,7 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "p.grad None) at every step",
         base=0.3,
     )
-    lr = Hypothesis(
-        Family.LEARNING_RATE,
-        "learning rate too high",
-        "re-run with the learning rate divided by 10",
-        base=0.1,
-    )
+    lr = lr_too_high(0.1)
     loop.seen(
         f"on {d['kept']} of {d['checked']} steps the .grad the optimizer applied was the "
         "same tensor as the step before, changed only by that step's backward()",

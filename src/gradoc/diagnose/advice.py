@@ -24,6 +24,16 @@ from ..detect.finding import (
 from ..detect.history import History
 from .facts import Facts
 
+LR_TOO_HIGH = "learning rate too high"
+"""The cause, and the wrong diagnosis ruled out, that several kinds name."""
+
+
+def lr_too_high(
+    base: float, check: str = "re-run with the learning rate divided by 10"
+) -> Hypothesis:
+    """The hypothesis "learning rate too high", as every kind that considers it words it."""
+    return Hypothesis(Family.LEARNING_RATE, LR_TOO_HIGH, check, base=base)
+
 
 def at(f: Finding) -> str:
     return f"step {f.step}" if f.step is not None else "the run"
@@ -113,7 +123,7 @@ def lr_ruled_out(facts: Facts, f: Finding) -> RuledOut | None:
     peak = facts.max_update_ratio
     if peak is not None and peak < facts.large_ratio / 10:
         return RuledOut(
-            "learning rate too high",
+            LR_TOO_HIGH,
             f"the update/weight ratio stayed at or below {fmt(peak)} before {at(f)}; a "
             f"learning rate that is too high for {facts.optimizer or 'this optimizer'} shows "
             f"ratios of {fmt(facts.large_ratio)} and more",
@@ -244,6 +254,7 @@ def noise_note(f: Finding, facts: Facts) -> None:
 
 
 __all__ = [
+    "LR_TOO_HIGH",
     "at",
     "at_chance",
     "clip_advice",
@@ -256,6 +267,7 @@ __all__ = [
     "loss_jump",
     "lr_fix",
     "lr_ruled_out",
+    "lr_too_high",
     "noise_note",
     "related",
     "update_signs",

@@ -19,7 +19,7 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import grad_jump, loss_jump, lr_fix, update_signs
+from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
 from .facts import Facts
 
 KIND = Kind.DEAD_UNITS
@@ -57,7 +57,7 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         lr.against("the units were dead before any update", STRONG, step=0)
         f.ruled_out.append(
             RuledOut(
-                "learning rate too high",
+                LR_TOO_HIGH,
                 "the units were already dead at step 0, before any update",
             )
         )

@@ -15,7 +15,16 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import clip_fix, clipping, init_advice, lr_fix, related, update_signs
+from .advice import (
+    LR_TOO_HIGH,
+    clip_fix,
+    clipping,
+    init_advice,
+    lr_fix,
+    lr_too_high,
+    related,
+    update_signs,
+)
 from .facts import Facts
 
 KIND = Kind.EXPLODING_GRADIENTS
@@ -34,12 +43,7 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         "a healthy network keeps it near 1",
         base=0.2,
     )
-    lr = Hypothesis(
-        Family.LEARNING_RATE,
-        "learning rate too high",
-        "re-run with the learning rate divided by 10",
-        base=0.2,
-    )
+    lr = lr_too_high(0.2)
     rec = Hypothesis(
         Family.ARCHITECTURE,
         "a long recurrence without gating or clipping",
@@ -57,7 +61,7 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         lr.against("the problem is there at step 0, before the learning rate acted", STRONG, step=0)
         f.ruled_out.append(
             RuledOut(
-                "learning rate too high",
+                LR_TOO_HIGH,
                 "the gradients were already too large at step 0, before any update",
             )
         )

@@ -15,7 +15,7 @@ from ..detect.finding import (
     Kind,
 )
 from ..detect.history import History
-from .advice import at, clip_advice, clipping, lr_fix
+from .advice import at, clip_advice, clipping, lr_fix, lr_too_high
 from .facts import Facts
 
 KIND = Kind.LARGE_UPDATES
@@ -31,12 +31,7 @@ CONSIDERS_ZERO_INIT = False
 
 def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"single optimizer steps move weights by a large part of their size from {at(f)}"
-    lr = Hypothesis(
-        Family.LEARNING_RATE,
-        "learning rate too high",
-        "re-run with the learning rate divided by 10",
-        base=0.3,
-    )
+    lr = lr_too_high(0.3)
     grads = Hypothesis(
         Family.GRADIENTS,
         "gradients far larger than the learning rate was chosen for",

@@ -18,7 +18,16 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import at, at_chance, clip_advice, clipping, lr_fix, noise_note, update_signs
+from .advice import (
+    at,
+    at_chance,
+    clip_advice,
+    clipping,
+    lr_fix,
+    lr_too_high,
+    noise_note,
+    update_signs,
+)
 from .facts import Facts
 
 KIND = Kind.LOSS_BLOWUP
@@ -37,11 +46,8 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"the loss rose {fmt(d['peak_ratio'])}x above where it started, from {at(f)}" + (
         f", and came back by step {came_back}" if came_back is not None else ""
     )
-    lr = Hypothesis(
-        Family.LEARNING_RATE,
-        "learning rate too high",
-        "re-run with the learning rate divided by 10: the first steps should lower the loss",
-        base=0.3,
+    lr = lr_too_high(
+        0.3, "re-run with the learning rate divided by 10: the first steps should lower the loss"
     )
     init = Hypothesis(
         Family.INITIALIZATION,

@@ -15,7 +15,7 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import at, clip_advice, clipping, grad_jump, lr_fix, related, update_signs
+from .advice import at, clip_advice, clipping, grad_jump, lr_fix, lr_too_high, related, update_signs
 from .facts import Facts
 
 KIND = Kind.LOSS_DIVERGENCE
@@ -30,12 +30,7 @@ CONSIDERS_ZERO_INIT = False
 
 def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.symptom = f"the loss climbs from {at(f)} and does not come back"
-    lr = Hypothesis(
-        Family.LEARNING_RATE,
-        "learning rate too high",
-        "re-run with the learning rate divided by 10",
-        base=0.3,
-    )
+    lr = lr_too_high(0.3)
     grad = Hypothesis(
         Family.GRADIENTS,
         "exploding gradients",

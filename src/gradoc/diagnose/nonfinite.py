@@ -27,7 +27,7 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
+from .advice import LR_TOO_HIGH, at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
 from .facts import Facts
 
 KIND = Kind.NONFINITE
@@ -200,7 +200,7 @@ def _eps_hypothesis(f: Finding, origin: dict[str, Any]) -> Hypothesis | None:
             h.seen(f"{e['signal']}: {e['value']} of {e['of']}", MODERATE)
     f.ruled_out.append(
         RuledOut(
-            "learning rate too high",
+            LR_TOO_HIGH,
             "the update divided by an exact 0: a smaller learning rate scales x/0, it does "
             "not make it finite",
         )

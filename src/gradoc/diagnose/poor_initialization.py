@@ -16,7 +16,7 @@ from ..detect.finding import (
     RuledOut,
 )
 from ..detect.history import History
-from .advice import init_advice
+from .advice import LR_TOO_HIGH, init_advice
 from .facts import Facts
 
 KIND = Kind.POOR_INITIALIZATION
@@ -68,7 +68,7 @@ def _too_confident(f: Finding, facts: Facts) -> list[Hypothesis]:
     logit.seen(claim, MODERATE, step=0)
     f.ruled_out.append(
         RuledOut(
-            "learning rate too high",
+            LR_TOO_HIGH,
             "the loss is too high at step 0, before the learning rate acted",
         )
     )
