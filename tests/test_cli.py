@@ -277,3 +277,49 @@ def test_run_attaches_to_every_optimizer_with_stable_unique_names(tmp_path: Path
     assert [p.optimizer for p in log.params] == [0, 0, 1, 1]
     assert log.param("generator.fc.weight", "grad_norm").steps == [0, 1, 2, 3, 4]  # its own count
     assert log.num_steps == 5
+
+
+GLOBAL_HOOKS = """
+import torch, torch.nn as nn
+from torch.nn.modules import module as M
+
+def hooks():
+    return len(M._global_forward_pre_hooks) + len(M._global_forward_hooks)
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+second = None
+for step in range(16):
+    if step == 12:  # a second model and optimizer, made mid-run
+        head = nn.Linear(4, 1)
+        second = torch.optim.SGD(head.parameters(), lr=0.01)
+    if step in (5, 11, 15):
+        print("hooks", step, hooks())
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    if second is not None:
+        loss = loss + head(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if second is not None:
+        second.step()
+print("hooks", "end", hooks())
+"""
+
+
+def test_gradoc_run_leaves_the_module_call_path_once_its_models_are_known(
+    tmp_path: Path,
+) -> None:
+    """Before the model is known, global hooks see every module call (the slow path of
+    every call in the process); once every optimizer's model is known none is left on the
+    steps that collect no activations, and a new optimizer is looked for again."""
+    path = tmp_path / "train.py"
+    path.write_text(GLOBAL_HOOKS)
+    done = gradoc_cli("run", "--out", str(tmp_path / "run"), str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("hooks"))
+    assert seen["5"] == "0" and seen["11"] == "0"  # the model found at step 0's optimizer
+    assert seen["15"] == "0"  # the second one found at its first step (13)
+    log = gradoc.open_run(tmp_path / "run")
+    assert log.num_steps == 16 and len(log.params) == 4 + 2  # both models watched

@@ -207,3 +207,61 @@ def test_a_script_that_stops_at_a_nan_born_outside_the_model_is_replayed(tmp_pat
     )
     assert origin["file"] == str(script) and origin["line"] == 11 and origin["step"] == 6
     assert "re-ran it with every RNG seeded" in origin["note"]
+
+
+class _Gate(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / x.abs().amax(-1, keepdim=True)  # 0/0 for an all-zero row
+
+
+def _gated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scaled: bool) -> dict[str, Any]:
+    """A NaN born at step 5 on an accelerator: each step's vitals travel with its statistics
+    (read every 4 steps here), none is read before its update."""
+    from gradoc.collect.steps import Steps
+
+    monkeypatch.setattr(Steps, "checks_now", lambda self: self._synced or self.guard is not None)
+    monkeypatch.setattr(Steps, "_cadence", lambda self, took: 4)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4, bias=False), _Gate(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), 0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0) if scaled else None
+    with gradoc.watch(model, opt, out=tmp_path / "run") as r:
+        for s in range(12):
+            x = torch.randn(8, 4)
+            if s == 5:
+                x[2] = 0.0
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:  # the scaler skips the NaN step's update: the weights stay finite
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+        assert r.steps._synced  # every step after the late read is read at once
+    log = gradoc.open_run(r.dir)
+    assert log.num_steps == 12 and len(log.scalar("grad_norm").steps) == 12
+    report = json.loads((r.dir / "report.json").read_text())
+    story = next(f for f in report["findings"] if f.get("origin"))
+    origin: dict[str, Any] = story["origin"]
+    return origin
+
+
+def test_a_step_read_after_its_update_is_replayed_from_its_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    origin = _gated_run(tmp_path, monkeypatch, scaled=True)
+    assert (origin["phase"], origin["op"], origin["module"]) == ("forward", "aten.div.Tensor", "1")
+    assert origin["step"] == 5 and origin["file"] == __file__
+    assert origin["line"] == _Gate.forward.__code__.co_firstlineno + 1
+    assert "read at step 8" in origin["note"] and "weights of step 8" in origin["note"]
+
+
+def test_a_step_read_after_its_update_wrote_nan_weights_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    origin = _gated_run(tmp_path, monkeypatch, scaled=False)
+    assert origin["step"] == 5 and origin["op"] is None
+    assert "could not be replayed" in origin["note"]
+    assert "skip_nonfinite_updates=True" in origin["note"]

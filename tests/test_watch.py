@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import gradoc
 from gradoc.collect import taps
+from gradoc.collect.steps import Steps
 from tests.models import Net, batch, make, one_step, train
 
 RTOL = 1e-5
@@ -367,6 +368,8 @@ class DeviceReads:
                 return out
 
             monkeypatch.setattr(torch.Tensor, name, counting)
+            if name == "item":  # gradoc's own reads, past its tap
+                monkeypatch.setattr(taps, "raw_item", counting)
 
     def brought(self, t: torch.Tensor) -> bool:
         return id(t) in self.host or (t._base is not None and id(t._base) in self.host)
@@ -380,24 +383,37 @@ class DeviceReads:
         return self.count
 
 
+@pytest.mark.parametrize("where", ["cpu", "accelerator"])
 @pytest.mark.parametrize(
-    ("config", "expected"),
+    ("config", "vitals"),
     [
-        ({}, 12),  # the default: observe and locate
-        ({"guard": True}, 12),
-        ({"skip_nonfinite_updates": True}, 12),  # locate and skip non-finite updates
-        ({"locate": False}, 12),  # nothing decided
-        # nothing decided, and statistics on steps 0 3 6 9 (gradients), 0 4 8 (activations)
-        # and 0 10 (weights): only those steps are read
-        ({"locate": False, "grads": gradoc.every(3)}, 7),
+        # the default: observe and locate; on the CPU the loss and the 6 norms, read one by
+        # one (a read there is no synchronisation; more than FEW norms are summed first)
+        ({}, {"cpu": 12 * 7, "accelerator": 0}),
+        ({"guard": True}, {"cpu": 12, "accelerator": 12}),  # decided before each update
+        ({"skip_nonfinite_updates": True}, {"cpu": 12, "accelerator": 12}),
+        ({"locate": False}, {"cpu": 12 * 7, "accelerator": 0}),  # nothing decided
+        # statistics on steps 0 3 6 9 (gradients), 0 4 8 (activations), 0 10 (weights); the
+        # loss of every step
+        ({"locate": False, "grads": gradoc.every(3)}, {"cpu": 4 * 7 + 8, "accelerator": 0}),
     ],
     ids=["default", "guard", "skip-only", "nothing-decided", "sparse-grads"],
 )
-def test_one_host_read_per_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, object], expected: int
+def test_host_reads_per_step(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    config: dict[str, object],
+    vitals: dict[str, int],
+    where: str,
 ) -> None:
+    """Every read of the device the training thread makes: on the CPU (where a read is no
+    synchronisation) one per step for its vitals, on an accelerator none unless the guard
+    decides before each update; the statistics travel every few steps (5 here)."""
     reads = DeviceReads(monkeypatch)
     steps = 12
+    monkeypatch.setattr(Steps, "_cadence", lambda self, took: 5)
+    if where == "accelerator":  # what the CPU-only test machine can say of one
+        monkeypatch.setattr(Steps, "checks_now", lambda self: self.guard is not None)
 
     def made() -> tuple[nn.Module, torch.optim.Optimizer]:
         model, _ = make()
@@ -410,7 +426,8 @@ def test_one_host_read_per_step(
     cfg: dict[str, Any] = {"activations": gradoc.every(4), **config}
     with gradoc.watch(model, opt, out=tmp_path / "run", **cfg) as run:
         watched = reads.during(lambda: train(model, opt, steps=steps))
-    assert watched - baseline == expected
+    # transfers at the end of steps 0 (the first), 5 and 10; step 11's at the close
+    assert watched - baseline == vitals[where] + 3
     log = gradoc.open_run(run.dir)
     assert log.num_steps == steps
     assert log.lr(0).values == pytest.approx([1e-3] * steps)
@@ -424,9 +441,10 @@ def test_one_host_read_per_step_when_the_program_clips_and_scales(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """nanoGPT's loop: GradScaler, unscale_, clip_grad_norm_, the scaler's step. The
-    statistics move to the first of those (before the clip scales the gradients): still
-    one read a step."""
+    statistics move to the first of those (before the clip scales the gradients): the
+    step's vitals read once, and the statistics every few steps (5 here)."""
     reads = DeviceReads(monkeypatch)
+    monkeypatch.setattr(Steps, "_cadence", lambda self, took: 5)
 
     def loop(model: nn.Module, opt: torch.optim.Optimizer) -> None:
         scaler = torch.amp.GradScaler("cpu", init_scale=8.0, growth_interval=1000)
@@ -444,6 +462,22 @@ def test_one_host_read_per_step_when_the_program_clips_and_scales(
     model, opt = make()
     with gradoc.watch(model, opt, out=tmp_path / "run", activations=gradoc.every(4)) as run:
         watched = reads.during(lambda: loop(model, opt))
-    assert watched - baseline == 12
+    # the loss and 6 norms a step (CPU reads), transfers at steps 0, 5, 10
+    assert watched - baseline == 12 * 7 + 3
     log = gradoc.open_run(run.dir)
     assert log.scalar("clip_norm").values == pytest.approx(log.scalar("grad_norm").values)
+
+
+def test_a_step_writes_nothing_to_the_tensor_class(tmp_path: Path) -> None:
+    """The ``item()`` tap passes through while the optimizer steps without being taken
+    off ``torch.Tensor``: a write to the class drops Python's method caches for every
+    tensor (~0.1 ms of a small step)."""
+    model, opt = make()
+    seen: list[object] = []
+    with gradoc.watch(model, opt, out=tmp_path / "run"):
+        # registered after gradoc's: runs inside the step, after gradoc's pre-hook
+        opt.register_step_pre_hook(lambda o, a, k: seen.append(torch.Tensor.__dict__["item"]))
+        train(model, opt, steps=6)
+        outside = torch.Tensor.__dict__["item"]
+    assert len(seen) == 6 and len({id(s) for s in seen}) == 1
+    assert seen[0] is outside and getattr(outside, "__wrapped__", None) is not None

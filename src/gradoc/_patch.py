@@ -77,6 +77,14 @@ class Patch:
         self._original, self._wrapper, self._on = original, wrapper, on
         setattr(self.owner, self.name, wrapper)
 
+    def switch(self, on: bool) -> None:
+        """Turn an installed wrapper into a pass-through (``on=False``) and back, leaving it
+        in place: no write to the patched class, whose every lookup a write slows (Python
+        drops its method caches and specialised bytecode for the class and its subclasses:
+        ~0.1 ms of a training step for ``Tensor``)."""
+        if self._wrapper is not None and self._current() is self._wrapper:
+            self._on[0] = on
+
     def _in_chain(self) -> bool:
         """gradoc's wrapper is still reached from the installed function (through the
         ``__wrapped__`` that ``functools.wraps`` leaves)."""

@@ -12,25 +12,30 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from .._text import one_line, safe
 from ..guard import GuardGaveUp
-from ..locate.replay import own_work
+from ..locate.replay import own_depth
 from ..store import EventKind
 
 
 def guarded(method: Callable[..., None]) -> Callable[..., None]:
     """A hook that fails stops gradoc, never the user's training (and says so once). The
     hook's object is the run, or has it as ``run``; nothing runs once it is broken or while
-    its locator replays a step."""
+    its locator replays a step. Its ops are gradoc's own (``locate.replay.own_work``).
+
+    NOTE: it runs several times a step, so it is written out: no context manager objects
+    (~1 us each)."""
 
     @functools.wraps(method)
     def hook(self: Any, *args: Any, **kwargs: Any) -> None:
         run = getattr(self, "run", self)
         if run.broken or run.locator.replaying:
             return
+        own_depth[0] += 1
         try:
-            with own_work():
-                method(self, *args, **kwargs)
+            method(self, *args, **kwargs)
         except GuardGaveUp:
             raise  # the guard's decision to stop training, not a failure of gradoc
         except Exception as exc:
@@ -39,6 +44,24 @@ def guarded(method: Callable[..., None]) -> Callable[..., None]:
             print(f"gradoc: {safe(message)}; monitoring stopped, training goes on", file=sys.stderr)
             with contextlib.suppress(Exception):
                 run.event(EventKind.INTERNAL_ERROR, message)
+        finally:
+            own_depth[0] -= 1
+
+    return hook
+
+
+def without_grad(method: Callable[..., None]) -> Callable[..., None]:
+    """``torch.no_grad()`` around a hook that runs every step, without its context object:
+    statistics need no autograd graph."""
+
+    @functools.wraps(method)
+    def hook(*args: Any, **kwargs: Any) -> None:
+        enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            method(*args, **kwargs)
+        finally:
+            torch._C._set_grad_enabled(enabled)
 
     return hook
 

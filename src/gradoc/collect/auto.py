@@ -30,6 +30,7 @@ from torch.optim.optimizer import (
 
 from .._state import RngState, rng_state
 from .._wrappers import compiling, quiet_compile_warning
+from . import taps
 from .models import ModelFinder
 from .run import Run
 
@@ -104,10 +105,13 @@ class AutoAttach:
             register_optimizer_step_pre_hook(self._pre),
             register_optimizer_step_post_hook(self._post),
         ]
+        taps.new_optimizer.append(self._finder.resume)  # its model is looked for again
 
     def _attach(self, optimizer: Optimizer) -> None:
         if not self.run.closed and not self.run.watches(optimizer):
             self.run.attach(self._finder.trained_by(optimizer), optimizer, hooks=False)
+            if all(self.run.watches(o) for o in taps.live_optimizers()):
+                self._finder.pause()  # every optimizer's model is known
 
     def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
         if self.run.closed:
@@ -130,6 +134,8 @@ class AutoAttach:
     def remove(self) -> None:
         self.run.attach_early = None
         self.run.watched.early = None
+        if self._finder.resume in taps.new_optimizer:
+            taps.new_optimizer.remove(self._finder.resume)
         if self._early is not None:
             self._early.remove()
             self._early = None

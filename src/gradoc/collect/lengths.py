@@ -6,7 +6,7 @@ padding-mask keyword argument (``attention_mask``: 1 = real; ``*key_padding_mask
 contains ``len`` (``lengths``, ``seq_len``), or, for 2-D integer token ids (the first
 positional input, or ``input_ids=``), the ids that are not the model's padding id (its
 embedding's ``padding_idx``: the source then says no mask was given), else their padded
-length. Their min, max and sum travel with the step's one host read.
+length. Their min, max and sum travel with the step's statistics.
 
 ``length_anomaly``: after ``WARMUP`` (20) batches, a batch whose shortest sequence is
 shorter than any seen before and either at most half the previous shortest or at most 2
@@ -28,6 +28,7 @@ from torch import Tensor
 from .._tree import arguments
 from ..locate.padding import mask_pads
 from ..store import EventKind
+from .packet import Packet
 from .probe import Probe
 
 WARMUP = 20
@@ -80,7 +81,9 @@ def batch_lengths(
         return (~pads).sum(1), key, pads.shape[1]
     _, first = batch_of(args, kwargs)
     padded = first.shape[1] if isinstance(first, Tensor) and first.dim() >= 2 else None
-    for name, v in arguments(root, args, kwargs).items():
+    # a call with one argument (the batch) has no lengths argument: no binding (~7 us)
+    named = arguments(root, args, kwargs) if len(args) + len(kwargs) > 1 else {}
+    for name, v in named.items():
         if (
             "len" in name.lower()
             and isinstance(v, Tensor)
@@ -167,7 +170,7 @@ class LengthMonitor:
 
 
 def stats(lengths: Tensor) -> Tensor:
-    """min, max, sum of a lengths tensor, as one float64 vector (for the step's host read)."""
+    """min, max, sum of a lengths tensor, as one float64 vector (for a transfer's host read)."""
     v = lengths.detach()
     return torch.stack([v.min(), v.max(), v.sum()]).double()
 
@@ -178,13 +181,14 @@ samples, padded width."""
 
 
 class Lengths(Probe):
-    """The step's batch lengths, read with the step's vitals, and the ``length_anomaly``
+    """The steps' batch lengths, read with their statistics, and the ``length_anomaly``
     events of a :class:`LengthMonitor`."""
 
     def __init__(self, event: Callable[..., None]) -> None:
         self.event = event
         self.monitor = LengthMonitor()
         self._batch: Batch | None = None
+        self._waiting: list[tuple[int, Batch]] = []
 
     def on_forward(
         self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
@@ -197,29 +201,39 @@ class Lengths(Probe):
         elif padded is not None and batch is not None:  # every sample as wide as the batch
             self._batch = (None, batch.shape[0], padded)
 
-    def take(self) -> tuple[Batch | None, list[Tensor]]:
-        """The step's batch and what of it the step's host read must carry (min, max, sum)."""
+    def take(self, step: int) -> None:
+        """The step's statistics point: its batch waits for the next transfer."""
         batch, self._batch = self._batch, None
-        if batch is None or batch[0] is None:
-            return batch, []
-        return batch, list(stats(batch[0]))
+        if batch is not None:
+            self._waiting.append((step, batch))
 
-    def observe(self, step: int, batch: Batch | None, read: list[float]) -> None:
-        """Feed the batch's lengths to the monitor: min, max, sum from the step's host read,
-        or, for token ids without a mask, the batch's width (known on the host)."""
-        if batch is None:
+    def pack(self, pack: Packet) -> None:
+        """Add the waiting batches' min, max and sum to a transfer's packet (one part); the
+        monitor hears of them, in order, when it is read."""
+        waiting, self._waiting = self._waiting, []
+        if not waiting:
             return
-        _, n, padded = batch
-        if read:
-            lo, hi, total = int(read[0]), int(read[1]), read[2]
-        elif padded is not None:
-            lo, hi, total = padded, padded, float(n * padded)
-        else:
-            return
-        anomaly = self.monitor.observe(step, lo, hi, total, n, padded)
-        if anomaly is not None:
-            message = anomaly.pop("message")
-            self.event(EventKind.LENGTH_ANOMALY, message, step=step, **anomaly)
+        measured = [b[0] for _, b in waiting if b[0] is not None]
+        at = pack.add(torch.stack([stats(v) for v in measured])) if measured else None
+        pack.on_read(lambda host: self._observe(waiting, host, at))
+
+    def _observe(self, waiting: list[tuple[int, Batch]], host: Tensor, at: slice | None) -> None:
+        """Feed the batches' lengths to the monitor: min, max, sum from the host read, or,
+        for token ids without a mask, the batch's width (known on the host)."""
+        read = host[at].tolist() if at is not None else []
+        k = 0
+        for step, (lengths, n, padded) in waiting:
+            if lengths is not None:
+                lo, hi, total = int(read[k]), int(read[k + 1]), read[k + 2]
+                k += 3
+            elif padded is not None:
+                lo, hi, total = padded, padded, float(n * padded)
+            else:
+                continue
+            anomaly = self.monitor.observe(step, lo, hi, total, n, padded)
+            if anomaly is not None:
+                message = anomaly.pop("message")
+                self.event(EventKind.LENGTH_ANOMALY, message, step=step, **anomaly)
 
     def close(self, step: int) -> dict[str, Any]:
         return {"lengths": self.monitor.summary()} if self.monitor.batches else {}

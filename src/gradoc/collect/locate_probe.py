@@ -80,6 +80,22 @@ class Locate(Probe):
         if origin is not None:
             run.record_origin(origin)
 
+    def late(self, step: int, now: int, loss_bad: bool) -> None:
+        try:
+            params = [
+                (w.name, w.module, w.param)
+                for t in self.run.steps.targets.values()
+                for w in t.params
+            ]
+            origin = self.locator.late(step, now, loss_bad, params)
+        except Exception as exc:
+            self.locator.done = True
+            message = f"could not locate the origin: {type(exc).__name__}: {exc}"
+            self.run.event(EventKind.LOCATE_FAILED, message)
+            return
+        if origin is not None:
+            self.run.record_origin(origin)
+
     def received(self, sl: Slices, host: Tensor) -> None:
         """Keep the update/weight ratio of weight matrices an update made huge (host values
         we have anyway)."""

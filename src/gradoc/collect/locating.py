@@ -55,6 +55,9 @@ class Locator:
         self.armed_found: dict[str, Any] | None = None
         self.replaying = False
         """True while a step is replayed: the run's own hooks must not see the replay."""
+        self.recent: dict[int, list[_Forward]] = {}
+        """Steps whose vitals are read later (an accelerator's, see ``steps``): their
+        forwards, kept until their statistics are read."""
 
     # -- per forward (cheap) ---------------------------------------------------------------
     def on_forward(
@@ -144,6 +147,57 @@ class Locator:
             return None
         finally:
             self._forwards = []
+
+    def keep(self, step: int, limit: int) -> None:
+        """The statistics point of a step read later: keep its forwards (the last ``limit``
+        steps'), so that the step can be replayed when it turns out non-finite."""
+        if self.done:
+            self.recent.clear()
+            return
+        self.recent[step], self._forwards = self._forwards, []
+        while len(self.recent) > limit:
+            del self.recent[next(iter(self.recent))]
+
+    def read(self, step: int) -> None:
+        """A step read later came back finite: its forwards are not needed."""
+        for kept in [k for k in self.recent if k <= step]:
+            del self.recent[kept]
+
+    def late(
+        self,
+        step: int,
+        now: int,
+        loss_bad: bool,
+        params: Sequence[tuple[str, str, Tensor]],
+    ) -> Origin | None:
+        """Step ``step`` was non-finite, read at step ``now`` (its update is made): replay
+        its forwards on the weights as they are now when they are finite (the value is born
+        of the step's inputs), else say that it could not be replayed."""
+        forwards = self.recent.pop(step, [])
+        self.recent.clear()
+        if self.done:
+            return None
+        read = (
+            f"read at step {now}: on an accelerator the statistics are read behind the "
+            "device's work, without waiting for it"
+        )
+        if check_weights(step, params, {}) is not None:
+            self.done = True
+            return Origin(
+                phase="forward" if loss_bad else "backward",
+                step=step,
+                module=None,
+                note=f"the first non-finite step was {step}, {read}; its update had written "
+                "non-finite weights by then, so it could not be replayed "
+                "(skip_nonfinite_updates=True reads each step before its update)",
+            )
+        origin = self._replay(step, forwards, loss_bad)
+        if origin is None:
+            return None
+        origin.note = (origin.note + "; " if origin.note else "") + (
+            f"{read}; replayed from its inputs on the weights of step {now}"
+        )
+        return self._finish(origin)
 
     def pause(self) -> None:
         """At the start of the optimizer's pre-step: stop the armed trace (if any)."""

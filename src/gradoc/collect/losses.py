@@ -91,7 +91,8 @@ def read(loss: Tensor, scaled: dict[int, tuple[Any, Tensor]]) -> Micro:
         found = divided(node)
         if found is not None:
             divisor, node = found
-    return Micro(loss.detach().reshape(()), divisor, node, was_scaled)
+    value = loss.detach()
+    return Micro(value if value.dim() == 0 else value.reshape(()), divisor, node, was_scaled)
 
 
 def step_values(micros: list[Micro]) -> tuple[Tensor, list[Tensor | None] | None]:
@@ -100,7 +101,7 @@ def step_values(micros: list[Micro]) -> tuple[Tensor, list[Tensor | None] | None
     to combine when the step is read (:func:`combine`): each divisor is a part of that read,
     wherever it lies (a Python number's is on the CPU)."""
     if len(micros) == 1 and micros[0].divisor is None:
-        return micros[0].value.float(), None
+        return _float(micros[0].value), None
     values = torch.stack([m.value.float() for m in micros])
     if all(m.divisor is None for m in micros):
         return values, None
@@ -117,10 +118,16 @@ def combine(values: list[float], divisors: list[float] | None) -> tuple[float, b
     return math.fsum(values) / n, (None if divisors is None else False)
 
 
+def _float(t: Tensor) -> Tensor:
+    """``t`` at least float32 (a float16 loss's values are compared in float32); no op for
+    one that is (this runs every step)."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def mean(micros: list[Micro]) -> Tensor:
     """The step's micro-batch losses averaged on the device (finite exactly when each is)."""
     if len(micros) == 1:
-        return micros[0].value.float()
+        return _float(micros[0].value)
     return torch.stack([m.value.float() for m in micros]).mean()
 
 

@@ -17,14 +17,13 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import Tensor
 
 from ..locate.origin import _user
 from ..store import EventKind
 from ..store.writer import insert_rows
 from . import taps
-from ._safety import guarded
+from ._safety import guarded, without_grad
 from .layers import WatchedParam, owner_names, param_row
 
 if TYPE_CHECKING:
@@ -235,7 +234,7 @@ class ManualSteps:
         return names
 
     @guarded
-    @torch.no_grad()
+    @without_grad
     def _open(self, leaves: list[Tensor], grads: Any) -> None:
         """A direct backward()/autograd.grad returned: step ``k``'s statistics point."""
         run, watched = self.run, self.run.watched

@@ -16,6 +16,7 @@ Points, in the order a step meets them:
   decided (the guard may drop the gradients after it);
 - ``decided``: after the step's one host read, with its vitals;
 - ``after_statistics``: once the guard acted;
+- ``late``: a step read after its update (an accelerator's, see ``steps``) was non-finite;
 - ``received``: an optimizer's statistics reached the host (at the next read);
 - ``end_step``: the primary optimizer's step ended;
 - ``close``: the run closes; what it returns goes to the run log's ``meta``.
@@ -56,6 +57,9 @@ class Probe:
         pass
 
     def after_statistics(self, target: Target, primary: bool) -> None:
+        pass
+
+    def late(self, step: int, now: int, loss_bad: bool) -> None:
         pass
 
     def received(self, sl: Slices, host: Tensor) -> None:

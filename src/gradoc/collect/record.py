@@ -49,24 +49,33 @@ class Layout:
     """Where one transfer's statistics lie in the packet's host vector."""
 
     step: int
-    """The step in progress at the transfer (its activations are this step's)."""
+    """The step in progress at the transfer."""
     rows: list[tuple[StepRow, slice | None, list[slice | None] | None]]
     lrs: dict[tuple[int, int], slice]
     targets: list[Slices]
-    acts: dict[int, Calls]
+    acts: list[tuple[int, dict[int, Calls]]]
+    """Activation steps: (step, where its outputs' statistics lie)."""
     clips: dict[int, slice]
     """Per row (its index), where its clipping's measured norm lies."""
     unused: list[tuple[Seen, slice | None]]
     """Losses the program read and never backpropagated, with where their value lies (None:
     a value known on the host)."""
+    later: bool = False
+    """Its steps' vitals were not read at their statistics points (an accelerator's): they
+    are checked when it is read."""
 
 
 class StepRecord:
-    """Turns one transfer into rows (``counts``: non-finite values per gradient id;
+    """Turns one transfer into rows (``counts``: non-finite values per (step, gradient id);
     ``seen``: the non-finite kinds already recorded, shared by the run's records)."""
 
     def __init__(
-        self, host: Tensor, layout: Layout, counts: dict[int, float], seen: set[str], t0: float
+        self,
+        host: Tensor,
+        layout: Layout,
+        counts: dict[tuple[int, int], float],
+        seen: set[str],
+        t0: float,
     ) -> None:
         self.host, self.layout, self.counts, self.seen, self.t0 = host, layout, counts, seen, t0
 
@@ -74,16 +83,19 @@ class StepRecord:
         values = self.host.tolist()
         layout = self.layout
         host = self.host.numpy()
-        param_rows, sumsq, nonfinite, primary_step = grad_rows(layout.targets, self.counts, host)
-        act_rows = activation_rows(layout.step, layout.acts, values, host)
+        param_rows, primary = grad_rows(layout.targets, self.counts, host)
+        act_rows = [
+            row for step, acts in layout.acts for row in activation_rows(step, acts, values, host)
+        ]
         step_rows = []
+        said: dict[tuple[Any, ...], str] = {}  # learning rates as JSON (they rarely change)
         for k, (r, loss_at, divisors_at) in enumerate(layout.rows):
             loss = self._loss(conn, values, loss_at, divisors_at)
             lrs = [
                 values[layout.lrs[(k, i)]][0] if (k, i) in layout.lrs else lr
                 for i, lr in enumerate(r.lrs)
             ]
-            current = r.step == primary_step
+            sumsq, nonfinite = primary.get(r.step, (None, None))
             clip_at = layout.clips.get(k)
             step_rows.append(
                 (
@@ -91,9 +103,9 @@ class StepRecord:
                     r.time,
                     real(loss),
                     r.n_backward,
-                    real(math.sqrt(sumsq)) if current else None,
-                    nonfinite if current else None,
-                    json.dumps(lrs),
+                    real(math.sqrt(sumsq)) if sumsq is not None else None,
+                    nonfinite,
+                    said.get(tuple(lrs)) or said.setdefault(tuple(lrs), json.dumps(lrs)),
                     r.samples,
                     real(values[clip_at][0]) if clip_at is not None else None,
                     r.clip[0] if r.clip is not None else None,
@@ -117,17 +129,22 @@ class StepRecord:
                 self._first(conn, EventKind.NONFINITE_LOSS, seen.step, message, data)
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
-            [sl.step for sl in layout.targets if any(counts.get(w.id) for w in sl.present)]
+            [
+                sl.step
+                for sl in layout.targets
+                if any(counts.get((sl.step, w.id)) for w in sl.present)
+            ]
             if counts
             else []
         )
         if bad_steps:
-            total = int(sum(self.counts.values()))
+            first = min(bad_steps)
+            total = int(sum(c for (step, _), c in self.counts.items() if step == first))
             self._first(
                 conn,
                 EventKind.NONFINITE_GRAD,
-                min(bad_steps),
-                f"{total} non-finite gradient values at step {min(bad_steps)}",
+                first,
+                f"{total} non-finite gradient values at step {first}",
             )
         insert_rows(conn, "steps", step_rows)
         insert_rows(conn, "param_arrays", param_rows)

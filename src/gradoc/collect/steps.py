@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
@@ -46,8 +47,8 @@ from ..guard import Guard, Vitals, agree
 from ..locate import Origin
 from ..store import EventKind
 from . import losses, taps
-from ._safety import guarded
-from .activations import Activations, AmpRanges
+from ._safety import guarded, without_grad
+from .activations import Activations, AmpRanges, Calls
 from .cleared import Clearing
 from .grads import Target, lr_of, received_counts
 from .layers import WatchedParam
@@ -116,7 +117,20 @@ class Steps(taps.LossSink):
         self._optimizers: list[dict[str, Any]] = []
         self._closure_open = False
         self._pending: list[StepRow] = []
+        self._acts: list[tuple[int, dict[int, Calls]]] = []
+        """Activation steps' statistics in the packet: (step, where they lie)."""
         self._last_transfer = time.monotonic()
+        self._every = 1
+        """Steps per transfer (see ``send``)."""
+        self._step_at: float | None = None
+        self._step_s = 0.0
+        """A running mean of the step's duration (seconds)."""
+        self._bad = False
+        """The step's vitals came back non-finite: its statistics travel at its end."""
+        self._synced = False
+        """A step read later was non-finite: every step is read at once from then on."""
+        self.reads = 0
+        """Host reads made so far (the vitals' and the transfers')."""
         self._seen_nonfinite: set[str] = set()
         self._counting: list[str] = []
         self.origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
@@ -178,7 +192,7 @@ class Steps(taps.LossSink):
         self._n_backward += 1
         if self._closure_open:
             return  # a closure called again within its step (LBFGS): the first loss counts
-        if taps.scalar_loss(tensors) is not None:
+        if taps.is_scalar_loss(tensors):
             micro = losses.read(root, self._scaled)
             self._losses.append(micro)
             self.activations.on_loss(tensors)
@@ -342,7 +356,7 @@ class Steps(taps.LossSink):
         return first_call_read
 
     @guarded
-    @torch.no_grad()  # statistics need no autograd graph
+    @without_grad
     def pre_step(self, optimizer: Optimizer) -> None:
         target = self.targets.get(optimizer)
         if target is not None and not target.ready:  # not read at a clip or unscale_
@@ -360,8 +374,12 @@ class Steps(taps.LossSink):
             self._clearing.at_statistics(target, self._n_backward, self.count)
         for probe in self.probes:
             probe.at_statistics(target, primary)
-        if self.decides:
+        if primary:
+            self.lengths.take(target.steps)
+        if self.checks_now():
             self._vet(target, primary)
+        elif primary:  # read later: what a replay of this step would need is kept
+            self.locator.keep(target.steps, self.config.flush_every_steps + 8)
         for probe in self.probes:
             probe.after_statistics(target, primary)
         if target.manual:  # the next forward comes before the next backward: arm now
@@ -385,35 +403,51 @@ class Steps(taps.LossSink):
             self._guard_step(self.guard, target, primary, v)
 
     def _vitals(self, target: Target, primary: bool) -> Vitals:
-        """This step's loss, finiteness and global gradient norm: the step's one host read,
-        which carries the previous step's statistics too."""
+        """This step's loss, finiteness and global gradient norm, read now: a few scalars
+        (on the CPU a read, not a synchronisation; see ``checks_now``)."""
         micros = self._losses if primary else []
+        if self.guard is None and self._vitals_fine(micros, target):
+            return Vitals(False, False, None, None)
         norms_ = target.grad_norms
-        parts = []
-        if micros:
-            parts.append(losses.mean(micros))
-        batch, lengths = self.lengths.take() if primary else (None, [])
-        parts += lengths
+        wants_norm = self.guard is not None and self.guard.needs_norm
+        parts = [losses.mean(micros)] if micros else []
         if norms_ is not None:
             # a sum is finite exactly when every term is (or overflows, which is as bad)
             parts.append(norms_.sum())
-            if self.guard is not None and self.guard.needs_norm:
+            if wants_norm:
                 wide = torch.float32 if norms_.device.type == "mps" else torch.float64
                 parts.append(torch.linalg.vector_norm(norms_.to(wide)))
         if not parts:
-            self.lengths.observe(target.steps, batch, [])
             return Vitals(False, False, None, None)
-        at = [self._packet.add(p) for p in parts]
-        values = self._packet.read()[at[0].start : at[-1].stop].tolist()
+        dtype = torch.float32 if parts[0].device.type == "mps" else torch.float64
+        values = torch.stack([p.to(dtype) for p in parts]).tolist()
+        self.reads += 1
         loss = values.pop(0) if micros else None
-        self.lengths.observe(target.steps, batch, values[: len(lengths)])
-        del values[: len(lengths)]
         grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
         norm = values[1] if len(values) > 1 else None
         if grads_bad:
             grads_bad, global_norm = target.recheck(self.device)
             norm = global_norm if norm is not None else None
-        return Vitals(loss is not None and not math.isfinite(loss), grads_bad, loss, norm)
+        loss_bad = loss is not None and not math.isfinite(loss)
+        if (loss_bad or grads_bad) and primary:
+            self._bad = True  # its statistics travel at its end, with its gradients' counts
+        return Vitals(loss_bad, grads_bad, loss, norm)
+
+    def _vitals_fine(self, micros: list[losses.Micro], target: Target) -> bool:
+        """Nothing decided on the values: whether the loss and every norm are finite, read
+        with as few ops as there can be (this runs every step; a non-finite one is measured
+        again by :meth:`_vitals`): few norms are read one scalar each, more summed once."""
+        now = target.now
+        found = now.norms if now is not None else None
+        values = [taps.raw_item(m.value) for m in micros]
+        if isinstance(found, tuple):
+            values += [taps.raw_item(t) for t in found]
+        elif found is not None:
+            values.append(taps.raw_item(found.sum()))
+        if values:
+            self.reads += 1
+        # a sum is finite exactly when every term is (or overflows: measured again)
+        return math.isfinite(sum(values)) if values else True
 
     def _guard_step(self, guard: Guard, target: Target, primary: bool, v: Vitals) -> None:
         if guard.collective:
@@ -436,7 +470,7 @@ class Steps(taps.LossSink):
 
     # -- the step's end -------------------------------------------------------------------
     @guarded
-    @torch.no_grad()  # statistics need no autograd graph
+    @without_grad
     def post_step(self, optimizer: Any) -> None:
         taps.reading_items(True)
         target = self.targets.get(optimizer)
@@ -458,17 +492,21 @@ class Steps(taps.LossSink):
         self._losses, self._n_backward, self.watched.forward_seen = [], 0, False
         self._clip = None
         self.watched.samples, self._closure_open = 0, False
-        waiting = len(self._packet) > 0  # a step's statistics not read yet
+        if self.activations.waiting():  # this step's outputs, packed now, read later
+            self._acts.append((self.count, self.activations.pack(self._packet)))
+        now = time.monotonic()
+        if self._step_at is not None:
+            self._step_s += (now - self._step_at - self._step_s) / 8  # a running mean
+        self._step_at = now
+        if not self.checks_now():
+            self._packet.poll()  # what arrived from the device (no waiting)
         if (
-            self._collected()
-            or len(self._pending) >= self.config.flush_every_steps
-            or time.monotonic() - self._last_transfer >= self.config.flush_every_s
+            self._bad
+            or len(self._pending) >= self._every
+            or now - self._last_transfer >= self.config.flush_every_s
         ):
-            self._transfer()
-        if waiting or not self.decides:
-            # read now: nothing before the next update needs the host (or a step read
-            # nothing at its statistics point, so two steps' statistics wait)
-            self._packet.read()
+            self._bad = False
+            self.send()
         for probe in self.probes:
             probe.end_step(self.count, self.activations.armed)
         self.count += 1
@@ -482,10 +520,7 @@ class Steps(taps.LossSink):
         """Add this step's statistics and pending losses to the packet; the step's rows are
         made when it is read (at the next step's statistics point, or now, see post_step)."""
         pack = self._packet
-        rows = [
-            (r, pack.add(r.loss) if r.loss is not None else None, _divisors(pack, r.divisors))
-            for r in self._pending
-        ]
+        rows = _loss_rows(pack, self._pending)
         clips = {k: pack.add(r.clip[1]) for k, r in enumerate(self._pending) if r.clip is not None}
         unused = [
             (u, pack.add(u.value) if isinstance(u.value, Tensor) else None)
@@ -498,47 +533,109 @@ class Steps(taps.LossSink):
             if isinstance(lr, Tensor)
         }
         targets = [
-            t.slices(pack, t.optimizer is self.primary)
+            sl
             for t in self.targets.values()
             if t.collected()
+            for sl in t.slices(pack, t.optimizer is self.primary)
         ]
-        acts = self.activations.pack(pack)
-        layout = Layout(self.count, rows, lrs, targets, acts, clips, unused)
-        self._pending = []
-        for t in self.targets.values():
-            t.reset()
+        if self.activations.waiting():
+            self._acts.append((self.count, self.activations.pack(pack)))
+        self.lengths.pack(pack)
+        later = not self.checks_now()
+        layout = Layout(self.count, rows, lrs, targets, self._acts, clips, unused, later)
+        self._pending, self._acts = [], []
         self._last_transfer = time.monotonic()
         pack.on_read(lambda host: self._received(host, layout))
 
     def _received(self, host: Tensor, layout: Layout) -> None:
-        """A step's statistics reached the host: hand them to the writer thread."""
-        counts: dict[int, float] = {}
+        """A transfer's statistics reached the host: hand them to the writer thread."""
+        counts: dict[tuple[int, int], float] = {}
+        finite = bool(np.isfinite(host.numpy()).all())  # the common case: nothing to count
         for sl in layout.targets:
-            counts.update(received_counts(sl, host))
+            if not finite:
+                counts.update(((sl.step, i), c) for i, c in received_counts(sl, host).items())
             for probe in self.probes:
                 probe.received(sl, host)
-        self.run.put(StepRecord(host, layout, counts, self._seen_nonfinite, self.run.t0))
+        if layout.later:
+            self._read_later(host, layout)
+        record = StepRecord(host, layout, counts, self._seen_nonfinite, self.run.t0)
+        self.run.put(record, now=True)
+
+    def _read_later(self, host: Tensor, layout: Layout) -> None:
+        """Steps whose vitals were not read at their statistics point (an accelerator's):
+        the first non-finite one is located now, and every later step is read at once."""
+        values = host.numpy()
+        bad: dict[int, bool] = {}  # step -> its loss was non-finite
+        for row, loss_at, _ in layout.rows:
+            if loss_at is not None and not np.isfinite(values[loss_at]).all():
+                bad[row.step] = True
+        for sl in layout.targets:
+            if sl.primary and sl.norms is not None and not np.isfinite(values[sl.norms]).all():
+                bad.setdefault(sl.step, False)
+        if not bad:
+            self.locator.read(layout.step)
+            return
+        first = min(bad)
+        self._synced = True
+        for probe in self.probes:
+            probe.late(first, self.count, bad[first])
 
     def _collected(self) -> bool:
-        return self.activations.waiting() or any(t.collected() for t in self.targets.values())
+        return (
+            bool(self._acts)
+            or self.activations.waiting()
+            or any(t.collected() for t in self.targets.values())
+        )
 
     def unsent(self) -> bool:
-        return self._to_transfer() or len(self._packet) > 0
+        return self._to_transfer() or len(self._packet) > 0 or self._packet.poll() > 0
 
     def _to_transfer(self) -> bool:
         return bool(self._pending or self._unbacked.unused) or self._collected()
 
-    def send(self) -> None:
-        """Everything collected so far, to the writer thread (one host read)."""
+    def checks_now(self) -> bool:
+        """Each step's vitals are read at its statistics point: on the CPU, where a read
+        is no synchronisation (a few scalars, ~5 us), wherever the guard decides before the
+        update, and once a step read later was non-finite. Elsewhere (an accelerator) a
+        step's vitals travel with its statistics, read behind the device's work: no step
+        waits for the device."""
+        return (
+            self._synced
+            or self.guard is not None
+            or self.device is None
+            or self.device.type == "cpu"
+        )
+
+    def send(self, wait: bool = False) -> None:
+        """Everything collected so far, to the writer thread (one host read). How often:
+        every ``_every`` steps, chosen so that a transfer costs under 1% of the steps it
+        carries (at most ``flush_every_steps``; at least every ``flush_every_s``). Read at
+        once (on the CPU, or ``wait``), else sent and read when it arrived (see
+        ``packet``)."""
+        t = time.perf_counter()
         if self._to_transfer():
             self._transfer()
-        self._packet.read()
+        if wait or self.checks_now():
+            self._packet.read()
+        else:
+            self._packet.send()
+            self._packet.poll()
+        self.reads += 1
+        self._every = self._cadence(time.perf_counter() - t)
+
+    def _cadence(self, took: float) -> int:
+        """Steps per transfer, from what the last one took (``took`` seconds): enough that
+        it costs under 1% of the steps it carries, at most ``flush_every_steps``."""
+        if self._step_s <= 0:
+            return 1
+        wanted = math.ceil(took / (0.01 * self._step_s))
+        return max(1, min(self.config.flush_every_steps, wanted))
 
     def send_last(self) -> None:
         """At close: what is still unsent; a failure costs the last step, not the log."""
         if self.unsent() and not self.run.broken:
             try:
-                self.send()
+                self.send(wait=True)
             except Exception as exc:  # the log so far is still written and reported
                 print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
 
@@ -556,6 +653,7 @@ class Steps(taps.LossSink):
                 self._unbacked.unused.append(seen)
             self._losses = []
         self.activations.arm(False)
+        self.send_last()  # what waits reaches the host before the probes sum up
         meta: dict[str, Any] = {}
         if self._clips:
             meta["clip_calls"] = self._clips
@@ -572,6 +670,25 @@ def _one(tensors: Any) -> Any:
     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
         return tensors[0]
     return tensors
+
+
+def _loss_rows(
+    pack: Packet, pending: list[StepRow]
+) -> list[tuple[StepRow, slice | None, list[slice | None] | None]]:
+    """The pending steps with where their losses (and divisors) lie in the packet: the
+    common steps' (one loss, no divisor) stacked into one part."""
+    plain = [r for r in pending if r.loss is not None and r.loss.dim() == 0 and not r.divisors]
+    at = pack.add(torch.stack([r.loss for r in plain])) if len(plain) > 1 else None  # type: ignore[misc]
+    k = 0
+    rows: list[tuple[StepRow, slice | None, list[slice | None] | None]] = []
+    for r in pending:
+        if at is not None and k < len(plain) and r is plain[k]:
+            rows.append((r, slice(at.start + k, at.start + k + 1), None))
+            k += 1
+        else:
+            loss_at = pack.add(r.loss) if r.loss is not None else None
+            rows.append((r, loss_at, _divisors(pack, r.divisors)))
+    return rows
 
 
 def _divisors(pack: Packet, divisors: list[Tensor | None] | None) -> list[slice | None] | None:

@@ -72,6 +72,8 @@ class LossSink:
 
 
 _sinks: list[LossSink] = []
+raw_item = Tensor.item
+"""``Tensor.item`` as PyTorch has it: gradoc's own reads pass no tap."""
 _optimizers: weakref.WeakSet[Optimizer] = weakref.WeakSet()
 
 
@@ -143,10 +145,16 @@ def _tap_grad(grad: Callable[..., Any]) -> Callable[..., Any]:
     return tapped
 
 
+new_optimizer: list[Callable[[], None]] = []
+"""Called when an optimizer is made (``gradoc run`` looks for its model again)."""
+
+
 def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(self: Optimizer, *args: Any, **kwargs: Any) -> None:
         _optimizers.add(self)
         init(self, *args, **kwargs)
+        for listener in list(new_optimizer):
+            listener()
 
     return tapped
 
@@ -336,7 +344,7 @@ _PATCHES = (
 )
 _ITEM = Patch(Tensor, "item", _tap_read("read with loss.item()"))
 """``item()`` is called once per parameter inside an optimizer's step (Adam's step
-counts): it is lifted while a watched optimizer steps (see :func:`reading_items`)."""
+counts): it passes through while a watched optimizer steps (see :func:`reading_items`)."""
 _items_on = [True]
 
 
@@ -375,22 +383,26 @@ def _sync() -> None:
             patch.install()
         else:
             patch.remove()
-    if _sinks and _items_on[0]:
+    if _sinks:
         _ITEM.install()
+        _ITEM.switch(_items_on[0])
     else:
         _ITEM.remove()
 
 
 def reading_items(on: bool) -> None:
-    """``item()`` tapped (on) or not: off while a watched optimizer steps, so that its
-    per-parameter ``item()`` calls pay nothing (two attribute writes a step instead)."""
+    """``item()`` tapped (on) or not: a pass-through while a watched optimizer steps, so that
+    its per-parameter ``item()`` calls pay one Python call each, not the tap's checks. The
+    wrapper stays installed (see ``Patch.switch``)."""
     if _items_on[0] != on:
         _items_on[0] = on
         if _sinks:
-            if on:
-                _ITEM.install()
-            else:
-                _ITEM.remove()
+            _ITEM.switch(on)
+
+
+def live_optimizers() -> list[Optimizer]:
+    """The optimizers made while a tap was installed (or watched) that are still alive."""
+    return list(_optimizers)
 
 
 def optimizer_of(params: list[Tensor]) -> Optimizer | None:
@@ -426,6 +438,13 @@ def scaling_losses(scale: Callable[[Tensor], Tensor]) -> Iterator[None]:
     finally:
         _loss_scale.remove(scale)
         _sync()
+
+
+def is_scalar_loss(tensors: Any) -> bool:
+    """backward()'s arguments are a loss (see :func:`scalar_loss`), told without an op."""
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        tensors = tensors[0]
+    return isinstance(tensors, Tensor) and tensors.numel() == 1 and tensors.is_floating_point()
 
 
 def scalar_loss(tensors: Any) -> Tensor | None:

@@ -71,18 +71,18 @@ _UNINITIALISED = {
 }
 
 
-_own = [0]
+own_depth = [0]
 """Above 0 while gradoc's own hooks run: their ops are not the user's (every tracer)."""
 
 
 @contextlib.contextmanager
 def own_work() -> Iterator[None]:
     """gradoc's own ops (statistics in hooks) are invisible to every tracer."""
-    _own[0] += 1
+    own_depth[0] += 1
     try:
         yield
     finally:
-        _own[0] -= 1
+        own_depth[0] -= 1
 
 
 def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[dict[str, Any]]:
@@ -189,7 +189,7 @@ class Tracer(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.found is None and (self.replays or not _own[0]):
+        if self.found is None and (self.replays or not own_depth[0]):
             outs = _floats(out)
             if outs and any(_bad(t) for t in outs):
                 inputs = _floats((args, kwargs))

@@ -180,7 +180,7 @@ class _Block:
         self.steps: dict[str, list[int]] = {stat: [] for stat in PARAM_STATS}
         self.data: dict[str, bytearray] = {stat: bytearray() for stat in PARAM_STATS}
         self.counts: dict[int, bytes] = {}  # row -> non-zero non-finite counts (rare)
-        self.stats: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+        self.stats: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | _Counts]] = {}
 
     def add(self, step: int, stat: str, blob: bytes) -> None:
         """One row's array, checked by the caller (an empty non-finite array: all 0)."""
@@ -195,14 +195,34 @@ class _Block:
         for stat, steps in self.steps.items():
             if not steps:
                 continue
+            matrix: np.ndarray[Any, Any] | _Counts
             if stat == "grad_nonfinite":
-                matrix = np.zeros((len(steps), n), dtype=np.int64)
-                for row, blob in self.counts.items():
-                    matrix[row] = np.frombuffer(blob, dtype="<f8")  # counts, as v1 and v2 read
+                matrix = _Counts(len(steps), self.counts)
             else:
                 matrix = np.frombuffer(self.data[stat], dtype="<f8").reshape(len(steps), n)
             self.stats[stat] = (np.array(steps, dtype=np.int64), matrix)
         self.steps, self.data, self.counts = {}, {}, {}
+
+
+class _Counts:
+    """The non-finite counts of a parameter set (steps x parameters), nearly all zero: only
+    the rows with a count are held (a dense matrix of a 20,000-step, 2,000-tensor run's
+    zeros took 64 MB of the report's memory)."""
+
+    def __init__(self, rows: int, nonzero: dict[int, bytes]) -> None:
+        self.rows = rows
+        self.nonzero = {row: np.frombuffer(blob, dtype="<f8") for row, blob in nonzero.items()}
+
+    def column(self, col: int) -> np.ndarray[Any, Any]:
+        """One parameter's counts at every step (as integers, as versions 1 and 2 read)."""
+        out = np.zeros(self.rows, dtype=np.int64)
+        for row, counts in self.nonzero.items():
+            out[row] = counts[col]
+        return out
+
+
+SERIES_KEPT = 32
+"""Decoded parameter series kept for a second look (each a Python list per step)."""
 
 
 class ParamTable(Mapping[str, Mapping[str, Series]]):
@@ -232,7 +252,7 @@ class ParamTable(Mapping[str, Mapping[str, Series]]):
                 self._where.setdefault(_name_of(names, lid), []).append((block, col))
 
         self._known = set(self._names)
-        self.series = functools.lru_cache(maxsize=256)(self._series)
+        self.series = functools.lru_cache(maxsize=SERIES_KEPT)(self._series)
         """One parameter's statistic (the last few decoded are kept)."""
 
     def __getitem__(self, name: str) -> Mapping[str, Series]:
@@ -242,9 +262,10 @@ class ParamTable(Mapping[str, Mapping[str, Series]]):
 
     def _series(self, name: str, stat: str) -> Series:
         parts = [
-            (block.stats[stat][0], block.stats[stat][1][:, col])
+            (steps, matrix.column(col) if isinstance(matrix, _Counts) else matrix[:, col])
             for block, col in self._where.get(name, [])
             if stat in block.stats
+            for steps, matrix in [block.stats[stat]]
         ]
         if not parts:
             return Series([], [])

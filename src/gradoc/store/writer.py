@@ -122,15 +122,16 @@ class RunWriter:
         self._thread.start()
 
     # -- training-thread side -------------------------------------------------------
-    def put(self, record: Write) -> None:
-        """Queue a record; blocks while the writer is ``queue_size`` records behind."""
+    def put(self, record: Write, now: bool = False) -> None:
+        """Queue a record; blocks while the writer is ``queue_size`` records behind. ``now``:
+        hand it over at once (a record that carries many steps, see ``collect.record``)."""
         if self._closed:
             return
         # NOTE: handed over under the lock, so that the writer, which takes staged records
         # itself when the queue is empty, never applies them before an earlier batch
         with self._stage_lock:
             self._staged.append(record)
-            if len(self._staged) >= self._stage_max or self._due():
+            if now or len(self._staged) >= self._stage_max or self._due():
                 self._queue.put(self._take())
 
     def _due(self) -> bool:
@@ -218,10 +219,12 @@ class RunWriter:
         try:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
+            before = self._max_step
             step = record(self._conn)
-            if step is not None:
-                self._max_step = max(self._max_step, step)
-            return 1
+            if step is None:
+                return 1
+            self._max_step = max(self._max_step, step)
+            return max(1, self._max_step - before)  # the steps it carried, for the commits
         except Exception as exc:
             self._fail(exc)
             return 0

@@ -1,0 +1,201 @@
+"""The cost of watching fast steps, as users run it: ``python train.py`` against
+``gradoc.watch`` in the script and ``gradoc run train.py``, each a whole process.
+
+Models (``--models``):
+
+- ``mlp``          a 3-layer MLP (32 -> 64 -> 64 -> 1), Adam, batch 64: ~0.5 ms steps
+- ``tensors100``   100 parameter tensors of ~8 values (50 tiny Linear layers), SGD
+- ``tensors2000``  2,000 parameter tensors (the width benchmark's chain, ~400k values), SGD
+- ``transformer``  the reference workload of ``overhead.py`` (6-layer encoder, AdamW)
+
+Each variant runs as its own process, the variants interleaved over ``--rounds`` rounds in
+a shuffled order, one torch thread each (``OMP_NUM_THREADS=1``). Two ratios to plain:
+
+- ``loop``: the training loop's time, measured by the script around its loop (what each
+  step costs: the hooks, the statistics, the writer thread beside it);
+- ``process``: the whole process's wall time (imports, start-up, the loop, the close that
+  writes the report), what a user waits for.
+
+The table shows the median over rounds (the first round warms the disk cache and is
+dropped) and the added milliseconds per step.
+
+    python benchmarks/tiny.py                        # every model
+    python benchmarks/tiny.py --models mlp --steps 6000
+    python benchmarks/tiny.py --quick                # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SCRIPT = """
+import os, sys, time
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+MODEL, STEPS = {model!r}, {steps}
+if MODEL == "mlp":
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 32), torch.randn(64, 1)
+    batches = lambda step: (x, y)
+    loss_fn = F.mse_loss
+elif MODEL.startswith("tensors"):
+    sys.path.insert(0, {bench!r})
+    from width import chain
+    n = int(MODEL[len("tensors"):])
+    model, width = chain(n, 400_000 if n >= 1000 else 4 * n)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(16, width)
+    batches = lambda step: (x, x)
+    loss_fn = F.mse_loss
+else:
+    sys.path.insert(0, {bench!r})
+    from overhead import Classifier
+    model = Classifier(8000, 256, 4, 6)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randint(0, 8000, (16, 64), generator=g),
+             torch.randint(0, 2, (16,), generator=g)) for _ in range(10)]
+    batches = lambda step: data[step % 10]
+    loss_fn = F.cross_entropy
+run = None
+if os.environ.get("TINY_WATCH"):
+    import gradoc
+    run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"])
+t = time.perf_counter()
+for step in range(STEPS):
+    x, y = batches(step)
+    loss = loss_fn(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("LOOP", time.perf_counter() - t, file=sys.stderr)
+if run is not None:
+    run.close()
+"""
+
+MODELS = {"mlp": 6000, "tensors100": 3000, "tensors2000": 300, "transformer": 60}
+"""Each model's default steps: a loop of a few seconds (the transformer's 240 ms steps:
+about 15 s)."""
+
+VARIANTS = ("plain", "watch", "gradoc run")
+
+
+def _gradoc() -> list[str]:
+    exe = shutil.which("gradoc", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "gradoc"]
+
+
+def once(variant: str, script: Path, tmp: Path, k: int) -> tuple[float, float]:
+    """(loop seconds, process seconds) of one variant's run."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp / f"run-{k}"
+    if variant == "plain":
+        cmd = [sys.executable, str(script)]
+    elif variant == "watch":
+        cmd = [sys.executable, str(script)]
+        env["TINY_WATCH"] = str(out)
+    else:
+        cmd = [*_gradoc(), "run", "--out", str(out), str(script)]
+    t = time.perf_counter()
+    done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
+    took = time.perf_counter() - t
+    loop = [line for line in done.stderr.splitlines() if line.startswith("LOOP ")]
+    if done.returncode or not loop:
+        raise SystemExit(f"{' '.join(cmd)} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+    shutil.rmtree(out, ignore_errors=True)
+    return float(loop[-1].split()[1]), took
+
+
+def measure(model: str, steps: int, rounds: int) -> dict[str, object]:
+    bench = str(Path(__file__).resolve().parent)
+    times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    rng = random.Random(model)
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        script = tmp / "train.py"
+        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
+        k = 0
+        for r in range(rounds):
+            order = list(VARIANTS)
+            rng.shuffle(order)  # no variant always runs first
+            for v in order:
+                k += 1
+                times[v].append(once(v, script, tmp, k))
+            print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+    keep = slice(1, None) if rounds > 1 else slice(None)
+    row: dict[str, object] = {"model": model, "steps": steps}
+    for i, what in enumerate(("loop", "process")):
+        plain = [t[i] for t in times["plain"][keep]]
+        row[f"plain_{what}_s"] = statistics.median(plain)
+        for v in VARIANTS[1:]:
+            mine = [t[i] for t in times[v][keep]]
+            row[f"{v}_{what}_ratio"] = statistics.median([m / p for m, p in zip(mine, plain)])
+            row[f"{v}_{what}_ms_per_step"] = (
+                statistics.median([m - p for m, p in zip(mine, plain)]) / steps * 1e3
+            )
+    return row
+
+
+def _line(row: dict[str, object]) -> str:
+    def g(key: str) -> float:
+        value = row[key]
+        assert isinstance(value, float)
+        return value
+
+    steps = row["steps"]
+    assert isinstance(steps, int)
+    plain_ms = g("plain_loop_s") / steps * 1e3
+    cells = [f"{row['model']:<12}{steps:>7}{plain_ms:>9.3f}"]
+    for v in VARIANTS[1:]:
+        for what in ("loop", "process"):
+            ratio, added = g(f"{v}_{what}_ratio"), g(f"{v}_{what}_ms_per_step")
+            cells.append(f"{ratio:>7.3f}x{added:>+8.3f}")
+    return "".join(cells)
+
+
+HEADER = (
+    f"{'model':<12}{'steps':>7}{'plain ms':>9}"
+    f"{'watch loop':>16}{'watch process':>16}{'run loop':>16}{'run process':>16}"
+    "\n" + " " * 28 + "   (ratio to plain, added ms per step)"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {list(MODELS)}")
+    ap.add_argument("--steps", type=int, help="steps per run (default: per model)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the first warms up)")
+    ap.add_argument("--quick", action="store_true", help="mlp, 300 steps, 2 rounds")
+    ap.add_argument("--json", metavar="PATH")
+    args = ap.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.quick:
+        models, args.steps, args.rounds = ["mlp"], 300, 2
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+    rows = [measure(m, args.steps or MODELS[m], args.rounds) for m in models]
+    print(HEADER)
+    for row in rows:
+        print(_line(row))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
