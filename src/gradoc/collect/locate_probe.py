@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 
 class Locate(Probe):
-    decides = True
     wants_rng = True
 
     def __init__(self, run: Run) -> None:

@@ -14,7 +14,8 @@ Points, in the order a step meets them:
   kept when some probe ``wants_rng``);
 - ``at_statistics``: the step's statistics point, gradients present, before anything is
   decided (the guard may drop the gradients after it);
-- ``decided``: after the step's one host read, with its vitals;
+- ``decided``: once the step's vitals were read at its statistics point (see
+  ``Steps.checks_now``);
 - ``after_statistics``: once the guard acted;
 - ``late``: a step read after its update (an accelerator's, see ``steps``) was non-finite;
 - ``received``: an optimizer's statistics reached the host (at the next read);
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
 
 
 class Probe:
-    decides = False
-    """Something is decided at every statistics point (so the step's one host read is made
-    there, carrying the previous step's statistics)."""
     wants_rng = False
     """The RNG state before each forward of a watched root is kept for it."""
 

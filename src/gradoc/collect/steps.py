@@ -7,14 +7,15 @@ Step ``k`` is the work between optimizer step ``k-1`` and optimizer step ``k``:
 2. ``backward()``: the loss is captured by the backward tap (a detached scalar):
    :meth:`Steps.on_backward`;
 3. :meth:`Steps.pre_step` (the optimizer's step pre-hook): the statistics point. The
-   gradient probe takes its norms (``grads``), the probes theirs; when something is
-   decided before the update (skip, clip, locate: the guard or a probe that ``decides``),
-   the step's one host read is made here: the loss and the global norm, together with
-   the previous step's statistics;
-4. :meth:`Steps.post_step` (the step post-hook): weight and update norms; everything the
-   step produced, plus the losses of steps not collected since, is added to the run's
-   packet (see ``packet``), read then only when nothing was decided at 3.; the writer
-   thread turns it into rows (see ``record``).
+   gradient probe takes its norms (``grads``), the probes theirs; the step's vitals (its
+   loss and norms) are read here where that costs no waiting (the CPU; the guard, which
+   decides before the update; see :meth:`Steps.checks_now`), and a non-finite step is
+   located before its update;
+4. :meth:`Steps.post_step` (the step post-hook): weight and update norms; the step's
+   statistics wait on the device, and every few steps (:meth:`Steps.send`) everything
+   waiting travels to the host as one packet (see ``packet``), read at once on the CPU and
+   behind the device's work on an accelerator; the writer thread turns it into rows (see
+   ``record``).
 
 ``gradoc run``, Lightning and the Hugging Face callback drive the same points:
 :meth:`Steps.before_step` (a step that may take a closure), :meth:`Steps.pre_step`,
@@ -84,8 +85,6 @@ class Steps(taps.LossSink):
         config = run.config
         self.activations = Activations(run, config.activations, config.activation_modules, probes)
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
-        self.decides = self.guard is not None or any(p.decides for p in probes)
-        """The step's host read is made at its statistics point (see the module's 3.)."""
         self.count = 0
         """Steps completed so far (of the first optimizer attached)."""
         self.targets: dict[Optimizer, Target] = {}
@@ -492,8 +491,7 @@ class Steps(taps.LossSink):
         self._losses, self._n_backward, self.watched.forward_seen = [], 0, False
         self._clip = None
         self.watched.samples, self._closure_open = 0, False
-        if self.activations.waiting():  # this step's outputs, packed now, read later
-            self._acts.append((self.count, self.activations.pack(self._packet)))
+        self._pack_activations()  # this step's outputs, packed now, read later
         now = time.monotonic()
         if self._step_at is not None:
             self._step_s += (now - self._step_at - self._step_s) / 8  # a running mean
@@ -517,8 +515,8 @@ class Steps(taps.LossSink):
             listener("end", self.count - 1)
 
     def _transfer(self) -> None:
-        """Add this step's statistics and pending losses to the packet; the step's rows are
-        made when it is read (at the next step's statistics point, or now, see post_step)."""
+        """Add the waiting steps' statistics and losses to the packet; their rows are made
+        when it is read (see :meth:`send`)."""
         pack = self._packet
         rows = _loss_rows(pack, self._pending)
         clips = {k: pack.add(r.clip[1]) for k, r in enumerate(self._pending) if r.clip is not None}
@@ -538,14 +536,18 @@ class Steps(taps.LossSink):
             if t.collected()
             for sl in t.slices(pack, t.optimizer is self.primary)
         ]
-        if self.activations.waiting():
-            self._acts.append((self.count, self.activations.pack(pack)))
+        self._pack_activations()
         self.lengths.pack(pack)
         later = not self.checks_now()
         layout = Layout(self.count, rows, lrs, targets, self._acts, clips, unused, later)
         self._pending, self._acts = [], []
         self._last_transfer = time.monotonic()
         pack.on_read(lambda host: self._received(host, layout))
+
+    def _pack_activations(self) -> None:
+        """The current step's module outputs, if it sampled any, into the packet."""
+        if self.activations.waiting():
+            self._acts.append((self.count, self.activations.pack(self._packet)))
 
     def _received(self, host: Tensor, layout: Layout) -> None:
         """A transfer's statistics reached the host: hand them to the writer thread."""
