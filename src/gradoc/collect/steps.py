@@ -128,8 +128,6 @@ class Steps(taps.LossSink):
         """The step's vitals came back non-finite: its statistics travel at its end."""
         self._synced = False
         """A step read later was non-finite: every step is read at once from then on."""
-        self.reads = 0
-        """Host reads made so far (the vitals' and the transfers')."""
         self._seen_nonfinite: set[str] = set()
         self._counting: list[str] = []
         self.origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
@@ -420,7 +418,6 @@ class Steps(taps.LossSink):
             return Vitals(False, False, None, None)
         dtype = torch.float32 if parts[0].device.type == "mps" else torch.float64
         values = torch.stack([p.to(dtype) for p in parts]).tolist()
-        self.reads += 1
         loss = values.pop(0) if micros else None
         grads_bad = not math.isfinite(values[0]) if norms_ is not None else False
         norm = values[1] if len(values) > 1 else None
@@ -443,8 +440,6 @@ class Steps(taps.LossSink):
             values += [taps.raw_item(t) for t in found]
         elif found is not None:
             values.append(taps.raw_item(found.sum()))
-        if values:
-            self.reads += 1
         # a sum is finite exactly when every term is (or overflows: measured again)
         return math.isfinite(sum(values)) if values else True
 
@@ -622,7 +617,6 @@ class Steps(taps.LossSink):
         else:
             self._packet.send()
             self._packet.poll()
-        self.reads += 1
         self._every = self._cadence(time.perf_counter() - t)
 
     def _cadence(self, took: float) -> int:
