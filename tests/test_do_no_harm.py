@@ -579,7 +579,7 @@ def test_side_effects_are_what_a_re_run_would_repeat(
     import socket
     import tempfile
 
-    from gradoc._effects import SideEffects
+    from gradoc.runtime.effects import SideEffects
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     allowed, cache = tmp_path / "run", tmp_path / "xdg" / "huggingface"
@@ -615,7 +615,7 @@ def test_side_effects_are_what_a_re_run_would_repeat(
 def test_a_script_saved_just_before_the_run_is_not_a_file_the_run_wrote(tmp_path: Path) -> None:
     """Edit, save, ``gradoc run``: the script's own stamp, a moment before the run began,
     must not read as a write (the replay would be refused); a coarse stamp keeps its slack."""
-    from gradoc._effects import SideEffects
+    from gradoc.runtime.effects import SideEffects
 
     started = time.time()
     stamps = {

@@ -10,24 +10,29 @@ what the live side needs of them (the padding audit) lives in ``locate``.
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import gradoc
 
 LAYERS: list[set[str]] = [
-    {"_version", "errors", "_text", "_tree", "_wrappers", "_patch", "_state", "schedule", "data"},
-    {"_paths", "_effects", "config"},
+    {"_version", "errors"},
+    {"_util"},  # small shared helpers: text, pytrees, wrappers, patches, RNG state, paths
+    {"schedule", "data"},
+    {"config"},
     {"stats"},  # pure tensor statistics
     {"store"},  # the run log
     {"detect"},  # rules over a run log
     {"locate", "guard"},  # engines the live side drives: replays, guard actions
-    {"collect", "testing", "_runner"},  # the live run; the numerics harness; running scripts
-    {"_replay", "diagnose", "compare", "fix"},
+    {"collect", "testing"},  # the live run; the numerics harness
+    {"diagnose", "compare", "fix"},
     {"report"},  # the only renderer (rich, HTML, charts)
     {"sinks"},
-    {"_finish", "distributed", "tools"},  # what a closed run leaves; applications
-    {"__init__"},  # the public API
-    {"integrations", "demo", "_session"},  # programs of the API; gradoc run's runtime
+    {"runtime"},  # gradoc run's runtime: running scripts, side effects, replays, ranks
+    {"tools"},  # applications
+    {"api"},  # the public API, in one module
+    {"__init__"},
+    {"integrations", "demo"},  # programs of the API
     {"cli"},
     {"__main__"},
 ]
@@ -89,6 +94,51 @@ def test_the_walk_reads_every_kind_of_import() -> None:
     assert "demo" not in imports(ROOT / "cli.py") or "cli" not in imports(
         ROOT / "demo" / "gallery.py"
     )
+
+
+def module_name(path: Path) -> str:
+    parts = ("gradoc", *path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules this file imports: anywhere in it, ``TYPE_CHECKING`` blocks
+    and function bodies included (an import deferred into a function is still a circle)."""
+    me = module_name(path)
+    package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + (node.module.split(".") if node.module else []))
+            for alias in node.names:
+                if f"{target}.{alias.name}" in modules:
+                    found.add(f"{target}.{alias.name}")
+                elif target in modules:
+                    found.add(target)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+    return found - {me}
+
+
+def test_no_import_circle_between_modules() -> None:
+    """No module imports, directly or through others, a module that imports it: inside a
+    package as between packages (the probes see their run through ``collect.context``)."""
+    files = sorted(ROOT.rglob("*.py"))
+    modules = {module_name(p) for p in files}
+    graph = {module_name(p): module_imports(p, modules) for p in files}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        raise AssertionError(f"import circle: {' -> '.join(exc.args[1])}") from None
+
+
+def test_the_circle_check_sees_deferred_and_type_only_imports() -> None:
+    modules = {module_name(p) for p in ROOT.rglob("*.py")}
+    # a function-level import and a TYPE_CHECKING one
+    assert "gradoc.runtime.replay" in module_imports(ROOT / "tools" / "amp_compare.py", modules)
+    assert "gradoc.collect.context" in module_imports(ROOT / "collect" / "steps.py", modules)
+    assert "gradoc.api" in module_imports(ROOT / "__init__.py", modules)
 
 
 def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:

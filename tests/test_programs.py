@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 
 import gradoc
-from gradoc._replay import unlocated_step
 from gradoc.locate.numerics import NumericsError
+from gradoc.runtime.replay import unlocated_step
 
 PROGRAMS = Path(__file__).parent / "programs"
 

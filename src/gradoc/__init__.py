@@ -11,35 +11,5 @@
 3
 """
 
-from ._finish import watch
-from ._version import __version__
-from .collect import Run
-from .config import GuardConfig, WatchConfig
-from .errors import GradocError
-from .guard import GuardGaveUp
-from .locate.numerics import NumericsError, check_numerics
-from .locate.padding import audit_padding
-from .schedule import every, log_spaced, never
-from .store import RunLog, Series, open_run
-from .tools import apply_checkpointing, plan_checkpointing
-
-__all__ = [
-    "GradocError",
-    "GuardConfig",
-    "GuardGaveUp",
-    "NumericsError",
-    "Run",
-    "RunLog",
-    "Series",
-    "WatchConfig",
-    "__version__",
-    "apply_checkpointing",
-    "audit_padding",
-    "check_numerics",
-    "every",
-    "log_spaced",
-    "never",
-    "open_run",
-    "plan_checkpointing",
-    "watch",
-]
+from .api import *  # noqa: F403  (the public API: gradoc.api)
+from .api import __all__ as __all__

@@ -11,11 +11,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from ._paths import output_file
-from ._session import Replay, after_run, execute, fix
-from ._text import one_line, safe
+from ._util.paths import output_file
+from ._util.text import one_line, safe
 from ._version import __version__
 from .errors import GradocError, RunLogError, UsageError
+from .runtime.session import Replay, after_run, execute, fix
 
 FAIL_EXIT = 3
 """`gradoc report --fail-on` exit status when findings of that severity exist."""
@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         help="amp: mixed-precision readiness (fp16/bf16 overflow and underflow per layer, a "
         "loss scale for GradScaler, modules to keep in fp32); padding: audit that padded "
         "positions do not leak into real ones; numerics: check every operation's output from "
-        "the start, anywhere in the program (slow: see the README), and report the first that "
+        "the start, anywhere in the program (slow: each operation is checked as it runs), and "
+        "report the first that "
         "made a NaN/Inf (repeatable)",
     )
     run.add_argument(
@@ -289,9 +290,9 @@ def _reading(run_dir: str | Path) -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ._runner import check_script
     from .collect import prepare_run_dir, torchrun_rank
     from .config import GuardConfig
+    from .runtime.runner import check_script
 
     script = check_script(args.script)
     rank, world = torchrun_rank()
@@ -301,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
     # every output is checked before the script starts: a mistake costs a line, not a run
     json_path = _output(args.json, "--json", protect)
     if world > 1:  # under torchrun: rank 0 in DIR, rank r in DIR/rank<r>; rank 0 merges
-        from .distributed import rank_dir
+        from .runtime.distributed import rank_dir
 
         out = rank_dir(args.out, script.stem, rank)
     else:
@@ -317,7 +318,7 @@ def _run(args: argparse.Namespace) -> int:
     if world > 1 and report is not None:
         if rank != 0:
             return code
-        from .distributed import merge_ranks
+        from .runtime.distributed import merge_ranks
 
         report = after_run(lambda: merge_ranks(out, world, json_path), "merge the ranks' reports")
     if report is not None:
@@ -360,9 +361,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _amp_compare(args: argparse.Namespace) -> int:
-    from ._runner import check_script
     from .report import print_amp_compare, status, to_json_text
     from .report.json import write_text_file
+    from .runtime.runner import check_script
     from .tools.amp_compare import compare
 
     script = check_script(args.script)
@@ -381,9 +382,9 @@ def _amp_compare(args: argparse.Namespace) -> int:
 
 
 def _checkpoint_plan(args: argparse.Namespace) -> int:
-    from ._paths import output_dir
-    from ._runner import check_script
+    from ._util.paths import output_dir
     from .report import print_checkpoint_plan, status
+    from .runtime.runner import check_script
     from .tools.checkpointing import capture_first_step, plan_checkpointing
 
     script = check_script(args.script)
@@ -404,8 +405,8 @@ def _checkpoint_plan(args: argparse.Namespace) -> int:
 
 
 def _fix_command(args: argparse.Namespace) -> int:
-    from ._runner import check_script
     from .report import build_report
+    from .runtime.runner import check_script
     from .store import open_run
 
     script = check_script(args.script)
@@ -418,9 +419,9 @@ def _fix_command(args: argparse.Namespace) -> int:
 
 
 def _replay_command(args: argparse.Namespace) -> int:
-    from ._paths import _probe_dir
-    from ._replay import replay, script_digest, unlocated_step
+    from ._util.paths import _probe_dir
     from .report import print_run_summary, write_report
+    from .runtime.replay import replay, script_digest, unlocated_step
     from .store import open_run
 
     run_dir = Path(args.run_dir)

@@ -65,6 +65,9 @@ class WatchConfig:
     """Per-layer rows of the most recent steps are always kept at full resolution."""
     keep_old_steps: int = 2000
     """Older per-layer rows are thinned to about this many evenly spaced steps."""
+    live: bool = True
+    """In a Jupyter notebook, a one-line status of the run (step, loss, steps a second) in
+    the cell's output while it trains, updated at most once a second; elsewhere nothing."""
 
     def __post_init__(self) -> None:
         if self.guard is True:

@@ -12,8 +12,8 @@ from typing import Any
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from .._paths import output_dir
-from .._text import one_line
+from .._util.paths import output_dir
+from .._util.text import one_line
 from ..config import WatchConfig
 from ..errors import UsageError
 from .run import Finish, Run

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .._text import one_line, safe
+from .._util.text import one_line, safe
 from ..guard import GuardGaveUp
 from ..locate.replay import own_depth
 from ..store import EventKind

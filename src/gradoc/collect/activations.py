@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.nn.modules.module import register_module_forward_hook
 from torch.utils.hooks import RemovableHandle
 
-from .._wrappers import compiling
+from .._util.wrappers import compiling
 from ..locate.replay import own_work
 from ..stats import activation_stats, activation_stats_rows, combine, saturation_rule, unit_dim
 from ..stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_counts, range_counts
@@ -35,8 +35,8 @@ from .packet import Packet
 from .probe import Probe
 
 if TYPE_CHECKING:
+    from .context import Context
     from .grads import Target
-    from .run import Run
 
 
 Call = tuple[int, Tensor, "Tensor | None"]
@@ -60,7 +60,7 @@ class Activations(Probe):
     """Per watched module and forward call: statistics of its output (see ``stats``)."""
 
     def __init__(
-        self, run: Run, schedule: Callable[[int], bool], budget: int, probes: list[Probe]
+        self, run: Context, schedule: Callable[[int], bool], budget: int, probes: list[Probe]
     ) -> None:
         self.run, self.schedule, self.budget, self.probes = run, schedule, budget, probes
         self._scheduled = 0  # steps of the schedule so far
@@ -110,7 +110,7 @@ class Activations(Probe):
             self._handles = []
 
     def _module_output(self, module: nn.Module, args: Any, output: Any) -> None:
-        if compiling():  # a compiled model's modules: not watched inside (see README)
+        if compiling():  # a compiled model's modules: not watched inside (see docs/gradoc-run.md)
             return
         watched = self.run.watched.modules.get(module)
         if watched is not None and torch.is_grad_enabled():
@@ -261,7 +261,7 @@ class AmpRanges(Probe):
     """``check_amp``: device-side range counts of the sampled steps' outputs and gradients
     (and the gradients' exponent histograms), read once at close: ``meta['amp']``."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Context) -> None:
         self.run = run
         self._acts: dict[int, Tensor] = {}
         self._grads: dict[int, tuple[Tensor, Tensor]] = {}

@@ -28,8 +28,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from .._state import RngState, rng_state
-from .._wrappers import compiling, quiet_compile_warning
+from .._util.state import RngState, rng_state
+from .._util.wrappers import compiling, quiet_compile_warning
 from . import taps
 from .models import ModelFinder
 from .run import Run

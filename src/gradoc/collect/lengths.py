@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .._tree import arguments
+from .._util.tree import arguments
 from ..locate.padding import mask_pads
 from ..store import EventKind
 from .packet import Packet

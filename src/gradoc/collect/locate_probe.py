@@ -23,13 +23,13 @@ from .probe import Probe
 
 if TYPE_CHECKING:
     from ..guard import Vitals
-    from .run import Run
+    from .context import Context
 
 
 class Locate(Probe):
     wants_rng = True
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Context) -> None:
         self.run = run
         self.locator = run.locator
         self._update_ratios: dict[str, tuple[int, float]] = {}

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .._state import RngState, rng_state
+from .._util.state import RngState, rng_state
 from ..locate import ArmedTrace, Origin, check_weights, locate_step, origin_from
 
 

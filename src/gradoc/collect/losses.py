@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._tree import output_loss
+from .._util.tree import output_loss
 
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
 _BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
@@ -255,5 +255,5 @@ def loss_like(t: Any) -> bool:
 
 
 def returned_loss(output: Any) -> Tensor | None:
-    """The loss a model's forward returned (``_tree.output_loss``) that has a graph."""
+    """The loss a model's forward returned (``_util.tree.output_loss``) that has a graph."""
     return output_loss(output, loss_like)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import torch
 from torch import Tensor
 
 from ..locate.origin import _user
@@ -27,9 +28,31 @@ from ._safety import guarded, without_grad
 from .layers import WatchedParam, owner_names, param_row
 
 if TYPE_CHECKING:
+    from .activations import Activations
+    from .context import Host
     from .grads import Target
-    from .run import Run
-    from .steps import Steps
+
+
+class StepProtocol(Protocol):
+    """What hand-written steps use of the run's step protocol (``steps.Steps``)."""
+
+    targets: dict[Any, Target]
+    primary: Any
+    device: torch.device | None
+    count: int
+
+    @property
+    def activations(self) -> Activations: ...
+
+    def add(self, optimizer: Any, params: list[WatchedParam], manual: bool = False) -> Target: ...
+
+    def remove(self, optimizer: Any) -> None: ...
+
+    def counted_by(self, how: str) -> None: ...
+
+    def statistics(self, target: Target) -> None: ...
+
+    def post_step(self, optimizer: Any) -> None: ...
 
 
 class HandWritten:
@@ -122,7 +145,7 @@ class ManualSteps:
     """Counts a run's steps at ``backward()`` / ``torch.autograd.grad`` calls while no
     optimizer takes their gradients (see the module's docstring)."""
 
-    def __init__(self, run: Run, steps: Steps) -> None:
+    def __init__(self, run: Host, steps: StepProtocol) -> None:
         self.run, self.steps = run, steps
         self.target: Target | None = None
         """The stand-in optimizer's target, once steps are counted here."""

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from .._wrappers import compiling
+from .._util.wrappers import compiling
 
 
 class ModelFinder:

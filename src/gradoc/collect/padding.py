@@ -15,12 +15,12 @@ from .lengths import batch_of
 from .probe import Probe
 
 if TYPE_CHECKING:
+    from .context import Context
     from .grads import Target
-    from .run import Run
 
 
 class PaddingAudit(Probe):
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Context) -> None:
         self.run = run
         self._audited: set[tuple[str, str | None]] = set()
 

@@ -20,7 +20,8 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from .._text import one_line
+from .._util.display import Shown
+from .._util.text import one_line
 from .._version import __version__
 from ..config import WatchConfig
 from ..guard import Guard, GuardGaveUp, scale_lr
@@ -40,11 +41,12 @@ Finish = Callable[
 """What writes a closed run's report and sinks (see ``Run(finish=...)``)."""
 
 
-class Run:
+class Run(Shown):
     """A watched training run writing its log to ``dir/run.db``.
 
     Made by :func:`gradoc.watch` (or ``gradoc run``); use it as a context manager or call
-    :meth:`close` so the log is complete and ``report.json`` is written.
+    :meth:`close` so the log is complete and ``report.json`` is written. In Jupyter it
+    shows its report once closed (``report/notebook.py``).
     """
 
     def __init__(
@@ -60,7 +62,7 @@ class Run:
         it is attached: ``gradoc run --lr-scale`` and ``--fix`` try a rate without an edit.
         ``finish(dir, json_path, stopped, sinks)``: called with the complete log at
         :meth:`close`, it writes what the run leaves (the report, the sinks) and returns the
-        report (``gradoc._finish.write_outputs``); without one only the log is written."""
+        report (``gradoc.runtime.finish.write_outputs``); without one only the log is written."""
         self.dir = Path(os.path.abspath(directory))  # fixed now: the script may chdir
         self.config, self._finish, self._lr_scale = config, finish, lr_scale
         self.closed = self.broken = False
@@ -99,7 +101,7 @@ class Run:
         self.record_origin = self.steps.record_origin
         self.step_listeners = self.steps.listeners
         """Called with ("stats", step) once a step's statistics are read and with ("end",
-        step) once it ended (``gradoc._replay`` arms its trace from them)."""
+        step) once it ended (``gradoc.runtime.replay`` arms its trace from them)."""
         taps.add_loss_sink(self.steps)
         open_runs.add(self)
 
@@ -141,10 +143,8 @@ class Run:
             return
         taps.note_optimizer(optimizer)
         self.steps.manual.stop()  # steps were counted at backward() until an optimizer stepped
-        watched = self.watched
-        params, rows = param_rows(
-            watched.prefixes, optimizer, len(self.steps.targets), watched.next_id
-        )
+        watched, n = self.watched, len(self.steps.targets)
+        params, rows = param_rows(watched.prefixes, optimizer, n, watched.next_id)
         watched.next_id += len(rows)
         rows += watched.module_rows(new_roots)
         self.steps.add(optimizer, params)

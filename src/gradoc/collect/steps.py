@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from .._state import RngState, rng_state
-from .._text import module_label, safe
+from .._util.state import RngState, rng_state
+from .._util.text import module_label, safe
 from ..guard import Guard, Vitals, agree
 from ..locate import Origin
 from ..store import EventKind
@@ -56,6 +56,7 @@ from .layers import WatchedParam
 from .lengths import Lengths
 from .locate_probe import Locate
 from .manual import ManualSteps
+from .notebook import LiveStatus, in_notebook
 from .packet import Packet
 from .padding import PaddingAudit
 from .probe import Probe
@@ -63,10 +64,10 @@ from .record import Layout, StepRecord, StepRow
 
 if TYPE_CHECKING:
     from ..config import WatchConfig
-    from .run import Run
+    from .context import Host
 
 
-def probes_for(run: Run, config: WatchConfig) -> list[Probe]:
+def probes_for(run: Host, config: WatchConfig) -> list[Probe]:
     """The probes a configuration asks for, in the order the step protocol calls them."""
     probes: list[Probe] = [Lengths(run.event)]
     if config.check_amp:
@@ -75,11 +76,13 @@ def probes_for(run: Run, config: WatchConfig) -> list[Probe]:
         probes.append(PaddingAudit(run))
     if config.locate:
         probes.append(Locate(run))
+    if config.live and in_notebook():
+        probes.append(LiveStatus(run, run.dir))
     return probes
 
 
 class Steps(taps.LossSink):
-    def __init__(self, run: Run, probes: list[Probe]) -> None:
+    def __init__(self, run: Host, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
         self.locator, self.watched, self.probes = run.locator, run.watched, probes
         config = run.config
@@ -92,6 +95,8 @@ class Steps(taps.LossSink):
         self.device: torch.device | None = None
         self.manual = ManualSteps(run, self)
         self.listeners: list[Callable[[str, int], None]] = []
+        self.last_loss: tuple[int, float] | None = None
+        """The newest step whose loss reached the host, and that loss (a status line's)."""
         self.rerun: tuple[Callable[[], Any], RngState] | None = None
         """A step given a closure, while its statistics are read: what replays it."""
         self._packet = Packet()
@@ -547,7 +552,11 @@ class Steps(taps.LossSink):
     def _received(self, host: Tensor, layout: Layout) -> None:
         """A transfer's statistics reached the host: hand them to the writer thread."""
         counts: dict[tuple[int, int], float] = {}
-        finite = bool(np.isfinite(host.numpy()).all())  # the common case: nothing to count
+        values = host.numpy()
+        finite = bool(np.isfinite(values).all())  # the common case: nothing to count
+        row, loss_at, _ = layout.rows[-1] if layout.rows else (None, None, None)
+        if row is not None and loss_at is not None:
+            self.last_loss = (row.step, float(values[loss_at].mean()))
         for sl in layout.targets:
             if not finite:
                 counts.update(((sl.step, i), c) for i, c in received_counts(sl, host).items())

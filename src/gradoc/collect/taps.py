@@ -17,7 +17,7 @@ computes with no change to the training loop:
 
 The wrappers only hand what they see to the open runs (:class:`LossSink`); they never change
 what PyTorch does or returns, and compose with wrappers of the same functions installed by
-others (see ``_patch``): this is the only wrapper of them in gradoc.
+others (see ``_util.patch``): this is the only wrapper of them in gradoc.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import torch.nn.utils.clip_grad as _clip_grad
 from torch import Tensor
 from torch.optim import Optimizer
 
-from .._patch import Patch
-from .._wrappers import compiling
+from .._util.patch import Patch
+from .._util.wrappers import compiling
 from .losses import loss_like
 
 

@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
-from .._state import RngState, rng_state
-from .._wrappers import compiled, compiling, unwrap
+from .._util.state import RngState, rng_state
+from .._util.wrappers import compiled, compiling, unwrap
 from ..store.writer import insert_rows
 from ._hooks import global_hooks, local_hooks
 from ._safety import guarded
@@ -27,11 +27,11 @@ from .lengths import batch_size
 from .probe import Probe
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .context import Host
 
 
 class Watched:
-    def __init__(self, run: Run, probes: list[Probe], names: dict[nn.Module, str]) -> None:
+    def __init__(self, run: Host, probes: list[Probe], names: dict[nn.Module, str]) -> None:
         self.run, self.probes = run, probes
         self.keep_rng = any(p.wants_rng for p in probes)
         self.prefixes: dict[nn.Module, str] = {}  # watched root modules -> name prefix

@@ -6,7 +6,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from .._text import number
+from .._util.text import number
 from ..store import Layer, Series
 from .history import History
 
@@ -105,7 +105,7 @@ def clip_factors(measured: Series, threshold: Series) -> list[tuple[float, float
 
 
 def fmt(x: float) -> str:
-    """A number in a finding's text: :func:`gradoc._text.number`, 3 significant digits."""
+    """A number in a finding's text: :func:`gradoc._util.text.number`, 3 significant digits."""
     return number(x, 3)
 
 

@@ -2,7 +2,8 @@
 
 The records (``Evidence``, ``Hypothesis`` with its ``Sign``s, ``Fix``, ``RuledOut``) are
 what detectors and the diagnosis write and what renderers read; :meth:`Finding.to_json`
-is the one place they become report.json's dictionaries (``../shared/DESIGN.md``).
+is the one place they become report.json's dictionaries (the report's schema:
+``report/json.py``).
 
 How hypotheses are ranked, the one rule: each hypothesis lists the signs it predicts,
 each checked against the run and found ``seen``, ``contradicted`` or ``not observed``
@@ -24,13 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._text import StrEnum
+from .._util.text import StrEnum
 
 Severity = Literal["error", "warning", "info"]
 
 
 class Kind(StrEnum):
-    """The finding kinds of DESIGN.md (a ``str``: ``Kind.NONFINITE == "nonfinite"``)."""
+    """The finding kinds (a ``str``: ``Kind.NONFINITE == "nonfinite"``); each has its section in
+    the findings reference (``report/reference.py``)."""
 
     NONFINITE = "nonfinite"
     EXPLODING_GRADIENTS = "exploding_gradients"
@@ -261,7 +263,7 @@ class RuledOut:
 @dataclass(kw_only=True, slots=True)
 class Finding:
     kind: Kind
-    """One of DESIGN.md's finding kinds."""
+    """One of the finding kinds (:class:`Kind`)."""
     severity: Severity
     step: int | None
     """The first step at which the problem was seen."""

@@ -6,9 +6,9 @@ Needs: the per-step loss (per sample when it is a sum over samples; see
 Rule: the start level is the lowest of the first ``START`` (3) finite losses, so one
 noisy first batch does not set it high; the rise is looked for after that step, and
 smoothed over steps from it only (a regression loss falling 0.40 → 0.058 in two steps,
-then 0.16 once, is no rise because the 0.40 came first: the README's ``train.py``). A
-rise right after step 0 counts (SGD at lr 50: 1.45, then 4e8, then NaN). The loss is
-smoothed with a rolling median of
+then 0.16 once, is no rise because the 0.40 came first: the ``train.py`` of the docs'
+gradoc run page). A rise right after step 0 counts (SGD at lr 50: 1.45, then 4e8, then
+NaN). The loss is smoothed with a rolling median of
 ``SMOOTH`` (3) steps, so that one bad batch stays a spike (``loss_spike``). The loss blows
 up at the first step where the smoothed loss exceeds ``RISE`` (2x) the start level and
 stays above it for ``SUSTAIN`` (3) smoothed steps. A single finite loss at or above

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._text import module_label
+from .._util.text import module_label
 from ..store import EventKind
 from ._util import fmt
 from .finding import Evidence, Finding, Kind

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._text import module_label
+from .._util.text import module_label
 from ..detect._util import fmt
 from ..detect.finding import (
     DECISIVE,

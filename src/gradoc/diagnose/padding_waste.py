@@ -23,8 +23,9 @@ def explain(f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
     f.fixes.append(
         Fix(
             Horizon.SHORT_TERM,
-            "batch by length: gradoc.data.LengthBucketSampler or TokenBudgetBatchSampler (see "
-            "benchmarks/bucketing.py)",
+            "batch by length: DataLoader(dataset, batch_sampler=gradoc.data.LengthBucketSampler"
+            "(lengths, batch_size=B)), or TokenBudgetBatchSampler for a budget of tokens a batch "
+            "(help(gradoc.data))",
         )
     )
     return [random]

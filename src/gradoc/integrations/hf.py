@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .._finish import watch
+from ..api import watch
 from ..collect.run import Run
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from .._finish import write_outputs
 from ..collect import prepare_run_dir
 from ..collect.run import Run
 from ..config import WatchConfig
+from ..runtime.finish import write_outputs
 from ..store import EventKind
 
 

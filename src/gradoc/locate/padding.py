@@ -26,9 +26,9 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .._state import kept
-from .._tree import output_loss
-from .._tree import tensors as _tensors
+from .._util.state import kept
+from .._util.tree import output_loss
+from .._util.tree import tensors as _tensors
 from ..detect.finding import Evidence, Finding, Kind
 
 MASK_KWARGS = (
@@ -167,8 +167,8 @@ def audit_padding(
     >>> import torch.nn as nn
     >>> model = nn.Sequential(nn.Embedding(10, 4, padding_idx=0), nn.Linear(4, 2))
     >>> ids = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 0]])
-    >>> [f.kind for f in audit_padding(model, ids, pad_id=0)]
-    ['padding_waste']
+    >>> ", ".join(f.kind for f in audit_padding(model, ids, pad_id=0))
+    'padding_waste'
     """
     kwargs = dict(model_kwargs or {})
     args = () if batch is None else (batch if isinstance(batch, tuple) else (batch,))

@@ -22,11 +22,11 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._state import Anomaly, RngState, anomaly_state, kept, set_anomaly_state
-from .._tree import arguments
-from .._tree import floats as _floats
-from .._wrappers import unwrap
-from .numerics import ModuleStack, _stance_eager, _stance_restore
+from .._util.state import Anomaly, RngState, anomaly_state, kept, set_anomaly_state
+from .._util.tree import arguments
+from .._util.tree import floats as _floats
+from .._util.wrappers import unwrap
+from .modules import ModuleStack, stance_eager, stance_restore
 from .origin import Origin, frame_from_text, user_frame
 
 
@@ -385,7 +385,7 @@ def locate_step(
     # the user's anomaly flag, RNG and buffers are put back, whatever the replay did
     with contextlib.ExitStack() as restore:
         restore.enter_context(kept(roots, start=rng))
-        restore.callback(_stance_restore, _stance_eager(load=False))
+        restore.callback(stance_restore, stance_eager(load=False))
         anomaly_on()
         restore.enter_context(modules)
         restore.enter_context(warnings.catch_warnings())  # anomaly mode warns it is on
@@ -475,7 +475,7 @@ class ArmedTrace:
         if not self.active:
             # anomaly mode (without its NaN check) records where each autograd node was
             # created, so an op born in the backward is given its forward line
-            self._saved = (anomaly_on(), _stance_eager(load=self._load))
+            self._saved = (anomaly_on(), stance_eager(load=self._load))
             self.modules.__enter__()
             self.tracer.__enter__()
             self.active = True
@@ -486,7 +486,7 @@ class ArmedTrace:
             self.modules.__exit__()
             anomaly, stance = self._saved
             set_anomaly_state(anomaly)
-            _stance_restore(stance)
+            stance_restore(stance)
             self.active = False
         return self.tracer.found
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._text import one_line
+from .._util.text import one_line
 
 FONT = "system-ui, -apple-system, 'Segoe UI', sans-serif"
 INK, DIM, GRID = "#111827", "#4b5563", "#e5e7eb"

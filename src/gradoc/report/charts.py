@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._text import one_line
+from .._util.text import one_line
 from . import _svg as svg
 
 _BLUE, _ORANGE, _RED, _GREEN, _PURPLE, _GREY = (

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .._text import module_label, number
+from .._util.text import module_label, number
 from ..detect._util import update_ratio_series
 from ..detect.dead_units import dead_share, relu_family
 from ..store import EventKind, RunLog
@@ -37,7 +37,7 @@ def _e(x: object) -> str:
 
 
 def _num(x: object) -> str:
-    """Numbers as :func:`gradoc._text.number` writes them; anything else escaped."""
+    """Numbers as :func:`gradoc._util.text.number` writes them; anything else escaped."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return _e(x)
     return number(x)

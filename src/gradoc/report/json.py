@@ -1,4 +1,4 @@
-"""report.json, schema ``gradoc.report/1`` (see DESIGN.md)."""
+"""report.json, schema ``gradoc.report/1``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._text import safe
+from .._util.text import safe
 from ..detect import History, run_detectors
 from ..detect._util import clip_factors
 from ..detect.finding import Evidence, Finding, Fix, Horizon, Kind

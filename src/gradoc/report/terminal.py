@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._text import number, one_line, safe
+from .._util.text import number, one_line, safe
 from ..store import RunLog, Series, open_run
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -60,7 +60,7 @@ def _name(x: object, style: str = "") -> Text:
 
 
 def _num(x: object) -> str:
-    """Numbers as :func:`gradoc._text.number` writes them; anything else made safe."""
+    """Numbers as :func:`gradoc._util.text.number` writes them; anything else made safe."""
     if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
         return safe(x)
     return number(x)

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .._text import one_line
+from .._util.display import Shown
+from .._util.text import one_line
 from ..errors import RunLogError
 from .schema import PARAM_STATS, READABLE
 
@@ -341,7 +342,7 @@ def _resolve(path: str | Path) -> Path:
     return p
 
 
-class RunLog:
+class RunLog(Shown):
     """A read-only view of one run's log (finished, crashed or still running).
 
     >>> import torch, gradoc

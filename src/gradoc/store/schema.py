@@ -27,7 +27,7 @@ Conventions:
 
 from __future__ import annotations
 
-from .._text import StrEnum
+from .._util.text import StrEnum
 
 SCHEMA_VERSION = 4
 

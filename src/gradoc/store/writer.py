@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .._text import one_line
+from .._util.text import one_line
 from ..errors import UsageError
 from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
 

@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .._state import kept
-from .._tree import floats as _floats
+from .._util.state import kept
+from .._util.tree import floats as _floats
 
 __all__ = ["NumericsProblem", "assert_finite", "check_numerics"]
 

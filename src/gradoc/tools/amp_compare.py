@@ -44,10 +44,10 @@ def _worker(ns: argparse.Namespace) -> int:
         register_optimizer_step_pre_hook,
     )
 
-    from .._replay import seed_everything
-    from .._runner import Stop, check_script, run_until
     from ..collect import taps
     from ..collect.models import ModelFinder
+    from ..runtime.replay import seed_everything
+    from ..runtime.runner import Stop, check_script, run_until
 
     script = check_script(ns.script)
     amp = ns.mode == "amp"
@@ -164,7 +164,7 @@ def compare(
     """Run both and compare (see the module docstring); raises GradocError when a run fails."""
     import torch
 
-    from .._text import one_line
+    from .._util.text import one_line
     from ..errors import GradocError
 
     out: dict[str, Any] = {}

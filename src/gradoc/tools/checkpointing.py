@@ -39,7 +39,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .._tree import tensors as _tensors
+from .._util.tree import tensors as _tensors
 from ..errors import GradocError
 
 MB = 2**20
@@ -409,8 +409,8 @@ def capture_first_step(
     optimizer's parameters and the arguments of its last forward call."""
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-    from .._runner import Stop, run_until
     from ..collect.models import ModelFinder
+    from ..runtime.runner import Stop, run_until
 
     finder = ModelFinder(calls=True)
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from ._text import one_line
-from .errors import GradocError, UsageError
-from .guard import GuardGaveUp
+from .._util.text import one_line
+from ..errors import GradocError, UsageError
+from ..guard import GuardGaveUp
 
 # gradoc's and runpy's frames sit above the script's; runpy is frozen since Python 3.11, so
 # its frames are named "<frozen runpy>"

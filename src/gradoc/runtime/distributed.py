@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .collect import prepare_run_dir, torchrun_out
+from ..collect import prepare_run_dir, torchrun_out
 
 WAIT_S = 300.0
 
@@ -32,8 +32,8 @@ def _located(f: dict[str, Any]) -> bool:
 
 def merge_ranks(base: Path, world: int, json_path: str | Path | None) -> dict[str, Any]:
     """Merge every rank's report.json into ``base/report.json`` (rank 0's run info)."""
-    from .report import to_json_text
-    from .report.json import write_text_file
+    from ..report import to_json_text
+    from ..report.json import write_text_file
 
     merged: dict[str, Any] = json.loads((base / "report.json").read_text())
     deadline = time.monotonic() + WAIT_S

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._text import one_line
-from .errors import UsageError
+from ..errors import UsageError
+from .text import one_line
 
 SOURCE_SUFFIXES = frozenset({".py", ".pyw", ".pyi", ".pyx", ".ipynb"})
 """Files gradoc never writes over, whatever flag names them."""

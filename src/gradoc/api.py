@@ -1,44 +1,60 @@
-"""What a closed run leaves besides its log: ``report.json`` and the sinks.
+"""gradoc's public API, in one module: what ``import gradoc`` gives.
 
-``collect`` hands the finished run's directory to a callback (``Run(finish=...)``), so the
-live side imports neither the report nor the sinks; :func:`gradoc.watch`, ``gradoc run``
-and the integrations give it :func:`write_outputs`. :func:`watch` is ``gradoc.watch``.
+- watching a loop: :func:`watch` (a :class:`Run`), configured by :class:`WatchConfig`
+  and :class:`GuardConfig`; :func:`every`, :func:`log_spaced`, :func:`never` say when;
+- reading a run log: :func:`open_run` (a :class:`RunLog` of :class:`Series`);
+- in Jupyter, a :class:`Run` shows a live status while it trains, and a closed run or a
+  :class:`RunLog` shows its report inline;
+- locating: :func:`check_numerics` (raises :class:`NumericsError`);
+- tools: :func:`audit_padding`, :func:`plan_checkpointing`, :func:`apply_checkpointing`;
+- errors: :class:`GradocError` (every error gradoc raises for a usage problem) and
+  :class:`GuardGaveUp` (a guarded run that could not go on).
+
+Everything else is gradoc's own and may change.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._text import safe
+import torch.nn as nn
+from torch.optim import Optimizer
+
+from ._version import __version__
 from .collect import Run
 from .collect import watch as _watch
-from .config import WatchConfig
+from .config import GuardConfig, WatchConfig
+from .errors import GradocError
+from .guard import GuardGaveUp
+from .locate.numerics import NumericsError, check_numerics
+from .locate.padding import audit_padding
+from .report import notebook as _notebook  # noqa: F401  (runs show their report in Jupyter)
+from .runtime.finish import write_outputs
+from .schedule import every, log_spaced, never
+from .store import RunLog, Series, open_run
+from .tools import apply_checkpointing, plan_checkpointing
 
-if TYPE_CHECKING:
-    import torch.nn as nn
-    from torch.optim import Optimizer
-
-
-def write_outputs(
-    run_dir: Path,
-    json_path: str | Path | None,
-    stopped: dict[str, Any] | None,
-    sinks: dict[str, str],
-) -> dict[str, Any]:
-    """Write the report from the finished log, then each sink; the report."""
-    from .report import write_report  # the report reads the finished log
-
-    report = write_report(run_dir, json_path, stopped=stopped)
-    for kind, target in sinks.items():
-        try:
-            from .sinks import export
-
-            export(kind, run_dir, target, report)
-        except Exception as exc:  # a sink must not cost the run its report
-            print(f"gradoc: could not write the {kind} sink: {safe(exc)}", file=sys.stderr)
-    return report
+__all__ = [
+    "GradocError",
+    "GuardConfig",
+    "GuardGaveUp",
+    "NumericsError",
+    "Run",
+    "RunLog",
+    "Series",
+    "WatchConfig",
+    "__version__",
+    "apply_checkpointing",
+    "audit_padding",
+    "check_numerics",
+    "every",
+    "log_spaced",
+    "never",
+    "open_run",
+    "plan_checkpointing",
+    "watch",
+]
 
 
 def watch(

@@ -34,7 +34,7 @@ import tempfile
 import threading
 from typing import Any
 
-from ._text import one_line
+from .._util.text import one_line
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _FILE_EVENTS = {

@@ -5,11 +5,11 @@ Used when a script stopped at its first NaN before gradoc could see where it cam
 ``gradoc run`` seeds every RNG before the script runs; the replay seeds them the same
 way, so steps 0..k-1 repeat exactly, then traces step k whole.
 
-    python -m gradoc._replay --step K --result OUT.json SCRIPT [ARGS...]
+    python -m gradoc.runtime.replay --step K --result OUT.json SCRIPT [ARGS...]
 
 When: only for a non-finite value gradoc saw and could not locate (:func:`unlocated_step`),
 never for an ordinary error; by itself only when the first run touched nothing outside
-the run directory (see ``gradoc._effects``), else on request (``gradoc replay RUN_DIR``,
+the run directory (see ``gradoc.runtime.effects``), else on request (``gradoc replay RUN_DIR``,
 ``gradoc run --replay``).
 """
 
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .store import EventKind
+from ..store import EventKind
 
 SEED = 0
 
@@ -63,7 +63,7 @@ def unlocated_step(
         return int(meta.get("steps") or 0)  # stopped inside this step, at a NaN
     if not meta.get("steps") and (clues or meta.get("printed_nonfinite")):
         return 0  # no step seen, a NaN/Inf printed or raised: check the whole program
-    from .detect.nonfinite import printed_at_the_end
+    from ..detect.nonfinite import printed_at_the_end
 
     printed = printed_at_the_end(meta)
     if printed is not None:
@@ -85,11 +85,11 @@ def replay(
     ``out``'s log. Returns the origin (None if none was found)."""
     import subprocess
 
-    from .store.writer import append_event
+    from ..store.writer import append_event
 
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "gradoc._replay", "--step", str(step)]
+        cmd = [sys.executable, "-m", "gradoc.runtime.replay", "--step", str(step)]
         cmd += ["--result", str(result_path), str(script), *args]
         try:
             subprocess.run(
@@ -131,19 +131,19 @@ def script_digest(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gradoc._replay")
+    ap = argparse.ArgumentParser(prog="gradoc.runtime.replay")
     ap.add_argument("--step", type=int, required=True)
     ap.add_argument("--result", required=True)
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
 
-    from ._runner import check_script, exec_script
-    from .collect.auto import AutoAttach
-    from .collect.run import Run
-    from .config import WatchConfig
-    from .locate import origin_from
-    from .schedule import never
+    from ..collect.auto import AutoAttach
+    from ..collect.run import Run
+    from ..config import WatchConfig
+    from ..locate import origin_from
+    from ..schedule import never
+    from .runner import check_script, exec_script
 
     script = check_script(ns.script)
     config = WatchConfig(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._text import one_line
+from .._util.text import one_line
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,13 @@ def execute(
     """Run the script watched into ``out``; return its exit code and the report.
     ``checks``: ``gradoc run --check`` names; ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
-    from ._effects import SideEffects
-    from ._finish import write_outputs
-    from ._replay import script_digest, seed_everything
-    from ._runner import exec_script, scan_output
-    from .collect.auto import AutoAttach
-    from .collect.run import Run
-    from .config import WatchConfig
+    from ..collect.auto import AutoAttach
+    from ..collect.run import Run
+    from ..config import WatchConfig
+    from .effects import SideEffects
+    from .finish import write_outputs
+    from .replay import script_digest, seed_everything
+    from .runner import exec_script, scan_output
 
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
     run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=write_outputs)
@@ -115,7 +115,7 @@ def _numerics(run: Any, on: bool) -> Iterator[None]:
     if not on:
         yield
         return
-    from .locate.numerics import CheckNumerics
+    from ..locate.numerics import CheckNumerics
 
     def found(origin: Any) -> None:
         origin.step = run.step
@@ -144,11 +144,11 @@ def fix(
     from rich.console import Console
     from rich.text import Text
 
-    from .collect import prepare_run_dir
-    from .fix import choose, code_fixes, compare
-    from .fix.remedy import user_sources
-    from .report import print_comparison, to_json_text
-    from .report.json import write_text_file
+    from ..collect import prepare_run_dir
+    from ..fix import choose, code_fixes, compare
+    from ..fix.remedy import user_sources
+    from ..report import print_comparison, to_json_text
+    from ..report.json import write_text_file
 
     console = Console(stderr=True)
     sources = user_sources(script)
@@ -204,11 +204,12 @@ def _replay_if_needed(
     options: Replay,
 ) -> dict[str, Any] | None:
     """Re-run the script up to a non-finite step that was not located, when that is safe
-    (see gradoc._replay and gradoc._effects); else say how to. Returns the new report."""
-    from ._replay import replay, unlocated_step
-    from .report import write_report
-    from .store import open_run
-    from .store.writer import append_event
+    (see gradoc.runtime.replay and gradoc.runtime.effects); else say how to. Returns the new
+    report."""
+    from ..report import write_report
+    from ..store import open_run
+    from ..store.writer import append_event
+    from .replay import replay, unlocated_step
 
     with open_run(out) as log:
         step = unlocated_step(log.events, log.meta, code, clues)

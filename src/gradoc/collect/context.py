@@ -1,0 +1,129 @@
+"""What the run's parts may use of it: a probe's :class:`Context`, the step protocol's
+:class:`Host`.
+
+A probe (``probe``) is handed a ``Context``: the run's events and metadata, its locator,
+and read-only views of its steps and watched modules, nothing else. The run's own parts
+(``steps``, ``watched``, ``manual``) get a ``Host``, a little more. Both are protocols that
+:class:`~gradoc.collect.run.Run` satisfies (mypy checks it where the run hands itself
+over): they name what a part may touch, cost no indirection on a step's path, and keep
+these modules from importing ``run`` (no import circle: ``tests/test_layers.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch.nn as nn
+from torch.optim import Optimizer
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .._util.state import RngState
+    from ..config import WatchConfig
+    from ..guard import Guard
+    from ..locate import Origin
+    from ..store import EventKind
+    from ..store.writer import Write
+    from .grads import Target
+    from .layers import WatchedModule
+    from .locating import Locator
+
+
+class StepsView(Protocol):
+    """The run's steps, as a probe reads them."""
+
+    count: int
+    """Steps completed so far."""
+    targets: dict[Optimizer, Target]
+    """The watched optimizers' parameters and statistics."""
+    rerun: tuple[Callable[[], Any], RngState] | None
+    """A step given a closure, while its statistics are read: what replays it."""
+    last_loss: tuple[int, float] | None
+    """The newest step whose loss reached the host, and that loss."""
+
+
+class WatchedView(Protocol):
+    """The run's watched modules, as a probe reads them."""
+
+    modules: dict[nn.Module, WatchedModule]
+    names: dict[nn.Module, str]
+    prefixes: dict[nn.Module, str]
+    """Watched roots and their name prefixes."""
+    last_forward: tuple[nn.Module, Any, Any] | None
+    """The last forward of a watched root: the module, its args and kwargs."""
+
+
+class Context(Protocol):
+    """What a probe may use of its run."""
+
+    broken: bool
+    """The run stopped collecting after an internal error."""
+
+    @property
+    def locator(self) -> Locator: ...
+
+    @property
+    def steps(self) -> StepsView: ...
+
+    @property
+    def watched(self) -> WatchedView: ...
+
+    def event(self, kind: EventKind, message: str, step: int | None = None, **data: Any) -> None:
+        """Log an event to the run log."""
+
+    def set_meta(self, **items: Any) -> None:
+        """Merge ``items`` into the run log's ``meta``."""
+
+    def record_origin(self, origin: Origin) -> None:
+        """A non-finite value's origin was found."""
+
+
+class HostActivations(Protocol):
+    def adopt(self, modules: dict[nn.Module, WatchedModule]) -> None: ...
+
+
+class HostSteps(StepsView, Protocol):
+    @property
+    def activations(self) -> HostActivations: ...
+
+    def on_forward_output(self, output: Any) -> None: ...
+
+
+class HostWatched(WatchedView, Protocol):
+    forward_seen: bool
+    """A watched root ran forward this step."""
+    samples: int
+    """The samples the step's forwards held."""
+    next_id: int
+    """The id the next watched tensor or module gets."""
+
+    def roots(self, given: list[nn.Module]) -> list[nn.Module]: ...
+
+    def watch_modules(self, roots: list[nn.Module]) -> None: ...
+
+
+class Host(Context, Protocol):
+    """What the run's own parts (its steps, watched modules, hand-written steps) use of it."""
+
+    config: WatchConfig
+    dir: Path
+    """The run directory."""
+    closed: bool
+    t0: float
+    """``time.monotonic()`` when the run started."""
+    attach_early: Callable[[Optimizer], None] | None
+    find_owners: Callable[[set[int]], list[nn.Module]] | None
+
+    @property
+    def guard(self) -> Guard | None: ...
+
+    @property
+    def steps(self) -> HostSteps: ...
+
+    @property
+    def watched(self) -> HostWatched: ...
+
+    def put(self, record: Write, now: bool = False) -> None:
+        """Queue a record for the run log's writer."""
