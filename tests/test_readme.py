@@ -1,4 +1,12 @@
-"""The README's examples are tests: its Python blocks run in order, its gradoc commands run."""
+"""The README's and the docs' examples are tests: their Python blocks run, their gradoc
+commands run.
+
+The README runs in a directory of its own. The docs pages run one after another, in the
+site's order (``mkdocs.yml``), in one directory, as a reader who follows them does: a
+page may use a file an earlier page made (``train.py``, ``logreg.py``, ``runs/quickstart``).
+A page's Python blocks run in order in one namespace (a block whose first line is
+``# NAME.py`` is written to that file instead), then its command lines.
+"""
 
 from __future__ import annotations
 
@@ -13,45 +21,44 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 BLOCK = re.compile(r"```(python|bash)\n(.*?)```", re.S)
+COMMANDS = ("gradoc run", "gradoc report", "gradoc fix", "gradoc replay", "sqlite3 ")
 
 
-def blocks(kind: str) -> list[str]:
-    return [body for lang, body in BLOCK.findall(README.read_text()) if lang == kind]
+def docs_pages() -> list[Path]:
+    """The docs pages in the site's order (the nav of ``mkdocs.yml``)."""
+    nav = re.findall(r"^\s+- [^:]+: (\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    return [ROOT / "docs" / name for name in nav]
 
 
-def commands() -> list[str]:
-    """The README's `gradoc ...` and `sqlite3 ...` command lines (comments stripped)."""
+def blocks(page: Path, kind: str) -> list[str]:
+    return [body for lang, body in BLOCK.findall(page.read_text()) if lang == kind]
+
+
+def commands(page: Path) -> list[str]:
+    """A page's `gradoc ...` and `sqlite3 ...` command lines (comments stripped)."""
     found = []
-    for body in blocks("bash"):
+    for body in blocks(page, "bash"):
         for line in body.splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if line.startswith(
-                ("gradoc run", "gradoc report", "gradoc fix", "gradoc replay", "sqlite3 ")
-            ):
+            if line.startswith(COMMANDS):
                 found.append(line)
     return found
 
 
-def test_readme_python_examples_and_commands_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": "__readme__"}
-    for body in blocks("python"):
+def run_page(page: Path, here: Path) -> list[str]:
+    """Run one page's examples in ``here``; its commands, run."""
+    namespace: dict[str, object] = {"__name__": "__docs__"}
+    for body in blocks(page, "python"):
         first = body.splitlines()[0]
         if first.startswith("# ") and first.split()[1].endswith(".py"):
-            (tmp_path / first.split()[1]).write_text(body)  # a script file, run below
+            (here / first.split()[1]).write_text(body)  # a script file, run by a command
             continue
-        exec(compile(body, str(README), "exec"), namespace)
-    assert (tmp_path / "runs/quickstart/report.json").exists()
-    assert (tmp_path / "runs/guarded/report.json").exists()
-    assert (tmp_path / "train.py").exists()
-
-    lines = commands()
-    assert any(c.startswith("gradoc run") for c in lines)
+        exec(compile(body, str(page), "exec"), namespace)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    lines = commands(page)
     for line in lines:
         argv = shlex.split(line)
         if argv[0] == "sqlite3" and shutil.which("sqlite3") is None:
@@ -59,21 +66,42 @@ def test_readme_python_examples_and_commands_run(
         if argv[0] == "gradoc":
             argv = [sys.executable, "-m", "gradoc", *argv[1:]]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-        assert done.returncode == 0, (line, done.stderr)
+        assert done.returncode == 0, (page.name, line, done.stderr)
+    return lines
+
+
+def test_readme_python_examples_and_commands_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    lines = run_page(README, tmp_path)
+    assert any(c.startswith("gradoc run") for c in lines)
+    assert (tmp_path / "runs/quickstart/report.json").exists()
+    assert (tmp_path / "runs/train/report.json").exists()
+    done = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, check=True)
+    assert "done" in done.stdout
+
+
+def test_docs_examples_and_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    pages = docs_pages()
+    assert {p.name for p in pages} == {p.name for p in (ROOT / "docs").glob("*.md")}
+    ran = {page.name: run_page(page, tmp_path) for page in pages}
+    assert any(c.startswith("gradoc run") for c in ran["gradoc-run.md"])
+    assert (tmp_path / "runs/quickstart/report.json").exists()
+    assert (tmp_path / "runs/guarded/report.json").exists()
     assert (tmp_path / "report.json").exists()  # from --json
     assert "amp" in json.loads((tmp_path / "runs/amp/report.json").read_text())
-    assert (
-        "done"
-        in subprocess.run(
-            [sys.executable, "train.py"], capture_output=True, text=True, check=True
-        ).stdout
-    )
 
 
 def test_readme_set_up_commands_are_the_ones_ci_runs() -> None:
-    setup = [b for b in blocks("bash") if "pip install" in b]
+    setup = [b for b in blocks(README, "bash") if "pip install" in b]
     assert any("gradoc demo" in b for b in setup)
     test_cmd = next(b for b in setup if "pytest" in b)
-    ci = (README.parent / ".ci/run").read_text()
+    ci = (ROOT / ".ci/run").read_text()
     assert "requirements-dev.txt" in test_cmd and "requirements-dev.txt" in ci
     assert "python -m pytest" in test_cmd and "python -m pytest" in ci
+
+
+def test_readme_is_read_in_five_minutes() -> None:
+    assert len(README.read_text().splitlines()) <= 250
