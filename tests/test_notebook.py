@@ -98,3 +98,31 @@ def test_outside_a_notebook_there_is_no_status_and_repr_html_is_the_report(
             opt.step()
         assert "training: step 3" in run._repr_html_()
     assert "No problem found" in page_in(run._repr_html_())
+
+
+def test_the_status_loss_is_the_loss_the_run_log_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With gradient accumulation (each micro-batch's loss divided by their number), the
+    status shows the step's loss as the log records it, the division undone."""
+    import torch
+
+    import gradoc
+    from gradoc.collect import steps
+    from gradoc.collect.notebook import LiveStatus
+
+    monkeypatch.setattr(steps, "in_notebook", lambda: True)  # IPython's display prints here
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        assert any(isinstance(p, LiveStatus) for p in run.steps.probes)
+        for _ in range(12):
+            opt.zero_grad()
+            for _ in range(2):
+                (model(torch.randn(8, 4)).pow(2).mean() / 2).backward()
+            opt.step()
+        run.flush()
+        step, loss = run.steps.last_loss
+    logged = gradoc.open_run(run.dir).scalar("loss")
+    assert step == 11
+    assert loss == pytest.approx(logged.values[logged.steps.index(step)], rel=1e-6)

@@ -48,10 +48,16 @@ def status_line(
     return " · ".join(parts)
 
 
+def status_html(text: str) -> str:
+    """One line of status as a notebook's HTML output."""
+    return f'<div class="gradoc-status" style="font-family: monospace">{html.escape(text)}</div>'
+
+
 class LiveStatus(Probe):
     """One line in the cell's output, rewritten while the run trains."""
 
     EVERY_S = 1.0
+    wants_loss = True
 
     def __init__(self, ctx: Context, directory: Path | None = None) -> None:
         from IPython.display import HTML, display
@@ -64,11 +70,7 @@ class LiveStatus(Probe):
     def _render(
         self, step: int, loss: tuple[int, float] | None, rate: float | None, done: str = ""
     ) -> str:
-        line = status_line(self.directory, step, loss, rate)
-        return (
-            '<div class="gradoc-status" style="font-family: monospace">'
-            f"{html.escape(line)}{html.escape(done)}</div>"
-        )
+        return status_html(status_line(self.directory, step, loss, rate) + done)
 
     def _show(self, step: int, done: str = "") -> None:
         elapsed = time.monotonic() - self.t0

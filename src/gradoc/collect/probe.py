@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 class Probe:
     wants_rng = False
     """The RNG state before each forward of a watched root is kept for it."""
+    wants_loss = False
+    """The newest loss that reached the host is kept for it (``Steps.last_loss``)."""
 
     def on_output(self, watched: WatchedModule, module: nn.Module, x: Tensor) -> None:
         pass

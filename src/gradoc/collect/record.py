@@ -64,6 +64,19 @@ class Layout:
     """Its steps' vitals were not read at their statistics points (an accelerator's): they
     are checked when it is read."""
 
+    def newest_loss(self, values: Any) -> tuple[int, float] | None:
+        """The newest step of the transfer that has a loss, and that loss as the run log
+        records it (``values``: the host vector, a list or an array)."""
+        for row, at, divisors_at in reversed(self.rows):
+            if at is not None:
+                return row.step, losses.combine(values[at], divisors_of(values, divisors_at))[0]
+        return None
+
+
+def divisors_of(values: Any, at: list[slice | None] | None) -> list[float] | None:
+    """What each micro-batch's loss was divided by (NaN: not known), from the host vector."""
+    return None if at is None else [values[d][0] if d is not None else math.nan for d in at]
+
 
 class StepRecord:
     """Turns one transfer into rows (``counts``: non-finite values per (step, gradient id);
@@ -162,13 +175,8 @@ class StepRecord:
         division is undone (or not) says so in ``meta``."""
         if at is None:
             return None
-        micro = values[at]
-        divisors = (
-            [values[d][0] if d is not None else math.nan for d in divisors_at]
-            if divisors_at is not None
-            else None
-        )
-        loss, undone = losses.combine(micro, divisors)
+        divisors = divisors_of(values, divisors_at)
+        loss, undone = losses.combine(values[at], divisors)
         if undone is not None and "division" not in self.seen:
             self.seen.add("division")
             write_meta(

@@ -96,7 +96,9 @@ class Steps(taps.LossSink):
         self.manual = ManualSteps(run, self)
         self.listeners: list[Callable[[str, int], None]] = []
         self.last_loss: tuple[int, float] | None = None
-        """The newest step whose loss reached the host, and that loss (a status line's)."""
+        """The newest step whose loss reached the host, and that loss, kept when some probe
+        ``wants_loss`` (a status line's)."""
+        self._keep_loss = any(p.wants_loss for p in probes)
         self.rerun: tuple[Callable[[], Any], RngState] | None = None
         """A step given a closure, while its statistics are read: what replays it."""
         self._packet = Packet()
@@ -552,11 +554,9 @@ class Steps(taps.LossSink):
     def _received(self, host: Tensor, layout: Layout) -> None:
         """A transfer's statistics reached the host: hand them to the writer thread."""
         counts: dict[tuple[int, int], float] = {}
-        values = host.numpy()
-        finite = bool(np.isfinite(values).all())  # the common case: nothing to count
-        row, loss_at, _ = layout.rows[-1] if layout.rows else (None, None, None)
-        if row is not None and loss_at is not None:
-            self.last_loss = (row.step, float(values[loss_at].mean()))
+        finite = bool(np.isfinite(host.numpy()).all())  # the common case: nothing to count
+        if self._keep_loss:
+            self.last_loss = layout.newest_loss(host.numpy()) or self.last_loss
         for sl in layout.targets:
             if not finite:
                 counts.update(((sl.step, i), c) for i, c in received_counts(sl, host).items())

@@ -15,6 +15,7 @@ import html
 from .._util.display import register
 from .._util.text import number
 from ..collect import Run
+from ..collect.notebook import status_html
 from ..store import RunLog, open_run
 from .html import render
 from .json import build_report
@@ -46,7 +47,7 @@ def run_html(run: Run) -> str:
         f"gradoc · {run.dir.name} · training: step {number(run.step)} · the report shows "
         "here once the run closes (the end of the with block, or run.close())"
     )
-    return f'<div class="gradoc-status" style="font-family: monospace">{html.escape(line)}</div>'
+    return status_html(line)
 
 
 register(Run, run_html)
