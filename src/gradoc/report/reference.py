@@ -15,13 +15,14 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ..detect import DETECTORS, padding, synthetic
-from ..detect.finding import FAMILIES, HORIZONS, Finding, Kind
+from ..detect.finding import FAMILIES, Finding, Kind
 from ..diagnose import REGISTRY, diagnose
 
 START = "<!-- findings-reference: written by gradoc.report.reference -->"
@@ -84,10 +85,22 @@ def evidence_signals(module: str) -> list[str]:
     return found
 
 
-def _body(doc: str, kind: Kind) -> str:
-    """A docstring without its first line when that line only names the kinds."""
-    first, _, rest = doc.partition("\n")
-    return rest.strip() if kind.value in first.split(":")[0] else doc
+def _split(module: ModuleType | str, kind: Kind) -> tuple[str, str, bool]:
+    """A module docstring's first paragraph (on one line, without the kinds it starts by
+    naming: ``dead_units: most units...``), the rest, and whether it named ``kind``."""
+    doc = _doc(module)
+    first, _, rest = doc.partition("\n\n")
+    named, colon, said = first.partition(":")
+    names = kind.value in named
+    if names:
+        first = said if colon else ""
+    return " ".join(first.split()), rest.strip(), names
+
+
+def _sentence(text: str) -> str:
+    """The first sentence of ``text``."""
+    found = re.match(r".*?\.(?=\s|$)", text)
+    return found.group(0) if found else text
 
 
 def explained(kind: Kind) -> Finding:
@@ -109,18 +122,19 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("[", "\\[").replace("\n", " ")
 
 
-def section(kind: Kind) -> str:
-    """The reference section of one finding kind, in Markdown."""
+def section(kind: Kind, story: Finding) -> str:
+    """The reference section of one finding kind, in Markdown (``story``: its diagnosis for a
+    finding with no evidence, :func:`explained`)."""
     module = REGISTRY[kind]
     source = source_of(kind)
-    lead = _doc(module).partition("\n")[0].partition(":")[2].strip()
+    lead, more, _ = _split(module, kind)
+    _, rule, named = _split(source, kind)
     lines = [f"## `{kind.value}` {{#{kind.value}}}", "", lead[:1].upper() + lead[1:], ""]
-    lines += [f"**Rule** (`{source}`)", "", _body(_doc(source), kind), ""]
+    lines += [f"**Rule** (`{source}`)", "", rule if named else _doc(source), ""]
     signals = evidence_signals(source)
     if signals:
         lines += ["**Evidence it shows**", "", *(f"- {_cell(name)}" for name in signals), ""]
-    more = _body(_doc(module), kind)
-    if more and more != lead and "\n" in _doc(module):
+    if more:
         lines += ["**Diagnosis**", "", more, ""]
     if module.CAUSED_BY:
         links = ", ".join(f"[`{k}`](#{k})" for k in module.CAUSED_BY)
@@ -129,7 +143,6 @@ def section(kind: Kind) -> str:
             "the two are one story, headlined by the cause.",
             "",
         ]
-    story = explained(kind)
     if story.hypotheses:
         lines += [
             "**Causes weighed** (the base rate orders causes no evidence separates; a run's "
@@ -147,12 +160,7 @@ def section(kind: Kind) -> str:
         lines.append("")
     if story.fixes:
         lines += ["**Fixes** (a run's own numbers fill them in)", ""]
-        lines += [
-            f"- *{fix.horizon}*: {fix.action}"
-            for horizon in HORIZONS
-            for fix in story.fixes
-            if fix.horizon == horizon
-        ]
+        lines += [f"- *{fix.horizon}*: {fix.action}" for fix in story.fixes]  # by horizon
         lines.append("")
     return "\n".join(lines)
 
@@ -163,16 +171,18 @@ def reference() -> str:
         "| kind | what it means | root-cause families weighed |",
         "|---|---|---|",
     ]
-    for kind in REGISTRY:
-        lead = _doc(REGISTRY[kind]).partition("\n")[0].partition(":")[2].strip()
-        families = sorted({h.family.value for h in explained(kind).hypotheses})
+    stories = {kind: explained(kind) for kind in REGISTRY}
+    for kind, story in stories.items():
+        lead = _sentence(_split(REGISTRY[kind], kind)[0])
+        families = sorted({h.family.value for h in story.hypotheses})
         head.append(
             f"| [`{kind.value}`](#{kind.value}) | {_cell(lead)} | "
             + (", ".join(f"`{f}`" for f in families) or "-")
             + " |"
         )
     legend = ", ".join(f"`{f.value}` ({text})" for f, text in FAMILIES.items())
-    return "\n".join([*head, "", f"Families: {legend}.", "", *(section(k) for k in REGISTRY)])
+    sections = [section(kind, story) for kind, story in stories.items()]
+    return "\n".join([*head, "", f"Families: {legend}.", "", *sections])
 
 
 def inserted(page: str) -> str:
