@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradoc
-from gradoc.detect import History, run_detectors
+from gradoc.detect import History
+from gradoc.findings import check_all
 from gradoc.report import build_report
 
 warnings.filterwarnings("ignore")
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 h = History.load(log)
                 timings["load history"].append(time.perf_counter() - t)
                 t = time.perf_counter()
-                run_detectors(h)
+                check_all(h)
                 timings["detectors"].append(time.perf_counter() - t)
                 t = time.perf_counter()
                 build_report(log)

@@ -6,14 +6,15 @@ import math
 
 import pytest
 
-from gradoc.detect import DETECTORS, run_detectors, synthetic
+from gradoc.detect import synthetic
+from gradoc.findings import REGISTRY, check_all
 from gradoc.store.reader import Event
 
 NAN, INF = math.nan, math.inf
 
 
 def kinds(h: object) -> list[str]:
-    return [f.kind for f in run_detectors(h)]  # type: ignore[arg-type]
+    return [f.kind for f in check_all(h)]  # type: ignore[arg-type]
 
 
 def smooth_loss(n: int, start: float = 2.0, end: float = 0.5) -> list[float]:
@@ -31,9 +32,9 @@ EDGE_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(EDGE_CASES))
-@pytest.mark.parametrize("detector", sorted(DETECTORS))
-def test_detectors_survive_edge_cases(case: str, detector: str) -> None:
-    DETECTORS[detector](EDGE_CASES[case])  # no exception
+@pytest.mark.parametrize("kind", sorted(REGISTRY))
+def test_detectors_survive_edge_cases(case: str, kind: str) -> None:
+    REGISTRY[kind].check(EDGE_CASES[case])  # no exception
 
 
 def test_edge_cases_give_the_right_verdicts() -> None:
@@ -41,7 +42,7 @@ def test_edge_cases_give_the_right_verdicts() -> None:
     assert kinds(EDGE_CASES["single step"]) == []
     assert kinds(EDGE_CASES["no gradients"]) == []
     assert kinds(EDGE_CASES["constant loss"]) == ["loss_plateau"]  # nothing is learnt
-    nan0 = run_detectors(EDGE_CASES["nan at step 0"])
+    nan0 = check_all(EDGE_CASES["nan at step 0"])
     assert [(f.kind, f.step) for f in nan0] == [("nonfinite", 0)]
 
 
@@ -64,7 +65,7 @@ def test_nonfinite_names_the_parameter_nearest_the_loss() -> None:
             "c.weight": [1, 1, 1, 1],
         },
     )
-    (f,) = run_detectors(h)
+    (f,) = check_all(h)
     assert (f.kind, f.step, f.layer) == ("nonfinite", 2, "b")
 
 
@@ -76,7 +77,7 @@ def test_exploding_by_scale_at_step_0() -> None:
             "b.weight": {"weight_norm": [10.0] * 3},
         },
     )
-    (f,) = [f for f in run_detectors(h) if f.kind == "exploding_gradients"]
+    (f,) = [f for f in check_all(h) if f.kind == "exploding_gradients"]
     assert (f.step, f.layer) == (0, "a")
 
 
@@ -84,7 +85,7 @@ def test_exploding_by_growth_but_not_a_single_spike() -> None:
     base = [1.0] * 40
     grows = base + [200.0, 500.0, 2000.0, 1e4] + [1e5] * 10
     h = synthetic(grad_norms={"a.weight": grows, "b.weight": grows})
-    (f,) = [f for f in run_detectors(h) if f.kind == "exploding_gradients"]
+    (f,) = [f for f in check_all(h) if f.kind == "exploding_gradients"]
     assert f.step == 40
     one_spike = [*base, 500.0, *base]
     assert "exploding_gradients" not in kinds(synthetic(grad_norms={"a.weight": one_spike}))
@@ -94,7 +95,7 @@ def test_vanishing_needs_the_first_layer_tiny_against_the_last() -> None:
     n = 20
     vanishing = {"l0.weight": [1e-7] * n, "l1.weight": [1e-4] * n, "l2.weight": [0.5] * n}
     (f,) = [
-        f for f in run_detectors(synthetic(grad_norms=vanishing)) if f.kind == "vanishing_gradients"
+        f for f in check_all(synthetic(grad_norms=vanishing)) if f.kind == "vanishing_gradients"
     ]
     assert (f.step, f.layer) == (0, "l0")
     small_everywhere = {k: [1e-5] * n for k in vanishing}  # small but balanced: not vanishing
@@ -115,7 +116,7 @@ def test_dead_units_need_most_units_dead_on_the_recent_samples() -> None:
             "act2": {s: sparse for s in (0, 10, 20, 30)},
         },
     )
-    (f,) = [f for f in run_detectors(h) if f.kind == "dead_units"]
+    (f,) = [f for f in check_all(h) if f.kind == "dead_units"]
     assert (f.step, f.layer) == (0, "relu")
     revived = synthetic(
         acts={"relu": {"zero_frac": [0.9] * 4}},
@@ -144,7 +145,7 @@ def test_dead_units_need_most_units_dead_on_the_recent_samples() -> None:
 
 def test_saturation_must_hold_for_most_samples() -> None:
     h = synthetic(acts={"tanh": {"sat_frac": [0.2, 0.7, 0.8, 0.9]}}, act_steps=[0, 10, 20, 30])
-    (f,) = [f for f in run_detectors(h) if f.kind == "saturated_units"]
+    (f,) = [f for f in check_all(h) if f.kind == "saturated_units"]
     assert (f.step, f.layer) == (10, "tanh")
     passing = synthetic(acts={"tanh": {"sat_frac": [0.9, 0.2, 0.1, 0.1]}})
     assert "saturated_units" not in kinds(passing)
@@ -153,7 +154,7 @@ def test_saturation_must_hold_for_most_samples() -> None:
 def test_loss_spike_recovers_divergence_does_not() -> None:
     loss = smooth_loss(300)
     spiked = [*loss[:200], loss[199] * 20, *loss[201:]]
-    (f,) = [f for f in run_detectors(synthetic(loss=spiked)) if f.kind == "loss_spike"]
+    (f,) = [f for f in check_all(synthetic(loss=spiked)) if f.kind == "loss_spike"]
     assert f.step == 200
     diverged = loss[:200] + [loss[199] * (1.2**i) for i in range(1, 101)]
     found = kinds(synthetic(loss=diverged))
@@ -163,18 +164,18 @@ def test_loss_spike_recovers_divergence_does_not() -> None:
 def test_a_divergence_the_guard_rolled_back_is_named() -> None:
     """After a rollback the loss is back down: the curve shows nothing, the event does."""
     h = synthetic(loss=[1.0 - 0.005 * i for i in range(120)])
-    assert "loss_divergence" not in {f.kind for f in run_detectors(h)}
+    assert "loss_divergence" not in {f.kind for f in check_all(h)}
     reason = "loss diverged: rolling median 2.06 over 50 steps, 240x its best"
     h.events = [
         Event(80, 0.0, "rollback", "...", {"reason": reason, "to_step": 60, "diverged": True})
     ]
-    (f,) = [f for f in run_detectors(h) if f.kind == "loss_divergence"]
+    (f,) = [f for f in check_all(h) if f.kind == "loss_divergence"]
     assert (f.step, f.evidence[0].value, f.evidence[1].value) == (80, reason, 60)
 
 
 def test_divergence_that_ends_non_finite() -> None:
     h = synthetic(loss=[5.0, 4.0, 3.5, 9.0, 30.0, 400.0, INF, NAN])
-    (f,) = [f for f in run_detectors(h) if f.kind == "loss_divergence"]
+    (f,) = [f for f in check_all(h) if f.kind == "loss_divergence"]
     assert f.step == 3  # 9.0 is the first loss above twice the best (3.5)
 
 
@@ -189,7 +190,7 @@ def test_poor_initialization_wants_a_consistent_trend() -> None:
     shrinking = {f"l{i}": {"std": [0.5 / 10**i]} for i in range(5)}
     types = {f"l{i}": "Linear" for i in range(5)}
     h = synthetic(acts=shrinking, act_steps=[0], module_types=types)
-    (f,) = [f for f in run_detectors(h) if f.kind == "poor_initialization"]
+    (f,) = [f for f in check_all(h) if f.kind == "poor_initialization"]
     assert (f.step, f.layer) == (0, "l4")
     zigzag = {f"l{i}": {"std": [0.5 if i % 2 else 0.005]} for i in range(5)}
     assert "poor_initialization" not in kinds(
@@ -209,11 +210,11 @@ def _updates(ratio: float, n: int = 5) -> dict[str, dict[str, list[float]]]:
 
 def test_large_and_tiny_updates() -> None:
     grads = {"fc.weight": [0.1] * 5}
-    large = run_detectors(synthetic(grad_norms=grads, param_stats=_updates(0.9)))
+    large = check_all(synthetic(grad_norms=grads, param_stats=_updates(0.9)))
     assert [(f.kind, f.step, f.layer) for f in large] == [("large_updates", 1, "fc")]
-    tiny = run_detectors(synthetic(grad_norms=grads, param_stats=_updates(1e-10)))
+    tiny = check_all(synthetic(grad_norms=grads, param_stats=_updates(1e-10)))
     assert [(f.kind, f.layer) for f in tiny] == [("tiny_updates", "fc")]
-    assert run_detectors(synthetic(grad_norms=grads, param_stats=_updates(1e-3))) == []
+    assert check_all(synthetic(grad_norms=grads, param_stats=_updates(1e-3))) == []
 
 
 def test_converged_noisy_loss_is_not_a_divergence() -> None:
@@ -225,7 +226,7 @@ def test_converged_noisy_loss_is_not_a_divergence() -> None:
 
 def test_weight_matrices_and_update_ratios_are_computed_once_per_history(monkeypatch) -> None:
     """Every detector and the diagnosis ask for them; a wide log pays for them once."""
-    from gradoc.detect import _util
+    from gradoc.detect import signals as _util
 
     calls = []
     real = _util.update_ratio_series
@@ -239,7 +240,7 @@ def test_weight_matrices_and_update_ratios_are_computed_once_per_history(monkeyp
             for n in ("a.weight", "b.weight")
         },
     )
-    run_detectors(h)
+    check_all(h)
     first = _util.update_ratios(h)
     assert len(calls) == 2  # one series per weight, however many asked
     assert [p.name for p in _util.weight_params(h)] == ["a.weight", "b.weight"]
@@ -268,7 +269,7 @@ def _adam_history(lr: float, weight_norm: float, optimizer: str = "AdamW") -> ob
 def test_an_adam_learning_rate_as_large_as_the_weights_is_a_large_update() -> None:
     """Weights of RMS 0.07 (norm 0.7 over 100 values): lr 0.1 is 1.4x them, as nanoGPT at
     lr 0.1; lr 1e-3 (its recipe) is 0.014x; SGD's step scales with the gradient instead."""
-    (f,) = [f for f in run_detectors(_adam_history(0.1, 0.7)) if f.kind == "large_updates"]  # type: ignore[arg-type]
+    (f,) = [f for f in check_all(_adam_history(0.1, 0.7)) if f.kind == "large_updates"]  # type: ignore[arg-type]
     assert f.details["rule"] == "adam_lr" and f.details["ratio"] == pytest.approx(0.1 / 0.07)
     assert f.step == 20  # the warm-up crossed lr = weight RMS there: 0.1 * 21 / 30
     assert "large_updates" not in kinds(_adam_history(1e-3, 0.7))
@@ -278,7 +279,7 @@ def test_an_adam_learning_rate_as_large_as_the_weights_is_a_large_update() -> No
 def test_clip_factors_say_where_the_programs_clip_bit() -> None:
     """A zero or small norm is left alone (factor 1); a larger one is scaled to the
     threshold; a NaN or inf one is what clipping cannot rescue (factor 0)."""
-    from gradoc.detect._util import clip_factors
+    from gradoc.detect.signals import clip_factors
     from gradoc.store import Series
 
     measured = Series([0, 1, 2, 3, 4, 5], [0.0, 0.5, 4.0, NAN, INF, 2.0])
@@ -298,7 +299,7 @@ def test_a_gradient_1e4x_its_weights_for_one_step_is_an_explosion_only_at_the_st
 ) -> None:
     """After ordinary steps, one step's huge gradient that comes straight back is that
     batch's spike; at the first step, before any update, it is the initialisation's."""
-    from gradoc.detect import exploding
+    from gradoc.findings.exploding_gradients import ExplodingGradients
 
     grads = [1.0] * 40
     grads[at] = 1e4
@@ -307,4 +308,4 @@ def test_a_gradient_1e4x_its_weights_for_one_step_is_an_explosion_only_at_the_st
         param_stats={"a.weight": {"weight_norm": [1.0] * 40}},
         shapes={"a.weight": (8, 8)},
     )
-    assert bool(exploding.check(h)) is found
+    assert bool(ExplodingGradients().check(h)) is found

@@ -1,10 +1,11 @@
 """The package's import direction, written down once: a module imports only lower layers.
 
-The pipeline reads collect -> stats -> store -> detect -> locate -> diagnose -> report; the
-import layers below follow it, with the live side (``collect``) above the engines it drives
-(statistics, the store, locating, the guard) and below everything that reads a finished
-run (diagnosis, report, sinks). ``tools`` are applications (they run scripts, render);
-what the live side needs of them (the padding audit) lives in ``locate``.
+The pipeline reads collect -> stats -> store -> detect -> locate -> findings -> diagnose ->
+report; the import layers below follow it, with the live side (``collect``) above the
+engines it drives (statistics, the store, locating, the guard) and below everything that
+reads a finished run (the finding kinds, the diagnosis, report, sinks). ``tools`` are
+applications (they run scripts, render); what the live side needs of them (the padding
+audit) lives in ``locate``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"detect"},  # rules over a run log
     {"locate", "guard"},  # engines the live side drives: replays, guard actions
     {"collect", "testing"},  # the live run; the numerics harness
+    {"findings"},  # one class per finding kind: its rule and its explanation
     {"diagnose", "compare", "fix"},
     {"report"},  # the only renderer (rich, HTML, charts)
     {"sinks"},

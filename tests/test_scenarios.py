@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 import gradoc
-from gradoc.detect import History, run_detectors
+from gradoc.detect import History
+from gradoc.findings import check_all
 from tests.scenarios import HEALTHY, PATHOLOGIES
 
 
 @pytest.mark.parametrize("name", sorted(PATHOLOGIES))
 def test_pathology_is_diagnosed(name: str, tmp_path: Path) -> None:
     scenario, kind, layer = PATHOLOGIES[name]
-    findings = run_detectors(History.load(gradoc.open_run(scenario(tmp_path / name))))
+    findings = check_all(History.load(gradoc.open_run(scenario(tmp_path / name))))
     found = {f.kind: f for f in findings}
     assert kind in found, [f.summary for f in findings]
     assert found[kind].layer == layer
@@ -24,7 +25,7 @@ def test_pathology_is_diagnosed(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(HEALTHY))
 def test_healthy_control_raises_nothing(name: str, tmp_path: Path) -> None:
-    findings = run_detectors(History.load(gradoc.open_run(HEALTHY[name](tmp_path / name))))
+    findings = check_all(History.load(gradoc.open_run(HEALTHY[name](tmp_path / name))))
     assert [f.summary for f in findings if f.severity in ("warning", "error")] == []
 
 

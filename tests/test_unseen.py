@@ -221,10 +221,11 @@ def test_healthy_recipes_stay_healthy(tmp_path: Path, script: str, args: list[st
 
 # -- invariants a person would never accept ---------------------------------------------------
 def _findings(**series: Any) -> list[Finding]:
-    from gradoc.detect import run_detectors, synthetic
+    from gradoc.detect import synthetic
+    from gradoc.findings import check_all
 
     h = synthetic(**series)
-    return diagnose(h, run_detectors(h))
+    return diagnose(h, check_all(h))
 
 
 @pytest.mark.parametrize(
@@ -266,7 +267,8 @@ def test_a_run_that_watched_no_step_says_so(tmp_path: Path) -> None:
 def test_lr_is_never_the_root_when_updates_contradict_it_and_a_nan_is_located() -> None:
     """The update/weight ratios stay tiny, the loss "diverges" after the NaN only because
     the updates are dropped: the located op is the root, the divergence its consequence."""
-    from gradoc.detect import run_detectors, synthetic
+    from gradoc.detect import synthetic
+    from gradoc.findings import check_all
     from gradoc.store.reader import Event
 
     n = 60
@@ -286,7 +288,7 @@ def test_lr_is_never_the_root_when_updates_contradict_it_and_a_nan_is_located() 
         "code": "dist = torch.sqrt(d)",
     }
     h.events.append(Event(15, 0.0, "nonfinite_origin", "", {"origin": origin}))
-    stories = diagnose(h, run_detectors(h))
+    stories = diagnose(h, check_all(h))
     top = next(f for f in stories if f.severity in ("error", "warning"))
     assert top.kind == "nonfinite" and "learning rate" not in (top.root_cause or "")
     assert all(f.kind == "nonfinite" for f in stories if f.severity != "info")
@@ -324,9 +326,9 @@ def test_a_version_1_log_without_samples_still_reads(tmp_path: Path) -> None:
 
 # -- calibration changes from the corpus (benchmarks/accuracy.py, calibration split) ---------
 def _serious(h: Any) -> list[Finding]:
-    from gradoc.detect import run_detectors
+    from gradoc.findings import check_all
 
-    return [f for f in diagnose(h, run_detectors(h)) if f.severity in ("error", "warning")]
+    return [f for f in diagnose(h, check_all(h)) if f.severity in ("error", "warning")]
 
 
 # the loss of a healthy 100-step Adam MLP, batch 32 (calibration mlp:healthy:adam)

@@ -68,7 +68,7 @@ def number(x: float | int | None, digits: int = 4) -> str:
 
 class StrEnum(str, Enum):
     """A vocabulary whose members are their names as strings (``enum.StrEnum`` is 3.11+):
-    ``Kind.NONFINITE == "nonfinite"``, and str(), f-strings, JSON and SQLite see the value."""
+    ``EventKind.CRASH == "crash"``, and str(), f-strings, JSON and SQLite see the value."""
 
     def __str__(self) -> str:
         return str(self.value)

@@ -71,14 +71,15 @@ def pad_id(root: nn.Module) -> int | None:
 
 def batch_lengths(
     root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Tensor | None, str | None, int | None]:
-    """(per-sample lengths on the device, where they came from, padded length); for token
+) -> tuple[Tensor | None, str | None, int | None, bool]:
+    """(per-sample lengths on the device, where they came from, padded length, whether
+    the pads were found with no mask argument); for token
     ids without a mask the lengths are the ids that are not the model's padding id (its
     embedding's ``padding_idx``), else the padded length, known on the host (None)."""
     found = mask_pads(kwargs)
     if found is not None:
         pads, key = found
-        return (~pads).sum(1), key, pads.shape[1]
+        return (~pads).sum(1), key, pads.shape[1], False
     _, first = batch_of(args, kwargs)
     padded = first.shape[1] if isinstance(first, Tensor) and first.dim() >= 2 else None
     # a call with one argument (the batch) has no lengths argument: no binding (~7 us)
@@ -90,13 +91,13 @@ def batch_lengths(
             and v.dim() == 1
             and not v.dtype.is_floating_point
         ):
-            return v, name, padded
+            return v, name, padded, False
     if isinstance(first, Tensor) and first.dim() == 2 and not first.dtype.is_floating_point:
         pad = pad_id(root)
         if pad is not None:  # pads the model knows, and no mask said where they are
-            return (first != pad).sum(1), f"padding_idx {pad}, no mask", first.shape[1]
-        return None, "shape", first.shape[1]
-    return None, None, None
+            return (first != pad).sum(1), f"padding_idx {pad}, no mask", first.shape[1], True
+        return None, "shape", first.shape[1], False
+    return None, None, None, False
 
 
 def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -115,6 +116,8 @@ class LengthMonitor:
     low: int | None = None
     high: int | None = None
     source: str | None = None
+    unmasked: bool = False
+    """The pads were found by the model's ``padding_idx``: no mask argument said where."""
     total: float = 0.0
     samples: int = 0
     padded_total: float = 0.0
@@ -160,6 +163,7 @@ class LengthMonitor:
         mean = self.total / self.samples if self.samples else None
         return {
             "source": self.source,
+            "unmasked": self.unmasked,
             "batches": self.batches,
             "min": self.low,
             "max": self.high,
@@ -193,8 +197,9 @@ class Lengths(Probe):
     def on_forward(
         self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
     ) -> None:
-        lengths, source, padded = batch_lengths(root, args, kwargs)
-        self.monitor.source = self.monitor.source or source
+        lengths, source, padded, unmasked = batch_lengths(root, args, kwargs)
+        if self.monitor.source is None and source is not None:
+            self.monitor.source, self.monitor.unmasked = source, unmasked
         _, batch = batch_of(args, kwargs)
         if lengths is not None:
             self._batch = (lengths, lengths.numel(), padded)

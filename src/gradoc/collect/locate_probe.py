@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch.nn as nn
 from torch import Tensor
 
-from ..detect._util import update_ratio
+from ..detect.signals import update_ratio
 from ..locate.replay import rerun_closure
 from ..store import EventKind
 from .grads import Slices, Target, lr_of

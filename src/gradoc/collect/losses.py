@@ -255,5 +255,5 @@ def loss_like(t: Any) -> bool:
 
 
 def returned_loss(output: Any) -> Tensor | None:
-    """The loss a model's forward returned (``_util.tree.output_loss``) that has a graph."""
+    """The loss a model's forward returned (``signals.tree.output_loss``) that has a graph."""
     return output_loss(output, loss_like)

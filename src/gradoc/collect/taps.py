@@ -17,7 +17,7 @@ computes with no change to the training loop:
 
 The wrappers only hand what they see to the open runs (:class:`LossSink`); they never change
 what PyTorch does or returns, and compose with wrappers of the same functions installed by
-others (see ``_util.patch``): this is the only wrapper of them in gradoc.
+others (see ``signals.patch``): this is the only wrapper of them in gradoc.
 """
 
 from __future__ import annotations

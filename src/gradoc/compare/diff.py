@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ..detect._util import fmt
+from ..detect.signals import fmt
 from ..store import RunLog, open_run
 
 MIN_LOG_RATIO = 1.0

@@ -30,32 +30,12 @@ from .._util.text import StrEnum
 Severity = Literal["error", "warning", "info"]
 
 
-class Kind(StrEnum):
-    """The finding kinds (a ``str``: ``Kind.NONFINITE == "nonfinite"``); each has its section in
-    the findings reference (``report/reference.py``)."""
+Kind = str
+"""A finding kind's name (``"exploding_gradients"``): each kind is a class of
+``gradoc.findings``, whose ``name`` this is; ``findings.REGISTRY`` knows them all."""
 
-    NONFINITE = "nonfinite"
-    EXPLODING_GRADIENTS = "exploding_gradients"
-    VANISHING_GRADIENTS = "vanishing_gradients"
-    DEAD_UNITS = "dead_units"
-    SATURATED_UNITS = "saturated_units"
-    LOSS_SPIKE = "loss_spike"
-    LOSS_BLOWUP = "loss_blowup"
-    LOSS_DIVERGENCE = "loss_divergence"
-    LOSS_PLATEAU = "loss_plateau"
-    POOR_INITIALIZATION = "poor_initialization"
-    LARGE_UPDATES = "large_updates"
-    TINY_UPDATES = "tiny_updates"
-    FP16_OVERFLOW = "fp16_overflow"
-    FP16_UNDERFLOW = "fp16_underflow"
-    PADDING_LEAK = "padding_leak"
-    LOSS_INCLUDES_PADDING = "loss_includes_padding"
-    LENGTH_ANOMALY = "length_anomaly"
-    PADDING_WASTE = "padding_waste"
-    ACCUMULATING_GRADIENTS = "accumulating_gradients"
-    FROZEN_PARAMETERS = "frozen_parameters"
-    LOG_INCOMPLETE = "log_incomplete"
-    """Not a training problem: the run log stopped before the run did (report/json.py)."""
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+"""Most severe first."""
 
 
 class Family(StrEnum):
@@ -140,7 +120,7 @@ class Evidence:
 @dataclass(slots=True)
 class Sign:
     """One thing a hypothesis predicts, checked against the run: a typed fact with the step
-    and value it was read at. ``weight`` is how much it tells (see diagnose/scoring.py)."""
+    and value it was read at. ``weight`` is how much it tells (the module docstring's rule)."""
 
     claim: str
     state: State
@@ -263,7 +243,7 @@ class RuledOut:
 @dataclass(kw_only=True, slots=True)
 class Finding:
     kind: Kind
-    """One of the finding kinds (:class:`Kind`)."""
+    """The finding kind's name (a class of ``gradoc.findings``)."""
     severity: Severity
     step: int | None
     """The first step at which the problem was seen."""
@@ -273,7 +253,7 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     """The signals, each with the observed value."""
     hypotheses: list[Hypothesis] = field(default_factory=list)
-    """Ranked causes, most likely first (diagnose/scoring.py)."""
+    """Ranked causes, most likely first (the module docstring's rule)."""
     ruled_out: list[RuledOut] = field(default_factory=list)
     """Common wrong diagnoses, each with the run's own numbers."""
     fixes: list[Fix] = field(default_factory=list)
@@ -291,12 +271,11 @@ class Finding:
     rewording a summary or a signal can never change a diagnosis."""
 
     def __post_init__(self) -> None:
-        self.kind = Kind(self.kind)
         self.evidence = [Evidence.of(e) for e in self.evidence]
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "kind": str(self.kind),
+            "kind": self.kind,
             "severity": self.severity,
             "step": self.step,
             "layer": self.layer,

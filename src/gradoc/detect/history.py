@@ -40,8 +40,8 @@ class History:
     meta: dict[str, Any] = field(default_factory=dict)
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
-    that each ask for them compute them once (:func:`gradoc.detect._util.weight_params`,
-    :func:`~gradoc.detect._util.update_ratios`). A history is read, not changed, once
+    that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,
+    :func:`~gradoc.detect.signals.update_ratios`). A history is read, not changed, once
     detection starts."""
 
     @classmethod

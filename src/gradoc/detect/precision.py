@@ -1,19 +1,8 @@
-"""fp16_overflow, fp16_underflow: how the run would fare under fp16 autocast.
+"""How a run's values would fare under fp16: the loss scale to start GradScaler at.
 
-Needs: ``gradoc run --check amp`` / ``watch(check_amp=True)``, which records, on the
-sampled steps, per module output and per gradient, the values beyond fp16's range
-(|x| > 65504), those that flush to zero (0 < |x| < 2^-24), and per gradient the histogram
-of binary exponents (``meta['amp']``, see ``stats/precision.py``).
-
-Rules:
-- ``fp16_overflow``: a module output with any value above 65504 (it becomes inf under
-  fp16, and everything downstream NaN); the first such module in network order is the
-  finding's layer, the later ones are listed. Gradients above 65504 before any scaling
-  are reported the same way.
-- ``fp16_underflow``: at the recommended loss scale, a gradient with more than
-  ``UNDERFLOW`` (10%) of its non-zero values below 2^-24 (they become 0, and the layer
-  stops learning), or a module output with more than ``FLUSH`` (25%) of its non-zero
-  values flushing to zero.
+Needs: ``gradoc run --check amp`` / ``watch(check_amp=True)`` (``meta['amp']``, see
+``stats/precision.py``); the findings it backs are ``fp16_overflow`` and ``fp16_underflow``
+(``gradoc.findings``).
 
 The loss scale: ``torch.amp.GradScaler`` multiplies the loss (and so every gradient) by
 a scale ``s``; a scale works when no gradient overflows at ``s`` with 2x headroom. The
@@ -28,18 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..stats.precision import FP16_MAX
-from ._util import fmt
-from .finding import Evidence, Finding, Kind
-from .history import History
+from .signals import fmt
 
 UNDERFLOW = 0.10
-FLUSH = 0.25
 SCALES = list(range(0, 25))
 """log2 of the loss scales tried."""
 HEADROOM = 2.0
 
 
-def _underflow(exponents: dict[str, int], k: int) -> tuple[int, int]:
+def underflow(exponents: dict[str, int], k: int) -> tuple[int, int]:
     """(values certainly below 2^-24 at scale 2^k, non-zero values): a value in bin e is
     < 2^e, so it underflows for sure when e + k <= -24 (a lower bound, one binade off)."""
     total = sum(exponents.values())
@@ -56,7 +42,7 @@ def advice(amp: dict[str, Any]) -> dict[str, Any]:
     for k in SCALES:
         low = total = 0
         for g in grads.values():
-            a, b = _underflow(g["exponents"], k)
+            a, b = underflow(g["exponents"], k)
             low, total = low + a, total + b
         table.append(
             {
@@ -87,111 +73,3 @@ def advice(amp: dict[str, Any]) -> dict[str, Any]:
         "prefer_bf16": bool(reasons),
         "why": "; ".join(reasons) or "fp16 with GradScaler fits this run's values",
     }
-
-
-def _overflow(layer: str, what: str, evidence: list[Evidence]) -> Finding:
-    return Finding(
-        kind=Kind.FP16_OVERFLOW,
-        severity="warning",
-        step=None,
-        layer=layer,
-        summary=f"fp16 overflow: {what}",
-        evidence=evidence,
-    )
-
-
-def check_overflow(h: History) -> list[Finding]:
-    amp = h.meta.get("amp")
-    if not amp:
-        return []
-    order = {m.name: i for i, m in enumerate(h.modules)}
-    names = {n for n, a in amp["activations"].items() if a["fp16_overflow"] > 0}
-
-    def inner(name: str) -> bool:  # no overflowing submodule: the overflow starts here
-        prefix = f"{name}." if name else ""
-        return not any(o != name and o.startswith(prefix) for o in names)
-
-    over = sorted(
-        ((name, amp["activations"][name]) for name in names),
-        key=lambda na: (not inner(na[0]), order.get(na[0], 1 << 30)),
-    )
-    findings = []
-    if over:
-        name, a = over[0]
-        later = [n for n, _ in over[1:6]]
-        findings.append(
-            _overflow(
-                name,
-                f"outputs of {name or '(model)'} reach {fmt(a['max_abs'])}, above fp16's 65504 "
-                f"({int(a['fp16_overflow'])} values on {amp['activation_steps']} sampled steps)",
-                [
-                    Evidence("largest |output|", a["max_abs"]),
-                    Evidence("values above 65504", int(a["fp16_overflow"])),
-                    Evidence("share of the outputs", a["fp16_overflow"] / a["numel"]),
-                    Evidence("bf16 overflow", int(a["bf16_overflow"])),
-                ]
-                + ([Evidence("later modules that overflow too", later)] if later else []),
-            )
-        )
-    grads = sorted(
-        ((n, g) for n, g in amp["gradients"].items() if g["fp16_overflow"] > 0),
-        key=lambda ng: -ng[1]["max_abs"],
-    )
-    if grads:
-        name, g = grads[0]
-        findings.append(
-            _overflow(
-                name,
-                f"the gradient of {name} reaches {fmt(g['max_abs'])} before any loss scaling",
-                [Evidence("largest |gradient|", g["max_abs"])],
-            )
-        )
-    return findings
-
-
-def check_underflow(h: History) -> list[Finding]:
-    amp = h.meta.get("amp")
-    if not amp:
-        return []
-    adv = advice(amp)
-    findings = []
-    k = (adv["loss_scale"] or 1).bit_length() - 1
-    worst = None
-    for name, g in amp["gradients"].items():
-        low, total = _underflow(g["exponents"], k)
-        if total and low / total > UNDERFLOW and (worst is None or low / total > worst[1]):
-            worst = (name, low / total)
-    if worst is not None:
-        findings.append(
-            Finding(
-                kind=Kind.FP16_UNDERFLOW,
-                severity="warning",
-                step=None,
-                layer=worst[0],
-                summary=f"fp16 underflow: {worst[1]:.0%} of the gradient of {worst[0]} flushes "
-                f"to zero in fp16 even at loss scale 2^{k}",
-                evidence=[
-                    Evidence("loss scale", 2**k),
-                    Evidence("share of values below 2^-24 at that scale", worst[1]),
-                ],
-            )
-        )
-    acts = [
-        (n, a["fp16_flush"] / max(1.0, a["numel"]))
-        for n, a in amp["activations"].items()
-        if a["fp16_flush"] / max(1.0, a["numel"]) > FLUSH
-    ]
-    if acts:
-        name, share = max(acts, key=lambda x: x[1])
-        findings.append(
-            Finding(
-                kind=Kind.FP16_UNDERFLOW,
-                severity="warning",
-                step=None,
-                layer=name,
-                summary=f"fp16 underflow: {share:.0%} of the outputs of {name or '(model)'} are "
-                "below 2^-24 and flush to zero in fp16",
-                evidence=[Evidence("share of outputs below 2^-24", share)],
-            )
-        )
-    return findings

@@ -4,21 +4,21 @@
    timeline, headlined by the first link of the causal chain.
 2. Order: stories most important first (errors, then warnings, then information; an
    earlier onset first), so the first warning or error is the headline.
-3. Explain (``registry.py``): each finding kind has its own module, mirroring
-   ``detect/``: its symptom, the hypotheses it considers, each with the signs it predicts
-   checked against the run (seen, contradicted, not observed), the kinds that can cause
-   it, fixes by horizon, monitoring to add, and the common wrong diagnoses ruled out with
-   the run's numbers. Hypotheses are ranked by one rule (``gradoc.detect.finding``): the
-   evidence, never the order they are written in.
+3. Explain: each finding kind's class (``gradoc.findings``) gives its symptom, the
+   hypotheses it considers, each with the signs it predicts checked against the run (seen,
+   contradicted, not observed), fixes by horizon, monitoring to add, and the common wrong
+   diagnoses ruled out with the run's numbers. Hypotheses are ranked by one rule
+   (``gradoc.detect.finding``): the evidence, never the order they are written in.
 """
 
 from __future__ import annotations
 
-from ..detect.finding import Finding
+from ..detect.finding import HORIZONS, Finding, State, rank
 from ..detect.history import History
-from .facts import gather
-from .registry import REGISTRY, explain
-from .stories import CAUSES, FIRST_LINKS, born_in_user_code, merge, order
+from ..findings import REGISTRY
+from ..findings.advice import zero_init
+from ..findings.facts import Facts, gather
+from .stories import causes, merge, order
 
 
 def diagnose(history: History, findings: list[Finding]) -> list[Finding]:
@@ -31,13 +31,25 @@ def diagnose(history: History, findings: list[Finding]) -> list[Finding]:
     return stories
 
 
-__all__ = [
-    "CAUSES",
-    "FIRST_LINKS",
-    "REGISTRY",
-    "born_in_user_code",
-    "diagnose",
-    "explain",
-    "merge",
-    "order",
-]
+def explain(f: Finding, h: History, facts: Facts) -> None:
+    """Fill in the diagnosis of one finding, in place."""
+    kind = REGISTRY[f.kind]
+    made = kind.explain(f, h, facts)
+    if kind.considers_zero_init and (zero := zero_init(facts)) is not None:
+        made.append(zero)
+    f.fixes.sort(key=lambda x: HORIZONS.index(x.horizon))  # stable: in order of likelihood
+    f.hypotheses = rank(made)
+    if not f.hypotheses:
+        return
+    top = f.hypotheses[0]
+    f.root_cause_family = top.family
+    support = top.claims(State.SEEN)
+    f.root_cause = top.cause + (f" ({'; '.join(support)})" if support else "")
+    if not top.confirmed:
+        f.root_cause += (
+            " (not confirmed: no sign of it, or of another cause, was seen in this run; "
+            "the most common cause of this symptom)"
+        )
+
+
+__all__ = ["causes", "diagnose", "explain", "merge", "order"]

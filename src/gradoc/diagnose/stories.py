@@ -1,7 +1,7 @@
 """Stories: findings that are one story become one, on the run's timeline.
 
 A finding is folded into (explained by) another only if that one could cause it (each
-diagnosis module's ``CAUSED_BY``, as data) and began at or before it: a consequence is
+kind's ``caused_by``, as data) and began at or before it: a consequence is
 never blamed on something that came later. A NaN/Inf born in the user's own code (located
 in a forward or backward pass, or in the input data) is a root cause in itself: never
 folded into another finding, and the divergence, plateau, spikes or odd updates that
@@ -14,51 +14,19 @@ caused, whenever that began.
 
 from __future__ import annotations
 
-from ..detect.finding import Finding, Kind
-from .registry import REGISTRY
-
-CAUSES: dict[Kind, tuple[Kind, ...]] = {k: m.CAUSED_BY for k, m in REGISTRY.items()}
-"""consequence kind -> the kinds that can cause it, strongest first (order breaks ties)"""
-
-_SEVERITY = {"error": 0, "warning": 1, "info": 2}
+from ..detect.finding import SEVERITY_ORDER, Finding
+from ..findings import REGISTRY, FindingKind
+from ..findings.kind import LAST_LINK
 
 
-def born_in_user_code(f: Finding) -> bool:
-    """A NaN/Inf whose birth was located in the user's forward, backward or data, and not
-    an overflow of values that were already blowing up (``details["grew_before"]``)."""
-    origin = f.origin or {}
-    if f.kind != Kind.NONFINITE or not origin or f.details.get("grew_before"):
-        return False
-    return origin.get("phase") == "input" or (
-        origin.get("phase") in ("forward", "backward") and bool(origin.get("op"))
-    )
+def causes(kind: str) -> tuple[str, ...]:
+    """The kinds that can cause ``kind``, strongest first (its class's ``caused_by``)."""
+    found = REGISTRY.get(kind)
+    return found.caused_by if found is not None else ()
 
 
-# when two findings begin at the same step, the one earlier here is the first link
-FIRST_LINKS = (
-    # a loss at step 0 far above its chance level: logits too large at initialisation,
-    # which is what makes the first gradients explode (nanoGPT with init std 1.0: loss 35
-    # against ln 65 = 4.2, gradient norm 2,200 before the program's clip)
-    "poor_initialization_chance",
-    "nonfinite",
-    # gradients never cleared: the running sum is what grows, explodes, blows the loss up
-    Kind.ACCUMULATING_GRADIENTS,
-    # most of the model never trains: what does not improve follows from it
-    Kind.FROZEN_PARAMETERS,
-    Kind.EXPLODING_GRADIENTS,
-    Kind.LOSS_BLOWUP,
-    Kind.VANISHING_GRADIENTS,
-    Kind.LOSS_DIVERGENCE,
-    Kind.DEAD_UNITS,
-    Kind.SATURATED_UNITS,
-    Kind.LARGE_UPDATES,
-    "nonfinite_update",  # a NaN/Inf the updates wrote (not born in the user's code)
-    Kind.POOR_INITIALIZATION,
-    Kind.TINY_UPDATES,
-    Kind.LOSS_SPIKE,
-    Kind.LOSS_PLATEAU,
-    Kind.LENGTH_ANOMALY,
-)
+def _kind(f: Finding) -> FindingKind | None:
+    return REGISTRY.get(f.kind)
 
 
 def _onset(f: Finding) -> float:
@@ -67,31 +35,29 @@ def _onset(f: Finding) -> float:
 
 def standing(f: Finding) -> bool:
     """A setting rather than an event: it joins the story of what it caused."""
-    return f.kind == Kind.LARGE_UPDATES and f.details.get("rule") == "adam_lr"
+    kind = _kind(f)
+    return kind is not None and kind.standing(f)
 
 
 def _when(f: Finding) -> tuple[float, int]:
-    """A total order of findings on the timeline (acyclic stories); a standing condition
+    """A total order of findings on the timeline (acyclic stories): the onset, then, at the
+    same step, the first link of the chain (each kind's ``rank``); a standing condition
     comes last, so that what it caused can take it in."""
-    if standing(f):
-        return (float("inf"), len(FIRST_LINKS))
-    kind: str = f.kind
-    if f.kind == Kind.NONFINITE and not born_in_user_code(f):
-        kind = "nonfinite_update"
-    if f.kind == Kind.POOR_INITIALIZATION and f.details.get("rule") == "chance":
-        kind = "poor_initialization_chance"
-    rank = FIRST_LINKS.index(kind) if kind in FIRST_LINKS else len(FIRST_LINKS)
-    return (_onset(f), rank)
+    kind = _kind(f)
+    if kind is None:
+        return (_onset(f), LAST_LINK)
+    if kind.standing(f):
+        return (float("inf"), LAST_LINK)
+    return (_onset(f), kind.rank(f))
 
 
 def _explains(cause: Finding, f: Finding) -> bool:
     """``cause`` can explain ``f``: a possible cause that began before it (or with it)."""
-    if born_in_user_code(f):
+    kind, by = _kind(f), _kind(cause)
+    if kind is None or by is None or kind.root(f):
         return False  # a root cause in itself
-    if cause.kind not in CAUSES.get(f.kind, ()):
+    if cause.kind not in kind.caused_by or not by.can_cause(cause):
         return False
-    if cause.kind == Kind.NONFINITE and not born_in_user_code(cause):
-        return False  # a NaN from the updates is itself a consequence, not a first link
     return _when(cause) < _when(f)
 
 
@@ -101,17 +67,17 @@ def merge(findings: list[Finding]) -> list[Finding]:
     root: dict[int, Finding] = {}
     kept = []
     for i, f in enumerate(timeline):
-        order_ = CAUSES.get(f.kind, ())
-        causes = [c for c in timeline[:i] if _explains(c, f)]
-        if not causes:
+        order_ = causes(f.kind)
+        found = [c for c in timeline[:i] if _explains(c, f)]
+        if not found:
             root[id(f)] = f
             kept.append(f)
             continue
-        cause = min(causes, key=lambda c: (order_.index(c.kind), _when(c)))
+        cause = min(found, key=lambda c: (order_.index(c.kind), _when(c)))
         target = root[id(cause)]
         root[id(f)] = target
         target.related.append(
-            {"kind": str(f.kind), "step": f.step, "layer": f.layer, "summary": f.summary}
+            {"kind": f.kind, "step": f.step, "layer": f.layer, "summary": f.summary}
         )
         target.related.extend(f.related)
         if f.origin is not None and target.origin is None:
@@ -125,4 +91,4 @@ def merge(findings: list[Finding]) -> list[Finding]:
 
 def order(stories: list[Finding]) -> list[Finding]:
     """Most important first: errors, warnings, information; then the earlier onset."""
-    return sorted(stories, key=lambda f: (_SEVERITY[f.severity], _onset(f), -len(f.related)))
+    return sorted(stories, key=lambda f: (SEVERITY_ORDER[f.severity], _onset(f), -len(f.related)))

@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ..config import GuardConfig, WatchConfig
-from ..detect.loss_divergence import diverged
+from ..detect.signals import diverged
 from ..detect.zclip import ZClip
 from ..errors import GradocError
 from ..store import EventKind

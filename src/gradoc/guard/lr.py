@@ -1,7 +1,7 @@
 """Learning rates the guard changes: held-back scheduler steps and learning-rate scaling.
 
 PyTorch has no hook on LR schedulers, so while a guard is open the ``step`` methods of
-``torch.optim.lr_scheduler``'s classes that define one are wrapped (see ``_util.patch``: a
+``torch.optim.lr_scheduler``'s classes that define one are wrapped (see ``signals.patch``: a
 wrapper someone else put over them survives; restored when the last guard closes). The
 wrapper learns which schedulers drive which optimizer (so that :func:`scale_lr` reaches
 their base rates), and holds back a scheduler's step after an optimizer step the guard

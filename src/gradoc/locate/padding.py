@@ -29,7 +29,7 @@ from torch import Tensor
 from .._util.state import kept
 from .._util.tree import output_loss
 from .._util.tree import tensors as _tensors
-from ..detect.finding import Evidence, Finding, Kind
+from ..detect.finding import Evidence, Finding
 
 MASK_KWARGS = (
     "attention_mask",
@@ -200,7 +200,7 @@ def audit_padding(
             first = (first[0].rpartition(".")[0], first[1])
         findings.append(
             Finding(
-                kind=Kind.PADDING_LEAK,
+                kind="padding_leak",
                 severity="error",
                 step=None,
                 layer=first[0],
@@ -274,7 +274,7 @@ def _leaked(grad: Tensor, pads: Tensor, own: bool = False) -> list[Finding]:
     share = leaked / (float(grad.abs().sum()) or 1.0)
     return [
         Finding(
-            kind=Kind.LOSS_INCLUDES_PADDING,
+            kind="loss_includes_padding",
             severity="error",
             step=None,
             layer=None,
@@ -302,7 +302,7 @@ def _waste(pads: Tensor) -> list[Finding]:
     ratio, attention = waste(pads)
     return [
         Finding(
-            kind=Kind.PADDING_WASTE,
+            kind="padding_waste",
             severity="warning" if ratio > 0.5 else "info",
             step=None,
             layer=None,

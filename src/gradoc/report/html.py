@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .._util.text import module_label, number
-from ..detect._util import update_ratio_series
-from ..detect.dead_units import dead_share, relu_family
+from ..detect.signals import update_ratio_series
+from ..findings.dead_units import dead_share, relu_family
 from ..store import EventKind, RunLog
 from . import charts
 

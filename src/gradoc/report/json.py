@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from .._util.text import safe
-from ..detect import History, run_detectors
-from ..detect._util import clip_factors
-from ..detect.finding import Evidence, Finding, Fix, Horizon, Kind
+from ..detect import History
+from ..detect.signals import clip_factors
 from ..diagnose import diagnose
+from ..findings import check_all
+from ..findings.log_incomplete import LogIncomplete
 from ..store import EventKind, RunLog, open_run
 
 REPORT_SCHEMA = "gradoc.report/1"
@@ -28,11 +29,11 @@ def build_report(run: RunLog, stopped: dict[str, Any] | None = None) -> dict[str
     report then says what was not watched: it is never "healthy".
     """
     history = History.load(run)
-    findings = diagnose(history, run_detectors(history))
+    findings = diagnose(history, check_all(history))
     meta = run.meta
     if stopped is not None:
         meta = {**meta, "status": stopped["status"], "exit_code": stopped["exit_code"]}
-        findings.append(_not_recorded(run.num_steps, stopped))
+        findings.append(LogIncomplete().stopped(run.num_steps, stopped))
     problems = any(f.severity in ("error", "warning") for f in findings)
     script = meta.get("script")
     unwatched = _not_watched(run) if run.num_steps == 0 else None
@@ -144,31 +145,6 @@ def _not_watched(run: RunLog) -> str:
             "call, and saw none" + checked
         )
     return "the run ended before its first step finished: nothing was recorded" + checked
-
-
-def _not_recorded(recorded: int, stopped: dict[str, Any]) -> Finding:
-    """The steps the run took that its log does not hold."""
-    steps = stopped["steps"]
-    return Finding(
-        kind=Kind.LOG_INCOMPLETE,
-        severity="warning",
-        step=recorded,
-        layer=None,
-        summary=f"the run log stopped recording at step {recorded} ({stopped['error']}): "
-        f"{max(0, steps - recorded)} of the run's {steps} steps were not watched",
-        symptom="what gradoc reports covers only the steps before the log stopped",
-        evidence=[
-            Evidence("steps the run took", steps),
-            Evidence("steps in the run log", recorded),
-        ],
-        fixes=[
-            Fix(
-                Horizon.IMMEDIATE,
-                "free space where the run directory is, or give it another place (--out), "
-                "and run again to watch every step",
-            )
-        ],
-    )
 
 
 def _amp(amp: dict[str, Any]) -> dict[str, Any]:

@@ -63,7 +63,7 @@ def unlocated_step(
         return int(meta.get("steps") or 0)  # stopped inside this step, at a NaN
     if not meta.get("steps") and (clues or meta.get("printed_nonfinite")):
         return 0  # no step seen, a NaN/Inf printed or raised: check the whole program
-    from ..detect.nonfinite import printed_at_the_end
+    from ..findings.nonfinite import printed_at_the_end
 
     printed = printed_at_the_end(meta)
     if printed is not None:

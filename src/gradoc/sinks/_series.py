@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..detect._util import update_ratio_series
+from ..detect.signals import update_ratio_series
 from ..store import RunLog
 
 

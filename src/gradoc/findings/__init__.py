@@ -1,0 +1,96 @@
+"""findings: every finding kind, one class in one module (``kind.py`` has the shape).
+
+:data:`KINDS` registers them, once: the order is the findings reference's, and the order
+in which their rules read a run's history. Everything else (the registry, the causal
+stories, the reference, the tests) reads the classes. Adding a kind end to end is one
+module here, one line in :data:`KINDS`, its tests and the regenerated reference
+(``docs/development.md``).
+"""
+
+from __future__ import annotations
+
+from ..detect.finding import SEVERITY_ORDER, Finding
+from ..detect.history import History
+from .accumulating_gradients import AccumulatingGradients
+from .dead_units import DeadUnits
+from .exploding_gradients import ExplodingGradients
+from .fp16_overflow import Fp16Overflow
+from .fp16_underflow import Fp16Underflow
+from .frozen_parameters import FrozenParameters
+from .kind import FindingKind
+from .large_updates import LargeUpdates
+from .length_anomaly import LengthAnomaly
+from .log_incomplete import LogIncomplete
+from .loss_blowup import LossBlowup
+from .loss_divergence import LossDivergence
+from .loss_includes_padding import LossIncludesPadding
+from .loss_plateau import LossPlateau
+from .loss_spike import LossSpike
+from .nonfinite import Nonfinite
+from .padding_leak import PaddingLeak
+from .padding_waste import PaddingWaste
+from .poor_initialization import PoorInitialization
+from .saturated_units import SaturatedUnits
+from .tiny_updates import TinyUpdates
+from .vanishing_gradients import VanishingGradients
+
+KINDS: tuple[type[FindingKind], ...] = (
+    Nonfinite,
+    ExplodingGradients,
+    VanishingGradients,
+    DeadUnits,
+    SaturatedUnits,
+    LossSpike,
+    LossBlowup,
+    LossDivergence,
+    LossPlateau,
+    PoorInitialization,
+    LargeUpdates,
+    TinyUpdates,
+    Fp16Overflow,
+    Fp16Underflow,
+    PaddingLeak,
+    LossIncludesPadding,
+    LengthAnomaly,
+    PaddingWaste,
+    AccumulatingGradients,
+    FrozenParameters,
+    LogIncomplete,
+)
+
+REGISTRY: dict[str, FindingKind] = {}
+"""Every registered kind by its name, in :data:`KINDS`' order."""
+
+
+def register(kind: type[FindingKind]) -> FindingKind:
+    """Add ``kind`` to :data:`REGISTRY` (done for each of :data:`KINDS` on import; a test's
+    throwaway kind registers itself the same way). Its ``caused_by`` names must be known."""
+    if kind.name in REGISTRY and type(REGISTRY[kind.name]) is not kind:
+        raise ValueError(f"two finding kinds are named {kind.name!r}")
+    known = {*REGISTRY, *(k.name for k in KINDS)} - {kind.name}
+    unknown = [c for c in kind.caused_by if c not in known]
+    if unknown:
+        raise ValueError(f"{kind.name}: caused_by names {unknown}, which are not finding kinds")
+    made = REGISTRY[kind.name] = kind()
+    return made
+
+
+def unregister(name: str) -> None:
+    """Remove a kind :func:`register` added (a test's throwaway kind)."""
+    REGISTRY.pop(name, None)
+
+
+def check_all(h: History) -> list[Finding]:
+    """Every registered kind's findings in a run's history, most severe first, then by step."""
+    found = [f for kind in REGISTRY.values() for f in kind.check(h)]
+    return sorted(found, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
+
+
+def _step(f: Finding) -> int:
+    return f.step if f.step is not None else -1
+
+
+for _kind in KINDS:
+    register(_kind)
+
+__all__ = ["KINDS", "REGISTRY", "FindingKind", "check_all", "register", "unregister"]

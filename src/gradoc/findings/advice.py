@@ -1,0 +1,275 @@
+"""What several diagnoses say alike: fixes, the program's own clipping, what the loss did
+before a failure, the update/weight ratio against this optimizer's expectation."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from ..detect.finding import (
+    DECISIVE,
+    MODERATE,
+    STRONG,
+    WEAK,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    RuledOut,
+)
+from ..detect.history import History
+from ..detect.signals import ce_classes, fmt
+from .facts import Facts
+
+LR_TOO_HIGH = "learning rate too high"
+"""The cause, and the wrong diagnosis ruled out, that several kinds name."""
+
+
+def lr_too_high(
+    base: float, check: str = "re-run with the learning rate divided by 10"
+) -> Hypothesis:
+    """The hypothesis "learning rate too high", as every kind that considers it words it."""
+    return Hypothesis(Family.LEARNING_RATE, LR_TOO_HIGH, check, base=base)
+
+
+def at(f: Finding) -> str:
+    return f"step {f.step}" if f.step is not None else "the run"
+
+
+def related(f: Finding, kind: str) -> dict[str, Any] | None:
+    return next((r for r in f.related if r["kind"] == kind), None)
+
+
+def init_advice(facts: Facts) -> str:
+    if facts.relu_like:
+        return (
+            "He (Kaiming) initialisation for the ReLU-family layers: "
+            "nn.init.kaiming_normal_(w, nonlinearity='relu'), biases 0"
+        )
+    if facts.saturating:
+        return (
+            "Xavier (Glorot) initialisation for the tanh/sigmoid layers: "
+            "nn.init.xavier_uniform_(w, gain=nn.init.calculate_gain('tanh'))"
+        )
+    return (
+        "a variance-preserving initialisation: nn.init.xavier_uniform_(w) (gain 1) where no "
+        "activation follows a layer, Kaiming for ReLU-like and Xavier with "
+        "calculate_gain for tanh/sigmoid layers"
+    )
+
+
+def clip_advice(facts: Facts) -> str:
+    if facts.clip is not None:  # the program clips already: more of it is not the fix
+        threshold, bit, steps = facts.clip
+        return (
+            f"keep the program's gradient clipping at {fmt(threshold)} (it bit on {bit} of "
+            f"{steps} steps): clipping bounds each step, it does not remove the cause"
+        )
+    if not facts.grad_p99:  # no healthy step to learn a scale from
+        return (
+            "clip the global gradient norm while the cause is fixed: "
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
+        )
+    p99 = fmt(facts.grad_p99)
+    return (
+        f"clip the global gradient norm at {p99}, the p99 of this run's healthy steps: "
+        f"torch.nn.utils.clip_grad_norm_(model.parameters(), {p99})"
+    )
+
+
+def clip_fix(facts: Facts, horizon: Horizon = Horizon.IMMEDIATE) -> Fix:
+    """The clipping fix, applicable without a code change (``gradoc run --fix``)."""
+    to: float | str = float(fmt(facts.grad_p99)) if facts.grad_p99 else "zclip"
+    return Fix(horizon, clip_advice(facts), apply={"clip": to})
+
+
+def lr_fix(factor: float, action: str, horizon: Horizon = Horizon.IMMEDIATE) -> Fix:
+    return Fix(horizon, action, apply={"lr_scale": factor})
+
+
+def code_at(origin: dict[str, Any]) -> dict[str, Any] | None:
+    """Where a code fix goes, when the origin names a line of the user's code."""
+    if not origin.get("file"):
+        return None
+    return {k: origin.get(k) for k in ("file", "line", "code")}
+
+
+def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
+    """The update/weight ratio before the problem against what this optimizer does on a
+    healthy run (``Facts.large_ratio``): above it supports a learning rate too high, ten
+    times below it contradicts one."""
+    if facts.max_update_ratio is None:
+        lr.unseen(f"update/weight ratios above {fmt(facts.large_ratio)} before {at(f)}")
+        return
+    peak, limit = facts.max_update_ratio, facts.large_ratio
+    opt = facts.optimizer or "the optimizer"
+    claim = (
+        f"update/weight ratio before {at(f)}: median {fmt(facts.median_update_ratio or 0)}, "
+        f"max {fmt(peak)}, against {fmt(limit)} that is large for {opt}"
+    )
+    if peak > limit:
+        lr.seen(claim, STRONG, value=peak)
+    elif peak < limit / 10:
+        lr.against(claim, MODERATE, value=peak)
+    else:
+        lr.unseen(claim, value=peak)
+
+
+def lr_ruled_out(facts: Facts, f: Finding) -> RuledOut | None:
+    """A learning rate too high, ruled out by updates far below this optimizer's large."""
+    peak = facts.max_update_ratio
+    if peak is not None and peak < facts.large_ratio / 10:
+        return RuledOut(
+            LR_TOO_HIGH,
+            f"the update/weight ratio stayed at or below {fmt(peak)} before {at(f)}; a "
+            f"learning rate that is too high for {facts.optimizer or 'this optimizer'} shows "
+            f"ratios of {fmt(facts.large_ratio)} and more",
+        )
+    return None
+
+
+def clipping(f: Finding, lr: Hypothesis, facts: Facts) -> None:
+    """The program's own clipping, as a signal: a clip that bites on most steps means the
+    raw gradients were above its threshold most of the time (the norms gradoc shows are
+    before it)."""
+    if facts.clip is None:
+        return
+    threshold, bit, steps = facts.clip
+    f.evidence.append(
+        Evidence(f"steps the program's gradient clip at {fmt(threshold)} bit", f"{bit} of {steps}")
+    )
+    if bit > steps / 2:
+        lr.seen(
+            f"the program's clip at {fmt(threshold)} bit on {bit} of {steps} steps: the "
+            "gradients were above it most of the time",
+            WEAK,
+        )
+
+
+def loss_before(f: Finding, h: History) -> None:
+    """How the loss moved before a failure: a signal, and what it rules out."""
+    before = [
+        v
+        for s, v in zip(h.loss.steps, h.loss.values)
+        if f.step is not None and s < f.step and math.isfinite(v)
+    ]
+    if len(before) < 10:
+        return
+    k = max(5, len(before) // 5)
+    early, late = statistics.median(before[:k]), statistics.median(before[-k:])
+    trend = "falling" if late < 0.97 * early else "rising" if late > 1.03 * early else "flat"
+    f.evidence.append(
+        Evidence(
+            f"loss before {at(f)} (median of the first / last {k} steps)",
+            f"{fmt(early)} -> {fmt(late)}, {trend}",
+        )
+    )
+    if trend != "rising":
+        f.ruled_out.append(
+            RuledOut(
+                "overfitting or data drift",
+                f"the training loss was {trend} before {at(f)} ({fmt(early)} -> {fmt(late)}) "
+                "and turned non-finite in one step; overfitting and drift move the loss "
+                "gradually, and neither makes it NaN",
+            )
+        )
+
+
+def at_chance(value: object, h: History) -> int | None:
+    """k when ``value`` is the chance level ln(k) of a k-class cross-entropy (within 3%):
+    the model predicts the uniform distribution, it has learnt nothing."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    known = ce_classes(h)
+    candidates = [known] if known else ([] if h.meta.get("loss_fn") else range(2, 1001))
+    for k in candidates:
+        if abs(value - math.log(k)) < 0.03 * math.log(k):
+            return k
+    return None
+
+
+def grad_jump(h: History, before: int | None, facts: Facts) -> tuple[int, float] | None:
+    """The step and factor of the largest gradient norm before ``before``, against the
+    run's early median, when it is at least 10x (a jump the learning rate makes)."""
+    if before is None or not facts.grad_median:
+        return None
+    seen = [
+        (s, v)
+        for s, v in zip(h.grad_norm.steps, h.grad_norm.values)
+        if s <= before and math.isfinite(v)
+    ]
+    if not seen:
+        return None
+    s, v = max(seen, key=lambda sv: sv[1])
+    return (s, v / facts.grad_median) if v >= 10 * facts.grad_median else None
+
+
+def loss_jump(h: History, before: int | None) -> tuple[int, float] | None:
+    """The step and factor of the highest loss up to ``before`` against the first loss,
+    when it is at least 2x."""
+    pairs = [
+        (s, v)
+        for s, v in zip(h.loss.steps, h.loss.values)
+        if before is not None and s <= before and math.isfinite(v)
+    ]
+    if len(pairs) < 2 or pairs[0][1] <= 0:
+        return None
+    s, v = max(pairs, key=lambda sv: sv[1])
+    return (s, v / pairs[0][1]) if v >= 2 * pairs[0][1] else None
+
+
+def zero_init(facts: Facts) -> Hypothesis | None:
+    """Weights that start at exactly zero: every unit computes the same output and gets
+    the same gradient, so nothing differentiates (what a stuck kind considers first)."""
+    names = facts.zero_weights or []
+    if not names:
+        return None
+    h = Hypothesis(
+        Family.INITIALIZATION,
+        "weights initialised to zero: every unit computes the same output and gets the same "
+        "gradient, so the layers never differentiate",
+        "print p.abs().max() for the weight matrices before training",
+        base=0.1,
+    )
+    h.seen(
+        f"{len(names)} weight matrices had norm 0 at their first record "
+        f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})",
+        DECISIVE,
+        step=0,
+    )
+    return h
+
+
+def noise_note(f: Finding, facts: Facts) -> None:
+    if facts.loss_noise is not None:
+        f.evidence.append(
+            Evidence(
+                "the loss's ordinary excursion (95th percentile of loss / its recent median)",
+                fmt(facts.loss_noise),
+            )
+        )
+
+
+__all__ = [
+    "LR_TOO_HIGH",
+    "at",
+    "at_chance",
+    "clip_advice",
+    "clip_fix",
+    "clipping",
+    "code_at",
+    "grad_jump",
+    "init_advice",
+    "loss_before",
+    "loss_jump",
+    "lr_fix",
+    "lr_ruled_out",
+    "lr_too_high",
+    "noise_note",
+    "related",
+    "update_signs",
+    "zero_init",
+]

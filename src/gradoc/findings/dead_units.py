@@ -1,0 +1,203 @@
+"""dead_units: most units of a ReLU-family layer never activate.
+
+Needs: per-unit activity of module outputs (fraction of positions with output > 0).
+
+Rule (SageMaker Debugger): a unit is dead when it is active on less than ``ACTIVE``
+(1%) of the positions it was seen at, and a layer is flagged when more than
+``LAYER_SHARE`` (50%) of its units are dead on each of the last ``SAMPLES`` (3) activation
+samples (all of them if fewer), so units that are merely sparse for a while, or a layer
+that recovers, raise nothing. Only ReLU-family modules are judged, and modules whose
+output goes through a functional ``F.relu`` (``meta['functional_activations']``): their
+units that are never > 0 are that function's dead units. For other outputs "not > 0" is
+not "dead". Samples whose outputs held NaN/Inf are left out: NaN is never > 0, and a unit
+that outputs NaN is broken, not dead (the ``nonfinite`` finding's story).
+"""
+
+from __future__ import annotations
+
+from ..detect.finding import (
+    MODERATE,
+    STRONG,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    RuledOut,
+)
+from ..detect.history import History
+from ..detect.signals import fmt
+from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
+from .facts import Facts
+from .kind import FindingKind
+
+ACTIVE = 0.01
+LAYER_SHARE = 0.5
+SAMPLES = 3
+RELU_FAMILY = ("ReLU", "ReLU6", "Threshold")
+
+
+def dead_share(units: list[float]) -> float:
+    """The share of a layer's units active on fewer than ``ACTIVE`` of the outputs: dead."""
+    return sum(1 for u in units if u < ACTIVE) / len(units) if units else 0.0
+
+
+def relu_family(module_type: str | None, name: str, functional: dict[str, str]) -> bool:
+    """Where "dead" means something: a ReLU-family module's output, or a module's output
+    that goes through ``F.relu`` (a linear layer's unit below 0 is fine otherwise)."""
+    return module_type in RELU_FAMILY or functional.get(name) == "relu"
+
+
+class DeadUnits(FindingKind):
+    """Most units of a ReLU layer output 0 for every input.
+
+    Two causes claim different times: an initialisation (a negative bias) kills units before
+    any update, a learning rate kills them with a jump. Each claim is checked against the
+    samples of that time (the detector's ``first_sample``, ``alive_until``)."""
+
+    name = "dead_units"
+    caused_by = (
+        "accumulating_gradients",
+        "loss_blowup",
+        "exploding_gradients",
+        "loss_divergence",
+    )
+    considers_zero_init = True
+    link = 80
+
+    def check(self, h: History) -> list[Finding]:
+        flagged = []
+        functional = h.meta.get("functional_activations") or {}
+        for m in h.modules:
+            if not relu_family(m.type, m.name, functional):
+                continue
+            samples = h.units.get(m.name, {})
+            broken = h.act(m.name, "nonfinite")
+            skip = {s for s, v in zip(broken.steps, broken.values) if v}
+            steps = sorted(s for s in samples if s not in skip)
+            if not steps:
+                continue
+            recent = steps[-SAMPLES:]
+            if not all(dead_share(samples[s]) > LAYER_SHARE for s in recent):
+                continue
+            first = next(  # the start of the run of dead samples that reaches the end
+                s
+                for i, s in enumerate(steps)
+                if all(dead_share(samples[t]) > LAYER_SHARE for t in steps[i:])
+            )
+            alive = [t for t in steps if t < first]
+            timing = {"first_sample": steps[0], "alive_until": alive[-1] if alive else None}
+            flagged.append(
+                (m.name, first, dead_share(samples[steps[-1]]), len(samples[steps[-1]]), timing)
+            )
+        if not flagged:
+            return []
+        name, first, share, width, timing = flagged[0]
+        others = [f[0] or "(model)" for f in flagged[1:]]
+        behind = " (its output goes through F.relu)" if functional.get(name) == "relu" else ""
+        return [
+            Finding(
+                kind=self.name,
+                severity="warning",
+                step=first,
+                layer=name,
+                summary=(
+                    f"dead units: {share:.0%} of the {width} units of {name}{behind} never activate"
+                    + (f" (also in {', '.join(others)})" if others else "")
+                ),
+                evidence=[
+                    Evidence(
+                        f"share of units active on < 1% of positions in {n}",
+                        round(s, 3),
+                        step=st,
+                        type="distribution",
+                    )
+                    for n, st, s, _, _ in flagged
+                ],
+                details=timing,
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        f.symptom = f"most units of {f.layer} output 0 for every input, so they never learn"
+        bias = Hypothesis(
+            Family.INITIALIZATION,
+            "a negative bias or initialisation that puts units below zero from the start",
+            "print the layer's bias and pre-activation mean at step 0",
+            base=0.2,
+        )
+        lr = Hypothesis(
+            Family.LEARNING_RATE,
+            "a learning rate high enough to knock units into the dead zone",
+            "re-run with a lower learning rate and watch the dead share over time",
+            base=0.15,
+        )
+        first = f.details.get("first_sample")
+        alive = f.details.get("alive_until")
+        if f.step == 0:
+            bias.seen(
+                "the units were dead at the first sample (step 0), before training moved them",
+                STRONG,
+                step=0,
+            )
+            lr.against("the units were dead before any update", STRONG, step=0)
+            f.ruled_out.append(
+                RuledOut(
+                    LR_TOO_HIGH,
+                    "the units were already dead at step 0, before any update",
+                )
+            )
+        elif alive is not None:
+            bias.against(
+                f"the units were alive at step {alive} and dead from step {f.step}: they died "
+                "in training",
+                STRONG,
+                step=alive,
+            )
+        else:
+            bias.unseen(
+                f"the units at step 0 (the first activation sample is at step {first})", step=first
+            )
+        if f.step != 0:
+            jump = grad_jump(h, f.step, facts)
+            rise = loss_jump(h, f.step)
+            if jump is not None:
+                lr.seen(
+                    f"the gradient norm jumped {fmt(jump[1])}x its median at step {jump[0]}, "
+                    "before "
+                    f"the units were found dead at step {f.step}",
+                    STRONG,
+                    step=jump[0],
+                )
+            if rise is not None:
+                lr.seen(
+                    f"the loss rose {fmt(rise[1])}x its first value by step {rise[0]}, before the "
+                    "units were found dead",
+                    MODERATE,
+                    step=rise[0],
+                )
+            if jump is None and rise is None:
+                lr.against(
+                    f"neither the loss nor the gradient norm jumped before step {f.step}", MODERATE
+                )
+            update_signs(lr, facts, f)
+        f.fixes += [
+            Fix(
+                Horizon.IMMEDIATE,
+                "re-initialise the biases of the layer before it to 0 (or a small positive value "
+                "such as 0.01)",
+            ),
+            Fix(
+                Horizon.SHORT_TERM, "use LeakyReLU/GELU, or put BatchNorm/LayerNorm before the ReLU"
+            ),
+            Fix(
+                Horizon.LONG_TERM,
+                "monitor the dead share per layer and lower the learning rate if it grows during "
+                "training",
+            ),
+        ]
+        if lr.score > bias.score:
+            f.fixes.insert(0, lr_fix(0.1, "lower the learning rate by 10x"))
+        f.monitoring.append("share of units active on < 1% of inputs, per ReLU layer")
+        return [bias, lr]

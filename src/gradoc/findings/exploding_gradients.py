@@ -1,0 +1,268 @@
+"""exploding_gradients: gradients far too large, from the start or growing during training.
+
+Needs: per-parameter gradient and weight norms, the global gradient norm.
+
+Two rules, so that a problem already present at step 0 is caught as well as one that
+develops:
+
+1. Scale: a weight matrix whose gradient norm exceeds ``SCALE_RATIO`` (1e3) times its
+   weight norm. With any usual learning rate (1e-4..1e-1) such a step moves the weights
+   by more than their own size. Healthy calibration runs (transformer with LayerNorm,
+   CNN with BatchNorm, LSTM, MLPs) stay below 10; N(0, 1) initialisation of a 10-layer
+   ReLU MLP gives ~1e12 at step 0.
+2. Growth: the global gradient norm rises above ``GROWTH`` (100) times its early level
+   (the median of its first 5% of steps, at least 5) and stays above 10 times it for
+   ``SUSTAIN`` (3) steps or turns non-finite within 20 steps. The EMA z-score of ZClip
+   (alpha 0.97) at the onset is given as evidence. A single high step that comes back
+   is a loss spike, not an explosion (see loss_spike). On a gradient norm that is noisy
+   by itself (its 95th-percentile excursion over its recent median, ``signals.excursions``,
+   at least ``NOISY`` (5): the gradient of one episode of a policy gradient, 0.02 to 146
+   on a healthy agent, tests/shapes/ppo_healthy.py) the growth must also hold in the
+   median of the next ``HOLD`` (20) steps.
+
+The scale rule ignores a single sampled step, after ordinary ones, whose next sample is
+back below the ratio: one batch whose targets were x1000 gives a gradient 1e4x its
+weights for one step, and that is the batch's loss spike (tests/shapes/corrupted_batch.py).
+The first sampled step is never such a spike: what is there before any update is the
+initialisation's (nanoGPT with init std 1.0: 2,200 before its clip, at step 0 only).
+
+AUTOTRAINER's first/last-layer ratio > 70 did not separate the labelled runs: an N(0, 1)
+MLP has ratio 0.17 (both ends explode), so it is not used.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..detect.finding import (
+    MODERATE,
+    STRONG,
+    WEAK,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    RuledOut,
+)
+from ..detect.history import History
+from ..detect.signals import excursions, finite, fmt, median, weight_params
+from ..detect.zclip import WARMUP, ZClip
+from .advice import (
+    LR_TOO_HIGH,
+    clip_fix,
+    clipping,
+    init_advice,
+    lr_fix,
+    lr_too_high,
+    related,
+    update_signs,
+)
+from .facts import Facts
+from .kind import FindingKind
+
+SCALE_RATIO = 1e3
+GROWTH = 100.0
+SUSTAIN = 3
+NONFINITE_WITHIN = 20
+NOISY = 5.0
+HOLD = 20
+
+
+def _ema_z(values: list[float], upto: int) -> float:
+    """ZClip's z-score of values[upto]: the guard's averages fed the norms before it (the
+    warm-up shortened to the first half of them in a short run)."""
+    if upto < 2:
+        return math.nan
+    z = ZClip(warmup=max(1, min(WARMUP, upto // 2)))
+    for v in values[:upto]:
+        z.update(v)
+    score = z.zscore(values[upto])
+    return score if score is not None else math.nan
+
+
+def _scale_rule(h: History) -> tuple[int, str, float] | None:
+    worst: tuple[int, str, float] | None = None
+    for p in weight_params(h):
+        w = h.param(p.name, "weight_norm")
+        weights = dict(zip(w.steps, w.values))
+        g = h.param(p.name, "grad_norm")
+        ratios = [
+            (s, gv / wv if math.isfinite(gv) else math.inf)
+            for s, gv in zip(g.steps, g.values)
+            if (wv := weights.get(s)) and wv > 0
+        ]
+        for i, (s, r) in enumerate(ratios):
+            if r > SCALE_RATIO and math.isfinite(r):
+                if i > 0 and i + 1 < len(ratios) and ratios[i + 1][1] <= SCALE_RATIO:
+                    continue  # one step after ordinary ones, and back: a spike
+                if worst is None or (s, -r) < (worst[0], -worst[2]):
+                    worst = (s, p.name, r)
+                break
+    return worst
+
+
+def _growth_rule(h: History) -> tuple[int, float, float] | None:
+    steps, values = h.grad_norm.steps, h.grad_norm.values
+    _, fvalues = finite(h.grad_norm)
+    k = max(5, len(fvalues) // 20)
+    if len(fvalues) <= k:
+        return None
+    base = median(fvalues[:k])
+    if not base > 0:
+        return None
+    noisy = (excursions([v for v in fvalues if v > 0]) or 0.0) >= NOISY
+    for i in range(k, len(values)):
+        v = values[i]
+        if not (math.isfinite(v) and v > GROWTH * base):
+            continue
+        after = values[i + 1 : i + SUSTAIN]
+        sustained = len(after) == SUSTAIN - 1 and all(
+            not math.isfinite(a) or a > 10 * base for a in after
+        )
+        ends_nonfinite = any(not math.isfinite(a) for a in values[i + 1 : i + 1 + NONFINITE_WITHIN])
+        hold = values[i + 1 : i + 1 + HOLD]
+        if noisy and sustained and len(hold) == HOLD:
+            sustained = statistics.median(hold) > 10 * base
+        if sustained or ends_nonfinite:
+            return steps[i], v / base, _ema_z(values, i)
+    return None
+
+
+def _fastest_growing(h: History, step: int) -> str | None:
+    best, layer = 0.0, None
+    for p in weight_params(h):
+        g = h.param(p.name, "grad_norm")
+        _, early = finite(g)
+        now = g.at(step)
+        base = median(early[:5])
+        if now is not None and math.isfinite(now) and base > 0 and now / base > best:
+            best, layer = now / base, p.module
+    return layer
+
+
+class ExplodingGradients(FindingKind):
+    """Gradients far too large, from the start or growing in training."""
+
+    name = "exploding_gradients"
+    caused_by = ("accumulating_gradients", "loss_blowup", "poor_initialization")
+    link = 40
+
+    def check(self, h: History) -> list[Finding]:
+        scale = _scale_rule(h)
+        growth = _growth_rule(h)
+        if scale is None and growth is None:
+            return []
+        evidence: list[Evidence] = []
+        parts = []
+        step = min(s for s in (scale and scale[0], growth and growth[0]) if s is not None)
+        layer = None
+        if scale is not None:
+            s, name, ratio = scale
+            layer = h.module_of(name)
+            evidence.append(Evidence(f"gradient norm / weight norm of {name}", fmt(ratio), step=s))
+            parts.append(f"the gradient of {name} is {fmt(ratio)}x its weights at step {s}")
+        if growth is not None:
+            s, factor, z = growth
+            evidence.append(Evidence("global gradient norm / its early level", fmt(factor), step=s))
+            evidence.append(Evidence("EMA z-score of the gradient norm at the onset", fmt(z)))
+            parts.append(
+                f"the global gradient norm grew {fmt(factor)}x its early level by step {s}"
+            )
+            if layer is None:
+                layer = _fastest_growing(h, s)
+        return [
+            Finding(
+                kind=self.name,
+                severity="error",
+                step=step,
+                layer=layer,
+                summary="exploding gradients: " + "; ".join(parts),
+                evidence=evidence,
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        f.symptom = f"gradients far too large from step {f.step}" + (
+            ", ending in NaN/Inf" if related(f, "nonfinite") else ""
+        )
+        init = Hypothesis(
+            Family.INITIALIZATION,
+            "weight initialisation too large for the depth",
+            "print each layer's output std at step 0 (run.activation(name, 'std')): "
+            "a healthy network keeps it near 1",
+            base=0.2,
+        )
+        lr = lr_too_high(0.2)
+        rec = Hypothesis(
+            Family.ARCHITECTURE,
+            "a long recurrence without gating or clipping",
+            "clip the gradient norm and compare gradient norms per time step",
+            base=0.05,
+        )
+        arch = Hypothesis(
+            Family.ARCHITECTURE,
+            "a deep stack without normalisation or residual connections",
+            "add LayerNorm/BatchNorm between layers and compare the step-0 gradient norms",
+            base=0.1,
+        )
+        if f.step == 0:
+            init.seen("the gradients are too large at step 0, before any update", STRONG, step=0)
+            lr.against(
+                "the problem is there at step 0, before the learning rate acted", STRONG, step=0
+            )
+            f.ruled_out.append(
+                RuledOut(
+                    LR_TOO_HIGH,
+                    "the gradients were already too large at step 0, before any update",
+                )
+            )
+        else:
+            if f.step is not None and f.step >= 50:
+                init.against(
+                    f"the first {f.step} steps trained with ordinary gradients: an initialisation "
+                    "that is too large shows from step 0",
+                    STRONG,
+                    step=f.step,
+                )
+            else:
+                init.unseen("gradients too large at step 0 (they became so later)")
+            update_signs(lr, facts, f)
+        poor = related(f, "poor_initialization")
+        if poor:
+            init.seen(str(poor["summary"]), STRONG, step=poor.get("step"))
+        if related(f, "loss_divergence") or related(f, "loss_blowup"):
+            lr.seen("the loss rose with the gradients", WEAK)
+        ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
+        if ungated:
+            rec.seen(f"the model has ungated recurrent layers ({', '.join(ungated)})", MODERATE)
+        elif facts.recurrent:
+            rec.seen("the model has recurrent layers (gated)", WEAK)
+        else:
+            rec.against("the model has no recurrent layers", STRONG)
+        if facts.normalised:
+            arch.against("the model has normalisation layers", MODERATE)
+        elif facts.depth >= 6:
+            arch.seen(f"{facts.depth} weight layers and no normalisation layer", MODERATE)
+        immediate = [clip_fix(facts)]
+        if f.step != 0:  # at step 0 the learning rate has not acted yet
+            lower = lr_fix(0.1, "lower the learning rate by 10x")
+            # the fix of the likelier cause comes first (``gradoc run --fix`` tries it)
+            immediate.insert(0 if lr.score > max(init.score, rec.score) else 1, lower)
+        f.fixes += immediate
+        f.fixes += [
+            Fix(Horizon.SHORT_TERM, init_advice(facts)),
+            Fix(
+                Horizon.LONG_TERM,
+                "add normalisation (LayerNorm/BatchNorm) and residual connections"
+                + ("; use gated cells (LSTM/GRU) for recurrences" if facts.recurrent else ""),
+            ),
+        ]
+        f.monitoring += [
+            "global gradient norm with an alert at 10x its moving average",
+            "update/weight ratio per layer (healthy ~1e-3)",
+        ]
+        clipping(f, lr, facts)
+        return [init, lr, arch, rec]

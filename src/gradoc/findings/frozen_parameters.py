@@ -1,0 +1,137 @@
+"""frozen_parameters: most of the model never trains.
+
+Needs: the parameters the run watched (``layers``) and their gradient and update norms.
+
+A parameter is frozen when it never received a gradient in the run (``requires_grad``
+left False, a graph detached before it, a branch the loss never reaches). A gradient of
+exactly 0 is not frozen: it is what dead units pass back (``dead_units``). Rule: frozen
+parameters hold at least ``SHARE`` (50%) of the watched elements over at least
+``MIN_STEPS`` (10) steps. A warning when the loss did not improve by ``IMPROVED`` (10%)
+from its first 10% of steps to its last 25% (a small GPT whose blocks were left frozen:
+1.5% of its parameters train, the loss stalls at ln 64; tests/shapes/frozen_gpt.py);
+information when it did (fine-tuning a head on a frozen backbone, on purpose).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, ClassVar
+
+from ..detect.finding import (
+    DECISIVE,
+    MODERATE,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+)
+from ..detect.history import History
+from ..detect.signals import finite, fmt, loss_trend, numel_of
+from .facts import Facts
+from .kind import FindingKind
+
+SHARE = 0.5
+MIN_STEPS = 10
+IMPROVED = 0.10
+
+
+def _frozen(h: History, name: str) -> bool:
+    return not h.param(name, "grad_norm").steps
+
+
+class FrozenParameters(FindingKind):
+    """Most of the model's parameters never train."""
+
+    name = "frozen_parameters"
+    link = 30
+    example_details: ClassVar[dict[str, Any]] = {"share": 0.9}
+
+    def check(self, h: History) -> list[Finding]:
+        if h.num_steps < MIN_STEPS or not h.params:
+            return []
+        total = sum(numel_of(p) for p in h.params)
+        frozen = [p for p in h.params if _frozen(h, p.name)]
+        share = sum(numel_of(p) for p in frozen) / total if total else 0.0
+        if share < SHARE or len(frozen) == len(h.params):
+            return []  # nothing trained at all: no step of this model was watched
+        _, values = finite(loss_trend(h)[0])
+        gain = None
+        if len(values) >= MIN_STEPS:
+            early = statistics.median(values[: max(3, len(values) // 10)])
+            late = statistics.median(values[-max(3, len(values) // 4) :])
+            gain = (early - late) / abs(early) if early else None
+        stalled = gain is not None and gain < IMPROVED
+        names = [p.name for p in frozen]
+        return [
+            Finding(
+                kind=self.name,
+                severity="warning" if stalled else "info",
+                step=0,
+                layer=None,
+                summary=(
+                    f"frozen parameters: {share:.1%} of the model's parameters never trained "
+                    f"({len(frozen)} of {len(h.params)} tensors, e.g. {', '.join(names[:3])})"
+                    + (f"; the loss improved {gain:.1%}" if gain is not None else "")
+                ),
+                evidence=[
+                    Evidence("share of parameter elements that never trained", fmt(share)),
+                    Evidence("tensors that never received a gradient", len(frozen)),
+                    Evidence("tensors watched", len(h.params)),
+                ]
+                + (
+                    [Evidence("relative improvement of the loss", round(gain, 4))]
+                    if gain is not None
+                    else []
+                ),
+                details={"share": share, "frozen": names[:50], "gain": gain, "stalled": stalled},
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        d = f.details
+        names = d.get("frozen") or []
+        f.symptom = (
+            f"{d['share']:.0%} of the model's parameters never change, so the model cannot learn "
+            "with them"
+        )
+        off = Hypothesis(
+            Family.LOOP,
+            "parameters left frozen: requires_grad=False (a fine-tuning recipe applied to a model "
+            "that must train), or left out of the optimizer",
+            "print sum(p.numel() for p in model.parameters() if p.requires_grad) and compare with "
+            "the parameters the optimizer holds",
+            base=0.3,
+        )
+        cut = Hypothesis(
+            Family.LOOP,
+            "the graph cut before them: a .detach(), torch.no_grad() or .item() between those "
+            "layers and the loss",
+            "check that loss.grad_fn reaches the frozen layers (torch.autograd.grad(loss, p) "
+            "for one)",
+            base=0.1,
+        )
+        never = (
+            f"{len(names)} tensors ({fmt(d['share'])} of the parameters) never received a "
+            f"gradient, e.g. {', '.join(names[:3])}"
+        )
+        off.seen(never, DECISIVE)
+        cut.seen(never, MODERATE)
+        if d.get("stalled"):
+            off.seen(f"the loss improved only {d['gain']:.1%} over the run", MODERATE)
+        f.fixes += [
+            Fix(
+                Horizon.IMMEDIATE,
+                "unfreeze what must train: for p in model.parameters(): p.requires_grad_(True), "
+                "and give the optimizer model.parameters()",
+            ),
+            Fix(
+                Horizon.LONG_TERM,
+                "log the trainable parameter count at start-up and assert it in a test",
+            ),
+        ]
+        f.monitoring.append(
+            "trainable parameter count, and the share of parameters updated per step"
+        )
+        return [off, cut]

@@ -1,0 +1,71 @@
+"""A finding kind: one class in one module, holding everything gradoc knows about it.
+
+A kind's module (``findings/<name>.py``) is read top to bottom as one story: its docstring is
+the rule and where each threshold comes from; its class says which kind it is (``name``),
+which kinds can cause it (``caused_by``), how it ranks among findings that begin at the same
+step (``link``), the rule over a run's history (``check``) and the explanation a person reads
+(``explain``: hypotheses, fixes, monitoring, the wrong diagnoses ruled out). The class
+docstring's first paragraph is the kind's one-line lead; the rest, if any, says how it is
+diagnosed. ``findings/__init__.py`` lists the kinds once; the registry, the findings
+reference, the causal stories and the tests read everything from the classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..detect.finding import Finding, Hypothesis
+from ..detect.history import History
+from .facts import Facts
+
+LAST_LINK = 1000
+"""The ``link`` of a kind that never heads a story begun at the same step as another."""
+
+
+class FindingKind:
+    """The base of every finding kind (see the module docstring)."""
+
+    name: ClassVar[str]
+    """The kind's name in report.json (``"exploding_gradients"``): stable, never reworded."""
+    caused_by: ClassVar[tuple[str, ...]] = ()
+    """The kinds that can cause this one, strongest first (the order breaks ties): a finding
+    of one of them that began at or before this one makes them one story."""
+    considers_zero_init: ClassVar[bool] = False
+    """Weights that start at zero are a cause to weigh."""
+    link: ClassVar[int] = LAST_LINK
+    """When findings begin at the same step, the lower ``link`` is the first link of the
+    causal chain (an exploding gradient before the loss blow-up it causes)."""
+    example_details: ClassVar[dict[str, Any]] = {}
+    """The details the explanation reads unconditionally, for the findings reference's
+    finding with no evidence."""
+
+    def check(self, h: History) -> list[Finding]:
+        """The findings of this kind in a run's history; a kind that is found while the run
+        trains (the padding audit) or by the report (a log that stopped) reads it here from
+        what was recorded, or returns none."""
+        return []
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        """Fill in the symptom, fixes and monitoring of ``f`` and return the hypotheses
+        weighed (ranked afterwards by the evidence, never by the order written here)."""
+        raise NotImplementedError
+
+    # How a finding of this kind takes part in a story (diagnose/stories.py). The defaults
+    # hold for every kind but the few that override them.
+
+    def rank(self, f: Finding) -> int:
+        """This finding's ``link`` (a kind may rank some of its findings elsewhere)."""
+        return self.link
+
+    def standing(self, f: Finding) -> bool:
+        """A setting rather than an event (an Adam learning rate as large as the weights): it
+        joins the story of what it caused, whenever that began."""
+        return False
+
+    def root(self, f: Finding) -> bool:
+        """A root cause in itself, never folded into another finding."""
+        return False
+
+    def can_cause(self, f: Finding) -> bool:
+        """This finding may head the story of what it can cause (``caused_by`` of others)."""
+        return True

@@ -1,0 +1,221 @@
+"""large_updates: one optimizer step moves weights by a large part of their size.
+
+Needs: per-parameter update and weight norms (params schedule); for the second rule, the
+optimizer's type (``meta['optimizers']``) and the learning rate.
+
+1. Measured: for a weight matrix, ||update|| / ||weight|| above ``RATIO`` (0.3) on any
+   sampled step after step 0 (step 0 is skipped: zero-initialised tensors). Healthy
+   updates are ~1e-3 (Karpathy's rule of thumb; the calibration runs: 1e-4 to 0.1).
+   SageMaker Debugger's threshold of 10 never fires in practice: once updates are that
+   large the weights grow with them, and the ratio of an SGD run at learning rate 50
+   stays near 1. Steps after which the loss still falls 10x (``CONVERGED``) to the end are
+   the optimizer closing in on a small model (pytorch/examples' polynomial regression, a
+   1x4 weight moved 0.4 of its norm at step 10 while its loss fell from 30 to 1e-3;
+   ``../shared/real-programs`` regression_manual_sgd_healthy).
+2. Allowed (``rule: adam_lr``): Adam and its kin normalise each element's step, so one
+   step moves a weight by up to about the learning rate whatever the gradient's scale.
+   A learning rate at or above ``ADAM_LR`` (1.0) x the typical weight (the median RMS of
+   the weight matrices, at the step the rate peaked) lets one step rewrite the weights.
+   The measured ratio can stay small then (noisy gradients make Adam's steps cancel),
+   which is why the setting itself is the evidence. Calibration
+   (``../shared/real-programs``): healthy Adam runs 0.007-0.08 (nanoGPT, minGPT, makemore,
+   the word LMs) and 0.58 (the actor-critic, lr 3e-2 on default-initialised layers); the
+   same programs with the rate 100-1000x: 1.36 (nanoGPT, lr 0.1), 2.4, 7-8, 26, 58. A
+   setting, not an event: the diagnosis folds it into what it caused (a blow-up).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..detect.finding import (
+    DECISIVE,
+    STRONG,
+    WEAK,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+)
+from ..detect.history import History
+from ..detect.signals import (
+    ADAM_FAMILY,
+    finite,
+    fmt,
+    loss_trend,
+    numel_of,
+    update_ratios,
+    weight_params,
+)
+from .advice import at, clip_advice, clipping, lr_fix, lr_too_high
+from .facts import Facts
+from .kind import FindingKind
+
+RATIO = 0.3
+CONVERGED = 10.0
+ADAM_LR = 1.0
+
+
+def _measured(h: History) -> list[Finding]:
+    hits = []
+    for name, series in update_ratios(h).items():
+        over = [(s, r) for s, r in zip(series.steps, series.values) if r > RATIO]
+        if over:
+            hits.append((over[0][0], name, over[0][1], max(r for _, r in over)))
+    if not hits:
+        return []
+    hits.sort()
+    step, name, ratio, peak = hits[0]
+    if _converging(h, step):
+        return []
+    return [
+        Finding(
+            kind="large_updates",
+            severity="warning",
+            step=step,
+            layer=h.module_of(name),
+            summary=(
+                f"large updates: a step moved {name} by {fmt(ratio)} of its norm at step {step}"
+            ),
+            evidence=[
+                Evidence(f"update norm / weight norm of {n}", fmt(r), step=s)
+                for s, n, r, _ in hits[:10]
+            ]
+            + [Evidence("highest update/weight ratio", fmt(peak))],
+        )
+    ]
+
+
+def _converging(h: History, step: int) -> bool:
+    """The loss fell ``CONVERGED``x (10) from the large steps to the end of the run: they
+    were the optimizer closing in, not an instability."""
+    at = [v for s, v in zip(*finite(loss_trend(h)[0])) if s >= step]
+    if len(at) < 10:
+        return False
+    end = statistics.median(at[-max(3, len(at) // 10) :])
+    return 0 < end * CONVERGED <= statistics.median(at[:3])
+
+
+def _allowed(h: History) -> list[Finding]:
+    optimizers = h.meta.get("optimizers") or []
+    kind = optimizers[0].get("type") if optimizers and isinstance(optimizers[0], dict) else None
+    lr = [(s, v) for s, v in zip(h.lr.steps, h.lr.values) if math.isfinite(v) and v > 0]
+    if kind not in ADAM_FAMILY or not lr:
+        return []
+    peak_step, peak = max(lr, key=lambda sv: (sv[1], -sv[0]))
+    rms = []
+    for p in weight_params(h):
+        norms = h.param(p.name, "weight_norm")
+        numel = numel_of(p)
+        if not norms.steps or not numel:
+            continue
+        at = min(range(len(norms.steps)), key=lambda i: abs(norms.steps[i] - peak_step))
+        if math.isfinite(norms.values[at]) and norms.values[at] > 0:
+            rms.append(norms.values[at] / math.sqrt(numel))
+    if not rms:
+        return []
+    typical = statistics.median(rms)
+    ratio = peak / typical
+    if ratio < ADAM_LR:
+        return []
+    onset = next(s for s, v in lr if v / typical >= ADAM_LR)
+    measured = [v for series in update_ratios(h).values() for v in series.values]
+    return [
+        Finding(
+            kind="large_updates",
+            severity="warning",
+            step=onset,
+            layer=None,
+            summary=(
+                f"large updates: {kind} at learning rate {fmt(peak)} can move every weight by "
+                f"~{fmt(ratio)}x its typical size in one step ({kind}'s step is about the "
+                f"learning rate per element, whatever the gradient's scale; the weights' "
+                f"RMS is {fmt(typical)})"
+            ),
+            evidence=[
+                Evidence("optimizer", kind),
+                Evidence("learning rate at its peak", fmt(peak), step=peak_step),
+                Evidence("median RMS of the weight matrices then", fmt(typical)),
+                Evidence("learning rate / weight RMS", fmt(ratio)),
+            ]
+            + (
+                [Evidence("median measured update/weight ratio", fmt(statistics.median(measured)))]
+                if measured
+                else []
+            ),
+            details={"rule": "adam_lr", "lr": peak, "weight_rms": typical, "ratio": ratio},
+        )
+    ]
+
+
+class LargeUpdates(FindingKind):
+    """Single optimizer steps move weights by a large part of their size."""
+
+    name = "large_updates"
+    caused_by = (
+        "accumulating_gradients",
+        "nonfinite",
+        "loss_blowup",
+        "exploding_gradients",
+        "loss_divergence",
+    )
+    link = 100
+
+    def standing(self, f: Finding) -> bool:
+        """An Adam learning rate as large as the weights (rule ``adam_lr``) is a setting: it
+        joins the story of what it caused."""
+        return f.details.get("rule") == "adam_lr"
+
+    def check(self, h: History) -> list[Finding]:
+        return _measured(h) or _allowed(h)
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        f.symptom = (
+            f"single optimizer steps move weights by a large part of their size from {at(f)}"
+        )
+        lr = lr_too_high(0.3)
+        grads = Hypothesis(
+            Family.GRADIENTS,
+            "gradients far larger than the learning rate was chosen for",
+            "plot the global gradient norm at the steps of the large updates",
+            base=0.1,
+        )
+        d = f.details
+        if d.get("rule") == "adam_lr":  # the rate itself, against the weights it moves
+            f.symptom = (
+                f"the learning rate ({fmt(d['lr'])}) is {fmt(d['ratio'])}x the weights' typical "
+                "size, so each optimizer step can rewrite them"
+            )
+            lr.seen(
+                f"learning rate {fmt(d['lr'])} against weights of RMS {fmt(d['weight_rms'])}: "
+                "an Adam-family step moves each weight by about the learning rate",
+                DECISIVE,
+            )
+            grads.against("an Adam-family step does not grow with the gradient", STRONG)
+        else:
+            lr.seen(
+                f"a step moved the weights by more than {fmt(0.3)} of their norm",
+                STRONG,
+                step=f.step,
+            )
+            if facts.grad_median and facts.grad_p99 and facts.grad_p99 > 10 * facts.grad_median:
+                grads.seen(
+                    f"the gradient norm's p99 ({fmt(facts.grad_p99)}) is over 10x its median", WEAK
+                )
+            if facts.adam:
+                grads.against("an Adam-family step does not grow with the gradient", STRONG)
+        f.fixes += [
+            lr_fix(0.1, "lower the learning rate by 10x"),
+            Fix(
+                Horizon.SHORT_TERM,
+                clip_advice(facts)
+                if facts.clip is not None
+                else "add a warm-up and gradient clipping",
+            ),
+        ]
+        f.monitoring.append("update/weight ratio per layer (healthy ~1e-3, alert above 0.1)")
+        clipping(f, lr, facts)
+        return [lr, grads]

@@ -1,0 +1,272 @@
+"""loss_blowup: the loss rose far above where it started, whether or not it came back.
+
+Needs: the per-step loss (per sample when it is a sum over samples; see
+``signals.loss_trend``).
+
+Rule: the start level is the lowest of the first ``START`` (3) finite losses, so one
+noisy first batch does not set it high; the rise is looked for after that step, and
+smoothed over steps from it only (a regression loss falling 0.40 → 0.058 in two steps,
+then 0.16 once, is no rise because the 0.40 came first: the ``train.py`` of the docs'
+gradoc run page). A rise right after step 0 counts (SGD at lr 50: 1.45, then 4e8, then
+NaN). The loss is smoothed with a rolling median of
+``SMOOTH`` (3) steps, so that one bad batch stays a spike (``loss_spike``). The loss blows
+up at the first step where the smoothed loss exceeds ``RISE`` (2x) the start level and
+stays above it for ``SUSTAIN`` (3) smoothed steps. A single finite loss at or above
+``FLOOR`` (100x) the start level counts, unless the loss is back within ``SUSTAIN`` steps:
+then it is a spike, and ``loss_spike`` reports it (a run whose loss went 100x above where it
+started is never healthy). Losses at or below 0 (log-likelihood objectives, RL
+returns) have no scale to compare with and are left alone.
+
+Where the numbers come from: the learning-rate range test (Smith, "Cyclical Learning
+Rates", 2017; fastai's ``lr_find`` stops once the loss passes 4x its best) reads the
+learning rate that is too high where the loss starts to climb instead of fall; a
+healthy run's loss only falls from its start, so twice the start, held for three
+smoothed steps, is already past what noise does (the healthy calibration runs, batches
+of 8 with label noise included, stay below 1.3x). A blow-up may come back — Adam at lr
+3.0 took a 4-class MLP from 1.4 to 1e5 and back to exactly chance, ln 4, with dead
+units — which ``loss_divergence`` (a loss that stays up) does not see.
+
+Noise: the rise must stand out of the run's own noise outside the event
+(``signals.stands_out``): a one-weight regression fit one sample a step rose 19.5x from its
+first loss, and its ordinary excursion is 19x (tests/shapes/one_weight_regression.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, ClassVar
+
+from ..detect.finding import (
+    MODERATE,
+    STRONG,
+    WEAK,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    RuledOut,
+)
+from ..detect.history import History
+from ..detect.signals import ce_classes, excursions, fmt, loss_trend, stands_out
+from .advice import (
+    at,
+    at_chance,
+    clip_advice,
+    clipping,
+    lr_fix,
+    lr_too_high,
+    noise_note,
+    update_signs,
+)
+from .facts import Facts
+from .kind import FindingKind
+
+START = 3
+SMOOTH = 3
+RISE = 2.0
+SUSTAIN = 3
+FLOOR = 100.0
+BACK = 1.5
+"""The loss has come back once the smoothed loss is below 1.5x the start level again."""
+
+
+class LossBlowup(FindingKind):
+    """The loss rose far above where it started and stayed up for a while."""
+
+    name = "loss_blowup"
+    caused_by = (
+        "accumulating_gradients",
+        "nonfinite",
+        "exploding_gradients",
+        "loss_divergence",
+    )
+    link = 50
+    example_details: ClassVar[dict[str, Any]] = {"peak_ratio": 100.0}
+
+    def check(self, h: History) -> list[Finding]:
+        series, per_sample = loss_trend(h)
+        pairs = [(s, v) for s, v in zip(series.steps, series.values) if math.isfinite(v)]
+        if len(pairs) < 2 or any(
+            v < 0 for _, v in pairs
+        ):  # 1.45, 30, 2e4, 4e8, then NaN: a blow-up
+            return []
+        steps, values = [s for s, _ in pairs], [v for _, v in pairs]
+        first = min(range(min(START, len(values))), key=values.__getitem__)
+        start = values[first]
+        if start <= 0:
+            return []
+        # the rise is looked for after the step that sets the start level, smoothed over steps
+        # from it on: what came before it was higher by definition
+        smooth = [
+            statistics.median(values[max(min(first, i), i - SMOOTH + 1) : i + 1])
+            for i in range(len(values))
+        ]
+        onset = None
+        for i in range(first + 1, len(values)):
+            if values[i] >= FLOOR * start:
+                onset = i
+                break
+            if len(smooth) - i >= SUSTAIN and all(
+                x > RISE * start for x in smooth[i : i + SUSTAIN]
+            ):
+                onset = i
+                break
+        if onset is None:
+            return []
+        peak_i = max(range(onset, len(values)), key=lambda i: values[i])
+        # the smoothed loss lags the loss by SMOOTH - 1 steps: it cannot be back before that
+        after = max(peak_i, onset + SMOOTH - 1)
+        back_i = next((i for i in range(after, len(smooth)) if smooth[i] < BACK * start), None)
+        if back_i is not None and steps[back_i] - steps[onset] < SUSTAIN:
+            return []  # up and back within a few steps: a spike (loss_spike), not a blow-up
+        end_i = back_i if back_i is not None else len(values)
+        noise = excursions(values[:onset] + values[end_i:])  # the run's noise outside the event
+        if not stands_out(values[peak_i] / start, noise):
+            return []  # within what this run's loss does on its own
+        tail = values[-max(3, len(values) // 10) :]
+        end = statistics.median(tail)
+        ratio = values[peak_i] / start
+        details = {
+            "start_loss": start,
+            "peak_loss": values[peak_i],
+            "peak_step": steps[peak_i],
+            "peak_ratio": ratio,
+            "came_back_at": steps[back_i] if back_i is not None else None,
+            "end_loss": end,
+            "per_sample": per_sample,
+        }
+        came = (
+            f", came back by step {steps[back_i]}"
+            if back_i is not None
+            else " and did not come back"
+        )
+        unit = " per sample" if per_sample else ""
+        return [
+            Finding(
+                kind=self.name,
+                severity="error",
+                step=steps[onset],
+                layer=None,
+                summary=(
+                    f"loss blow-up from step {steps[onset]}: the loss{unit} rose from "
+                    f"{fmt(start)} to {fmt(values[peak_i])} ({fmt(ratio)}x) at step "
+                    f"{steps[peak_i]}{came} and ended at {fmt(end)}"
+                ),
+                evidence=[
+                    Evidence(f"loss{unit} at the start (lowest of the first 3)", fmt(start)),
+                    Evidence("peak loss", fmt(values[peak_i]), step=steps[peak_i]),
+                    Evidence("peak / start", fmt(ratio)),
+                    Evidence("loss at the end (median of the last 10%)", fmt(end)),
+                ],
+                details=details,
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        d = f.details
+        came_back = d.get("came_back_at")
+        f.symptom = (
+            f"the loss rose {fmt(d['peak_ratio'])}x above where it started, from {at(f)}"
+            + (f", and came back by step {came_back}" if came_back is not None else "")
+        )
+        lr = lr_too_high(
+            0.3,
+            "re-run with the learning rate divided by 10: the first steps should lower the loss",
+        )
+        init = Hypothesis(
+            Family.INITIALIZATION,
+            "weights or output logits initialised too large",
+            "print the loss at step 0 and each layer's output std at step 0",
+            base=0.1,
+        )
+        data = Hypothesis(
+            Family.DATA,
+            "a harder or corrupted stretch of data",
+            f"inspect the batches around {at(f)}",
+            base=0.1,
+        )
+        if f.step is not None and f.step <= 20:
+            lr.seen(
+                f"the loss rose within the first {f.step + 1} steps: a workable learning rate "
+                "lowers it from the start",
+                WEAK,
+                step=f.step,
+            )
+        first = facts.first_update_ratio
+        if first is not None and first > facts.large_ratio:
+            lr.seen(
+                f"the first update moved a weight matrix by {fmt(first)} of its norm ("
+                f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
+                STRONG,
+                value=first,
+            )
+        elif first is not None and first < facts.large_ratio / 10:
+            lr.against(
+                f"the first update moved the weights by at most {fmt(first)} of their norm",
+                MODERATE,
+            )
+        else:
+            update_signs(lr, facts, f)
+        for r in f.related:
+            if r["kind"] == "dead_units":
+                lr.seen(
+                    f"units died after the blow-up ({r['summary']})", MODERATE, step=r.get("step")
+                )
+            elif r["kind"] == "loss_plateau":
+                lr.seen("the loss never got below where the blow-up left it", MODERATE)
+            elif r["kind"] == "exploding_gradients":
+                lr.seen(f"the gradients grew with it ({r['summary']})", WEAK, step=r.get("step"))
+        k = at_chance(d.get("end_loss"), h)
+        if k is not None:
+            f.symptom += f"; it ended at ln({k}), chance level: the model predicts nothing"
+            lr.seen(f"the loss ended at chance level, ln({k}) = {fmt(math.log(k))}", MODERATE)
+        start_k = ce_classes(h)
+        if start_k and d.get("start_loss", 0) > 1.5 * math.log(start_k):
+            init.seen(
+                f"the loss started at {fmt(d['start_loss'])}, above chance (ln({start_k}) = "
+                f"{fmt(math.log(start_k))})",
+                MODERATE,
+                step=0,
+            )
+        elif start_k:
+            init.against(
+                f"the loss started at {fmt(d['start_loss'])}, near chance (ln({start_k}))",
+                MODERATE,
+                step=0,
+            )
+        sustained = came_back is None or came_back - (f.step or 0) >= 3
+        if sustained:
+            data.against("the loss stayed up for many steps; one bad batch spikes once", STRONG)
+            f.ruled_out.append(
+                RuledOut(
+                    "one bad batch",
+                    f"the smoothed loss stayed above 2x its start from {at(f)}"
+                    + (f" to step {came_back}" if came_back is not None else " to the end"),
+                )
+            )
+        else:
+            data.seen(f"the loss was back by step {came_back}", STRONG, step=came_back)
+        noise_note(f, facts)
+        f.ruled_out.append(
+            RuledOut(
+                "overfitting",
+                "overfitting lowers the training loss; here the training loss itself rose",
+            )
+        )
+        f.fixes += [
+            lr_fix(
+                0.1, "lower the learning rate by 10x: the loss should fall from the first steps"
+            ),
+            Fix(Horizon.SHORT_TERM, "add a learning-rate warm-up and " + clip_advice(facts)),
+            Fix(
+                Horizon.LONG_TERM,
+                "choose the learning rate with a range test: the largest rate whose loss still "
+                "falls over the first steps",
+            ),
+        ]
+        f.monitoring.append("the loss against its start level over the first steps (alert at 2x)")
+        clipping(f, lr, facts)
+        return [lr, init, data]

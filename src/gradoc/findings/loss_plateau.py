@@ -1,0 +1,223 @@
+"""loss_plateau: the loss is not going down: the model is not learning.
+
+Needs: the per-step loss (per sample when it is a sum over samples; see
+``signals.loss_trend``).
+
+Rule: with at least ``MIN_STEPS`` (100) finite losses, compare the median of the first 10%
+(at least 5 steps) with the median of the last 25%; a plateau is an improvement below
+``MIN_GAIN`` (2%) that is not a rise (a rise is a divergence). Calibration: labels
+independent of the inputs give 0.7% over 400 steps; healthy runs improve by 12% or more
+over the same length. Runs whose loss is already ~0 are left alone. The onset is the
+first step of the last 25%: from there on the loss is known not to improve (so a plateau
+that follows a blow-up is seen to follow it).
+
+At chance: a cross-entropy over k classes whose last 25% sits within ``CHANCE_BAND`` (3%)
+of ln k is a plateau whatever came before: the model predicts the uniform distribution.
+A loss that blew up and came back to chance "improved" from its early steps (Adam at lr
+3 on a ResNet: 1.7, 3.6, then 1.4-1.6 against ln 4 = 1.39 for 90 steps;
+benchmarks/accuracy.py, calibration split, resnet:lr_adam). Converged: a cross-entropy
+whose whole run sits below ``CONVERGED`` (0.5) x ln k has learnt what it can and is not
+stuck (fine-tuning a trained CNN at a tenth of its learning rate: 0.3-0.4 throughout
+against ln 4; calibration split, cnn:healthy:finetune).
+
+Noisy: a loss whose 95th-percentile excursion over its recent median exceeds ``NOISY``
+(3x; ``signals.excursions``) measures no 2% gain, unless it sits at chance: an
+actor-critic's loss, whose size follows the episodes' returns, not progress
+(``../shared/real-programs`` actor_critic_cartpole_healthy: 7.9).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..detect.finding import (
+    MODERATE,
+    STRONG,
+    WEAK,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    RuledOut,
+)
+from ..detect.history import History
+from ..detect.signals import ce_classes, finite, fmt, loss_noise, loss_trend
+from .advice import at_chance, lr_fix
+from .facts import Facts
+from .kind import FindingKind
+
+MIN_STEPS = 100
+MIN_GAIN = 0.02
+CHANCE_BAND = 0.03
+CONVERGED = 0.5
+NOISY = 3.0
+
+
+BLOCKING = ("dead_units", "vanishing_gradients", "saturated_units", "tiny_updates")
+
+
+class LossPlateau(FindingKind):
+    """The loss does not go down: the model is not learning."""
+
+    name = "loss_plateau"
+    caused_by = (
+        "accumulating_gradients",
+        "nonfinite",
+        "loss_blowup",
+        "dead_units",
+        "vanishing_gradients",
+        "saturated_units",
+        "tiny_updates",
+        "loss_divergence",
+        "frozen_parameters",
+    )
+    considers_zero_init = True
+    link = 150
+
+    def check(self, h: History) -> list[Finding]:
+        steps, values = finite(loss_trend(h)[0])
+        if len(values) < MIN_STEPS:
+            return []
+        early = statistics.median(values[: max(5, len(values) // 10)])
+        late = statistics.median(values[-max(5, len(values) // 4) :])
+        k = ce_classes(h)
+        at_chance = k is not None and abs(late - math.log(k)) <= CHANCE_BAND * math.log(k)
+        if abs(early) < 1e-6 or (late > 1.5 * early and not at_chance):
+            return []
+        gain = (early - late) / abs(early)
+        if gain >= MIN_GAIN and not at_chance:
+            return []
+        if k is not None and max(early, late) < CONVERGED * math.log(k):
+            return []  # learnt, and holding there
+        noise = loss_noise(h)
+        if not at_chance and noise is not None and noise > NOISY:
+            return []  # a loss this noisy measures no 2% gain
+        return [
+            Finding(
+                kind=self.name,
+                severity="warning",
+                step=steps[-max(5, len(values) // 4)],
+                layer=None,
+                summary=(
+                    f"loss plateau: {fmt(early)} at the start, {fmt(late)} over the last "
+                    f"{len(values) // 4} steps ({gain:.1%} better in {len(values)} steps)"
+                ),
+                evidence=[
+                    Evidence("median loss, first 10% of steps", fmt(early)),
+                    Evidence("median loss, last 25% of steps", fmt(late)),
+                    Evidence("relative improvement", round(gain, 4)),
+                ],
+                details={"early_loss": early, "late_loss": late, "gain": gain}
+                | ({"chance": math.log(k), "classes": k} if at_chance and k else {}),
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        f.symptom = "the loss does not go down: the model is not learning"
+        data = Hypothesis(
+            Family.DATA,
+            "inputs and labels that carry no learnable relation (misaligned or shuffled labels, "
+            "wrong target column)",
+            "train on a single batch: a working pipeline overfits it within ~100 steps",
+            base=0.2,
+        )
+        low = Hypothesis(
+            Family.LEARNING_RATE,
+            "learning rate too low",
+            "re-run with the learning rate 10x higher",
+            base=0.15,
+        )
+        blocked = Hypothesis(
+            Family.GRADIENTS,
+            "gradient blocked inside the model (dead or saturated units, vanishing)",
+            "check the other findings and per-layer gradient norms",
+            base=0.1,
+        )
+        high = Hypothesis(
+            Family.LEARNING_RATE,
+            "learning rate too high: the first updates threw the model out of its basin and it "
+            "settled where it learns nothing",
+            "re-run with the learning rate divided by 10: the loss should fall from the start",
+            base=0.05,
+        )
+        if facts.early_peak_loss is not None:
+            high.seen(
+                f"the loss rose to {fmt(facts.early_peak_loss)} in the first steps, from "
+                f"{fmt(h.loss.values[0])}",
+                STRONG,
+            )
+            low.against("the loss rose in the first steps: the updates were too big", STRONG)
+        first = facts.first_update_ratio
+        if first is not None and first > facts.large_ratio:
+            high.seen(
+                f"the first update moved a weight matrix by {fmt(first)} of its norm ("
+                f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
+                MODERATE,
+            )
+        k = at_chance(f.details.get("late_loss"), h)
+        if (
+            k is not None
+        ):  # learnt nothing: every cause of a plateau predicts it, so it weighs little
+            data.seen(
+                f"the loss sits at {fmt(math.log(k))} = ln({k}): chance for {k} classes", WEAK
+            )
+        if facts.median_update_ratio is not None:
+            claim = f"median update/weight ratio {fmt(facts.median_update_ratio)} (healthy ~1e-3)"
+            if facts.median_update_ratio < 1e-5:
+                low.seen(claim, STRONG)
+            elif facts.median_update_ratio > 1e-4:
+                low.against(claim, MODERATE)
+        causes = [r for r in f.related if r["kind"] in BLOCKING]
+        ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
+        through_time = Hypothesis(
+            Family.ARCHITECTURE,
+            "an ungated recurrence: gradients vanish through time, so what a long sequence starts "
+            "with never reaches the loss",
+            "train a gated cell (LSTM/GRU) or shorter sequences on the same data: a drop in the "
+            "loss confirms it",
+            base=0.1,
+        )
+        if ungated:
+            through_time.seen(
+                f"the model has ungated recurrent layers ({', '.join(ungated)})", MODERATE
+            )
+            f.fixes.append(
+                Fix(
+                    Horizon.SHORT_TERM,
+                    "replace the vanilla RNN with an LSTM or GRU (forget-gate bias ~1-3), and clip "
+                    "the gradient norm",
+                )
+            )
+        if causes:
+            for r in causes:
+                blocked.seen(str(r["summary"]), STRONG, step=r.get("step"))
+        elif not ungated:  # the layer ratio does not see vanishing through time
+            blocked.against("no dead, saturated or vanishing layer was found", MODERATE)
+            f.ruled_out.append(
+                RuledOut(
+                    "dead ReLUs or vanishing gradients",
+                    "no layer has a majority of dead units and the first/last gradient ratio "
+                    "stayed above 1e-3",
+                )
+            )
+        if not (causes or facts.early_peak_loss or ungated):
+            data.seen(
+                "nothing inside the model blocked learning (no dead, saturated or vanishing layer)",
+                WEAK,
+            )
+        f.fixes += [
+            Fix(Horizon.IMMEDIATE, "overfit one batch to check that inputs and labels line up"),
+            Fix(Horizon.SHORT_TERM, "raise the learning rate (a range test finds the best one)"),
+            Fix(
+                Horizon.LONG_TERM,
+                "add a validation metric against a trivial baseline (majority class) to see "
+                "learning start",
+            ),
+        ]
+        f.monitoring += ["loss against the trivial baseline", "update/weight ratio per layer"]
+        if high.confirmed:
+            f.fixes.insert(0, lr_fix(0.1, "lower the learning rate by 10x"))
+        return [data, low, blocked, high] + ([through_time] if ungated else [])

@@ -1,0 +1,486 @@
+"""nonfinite: the loss or a gradient became NaN or Inf.
+
+Needs: per-step loss, per-parameter gradient non-finite counts, and the run's
+``nonfinite_loss`` event: a loss the program computed and read (``if not
+torch.isfinite(loss): break``, ``print(loss.item())``) or its model returned, that never
+became a step's loss (it did not reach ``backward()``, or the step never ended).
+Rule: any NaN/Inf is an error; there is no threshold to calibrate (SageMaker Debugger
+and AUTOTRAINER both treat a single non-finite value as a failure). The finding points
+at the first step where either the loss or a gradient was non-finite. Among the
+parameters with non-finite gradients at that step it names the one registered last:
+backward runs from the output towards the input, so the last-registered parameter with
+a non-finite gradient is the nearest to where backward first met the bad value (locating
+the operation itself is the job of ``locate``).
+
+Growth before: when, before that step, the loss rose ``GROWTH`` (100)x above the least of
+its first 3 values or the global gradient norm ``GROWTH``x above its early median (first
+10 steps), the finding's ``details["grew_before"]`` holds the ratios: the op that turned
+the values non-finite only overflowed what was already blowing up (SGD at lr 50 on a
+transformer: loss 1.45, then 4e8, then NaN in a LayerNorm; benchmarks/accuracy.py,
+calibration split, transformer:lr_sgd), so it is a consequence, not a root cause.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .._util.text import module_label
+from ..detect.finding import (
+    DECISIVE,
+    MODERATE,
+    STRONG,
+    WEAK,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    RuledOut,
+)
+from ..detect.history import History
+from ..detect.signals import fmt
+from ..store import EventKind
+from .advice import LR_TOO_HIGH, at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
+from .facts import Facts
+from .kind import FindingKind
+
+GROWTH = 100.0
+
+
+def _grew_before(h: History, step: int) -> dict[str, float]:
+    grew = {}
+    loss = [(s, v) for s, v in zip(h.loss.steps, h.loss.values) if math.isfinite(v)]
+    start = [v for _, v in loss[:3]]
+    before = [v for s, v in loss if s < step]
+    if start and before and min(start) > 0 and max(before) >= GROWTH * min(start):
+        grew["loss"] = max(before) / min(start)
+    norms = [(s, v) for s, v in zip(h.grad_norm.steps, h.grad_norm.values) if math.isfinite(v)]
+    early = sorted(v for _, v in norms[:10])
+    later = [v for s, v in norms if s < step]
+    if early and later and early[len(early) // 2] > 0:
+        ratio = max(later) / early[len(early) // 2]
+        if ratio >= GROWTH:
+            grew["grad_norm"] = ratio
+    return grew
+
+
+def _fmt(value: float | None) -> str:
+    return "missing" if value is None else repr(value).lower()
+
+
+def _unbacked(h: History) -> tuple[int, str, str] | None:
+    """The run's first non-finite loss that was never a step's loss (see the module
+    docstring): (step, value, how the program had it); None without one."""
+    event = next(
+        (e for e in h.events if e.kind == EventKind.NONFINITE_LOSS and "read_by" in e.data), None
+    )
+    if event is None or event.step is None:
+        return None
+    how = str(event.data["read_by"])
+    what = how if event.data.get("backpropagated") else f"{how}, never backpropagated"
+    return event.step, str(event.data.get("value", "nan")), what
+
+
+def printed_at_the_end(meta: dict[str, Any]) -> int | None:
+    """The step of a NaN/Inf the program printed within its last step (``loss nan`` from a
+    detached loss, a metric gradoc does not watch) before it ended; None otherwise (a
+    ``best = inf`` printed long before the end is not one)."""
+    last, steps = meta.get("printed_nonfinite_last"), meta.get("steps")
+    at = last.get("step") if isinstance(last, dict) else None
+    if not isinstance(at, int) or not isinstance(steps, int) or steps == 0:
+        return None
+    return at if at >= steps - 1 else None
+
+
+def _printed(h: History) -> list[Finding]:
+    """A NaN/Inf the program printed just before it ended, in nothing gradoc watched: not
+    healthy, and said plainly (``gradoc run`` re-runs the script to find it when it may)."""
+    at = printed_at_the_end(h.meta)
+    if at is None:
+        return []
+    text = str(h.meta["printed_nonfinite_last"].get("text", ""))[:160]
+    return [
+        Finding(
+            kind="nonfinite",
+            severity="warning",
+            step=at,
+            layer=None,
+            summary=(
+                f"the program printed a non-finite value at step {at} and then ended "
+                f"({text[:80]!r}), in something gradoc does not watch (a detached loss, a "
+                "metric): the loss and gradients it watched were finite"
+            ),
+            evidence=[Evidence("printed", text, step=at)],
+            details={"printed": text},
+        )
+    ]
+
+
+def _steady(
+    f: Finding, h: History, facts: Facts, op: Hypothesis, grow: Hypothesis, rule_out: bool
+) -> None:
+    """The gradient norm before the failure: steady contradicts growth (and rules out
+    exploding gradients, unless an update wrote the NaN: an update is not a gradient)."""
+    before = [
+        v
+        for s, v in zip(h.grad_norm.steps, h.grad_norm.values)
+        if f.step is not None and s < f.step and math.isfinite(v)
+    ]
+    if not before:
+        grow.unseen("the gradient norm before the failure (no step before it)")
+        return
+    last = max(before[-5:])
+    if last < 10 * (facts.grad_median or math.inf):
+        claim = (
+            f"the gradient norm was steady before (last 5 steps <= {fmt(last)}, median "
+            f"{fmt(facts.grad_median or 0)})"
+        )
+        op.seen(claim, WEAK)
+        grow.against(claim, MODERATE)
+        if rule_out:
+            f.ruled_out.append(
+                RuledOut(
+                    "exploding gradients",
+                    f"the gradient norm stayed within 10x its median "
+                    f"({fmt(facts.grad_median or 0)}) until the failure",
+                )
+            )
+    else:
+        grow.seen(f"the gradient norm reached {fmt(last)} in the last steps before", MODERATE)
+
+
+def _eps_hypothesis(f: Finding, origin: dict[str, Any]) -> Hypothesis | None:
+    """An update that wrote NaN/Inf because its eps is 0 in the weights' dtype (located
+    with ``locate.replay.eps_evidence``): its division by the state is x/0 where that
+    state is exactly 0, whatever the learning rate."""
+    evidence = origin.get("evidence", [])
+    eps = next((e for e in evidence if "eps" in e), None)
+    if eps is None:
+        return None
+    dtype, low = eps["dtype"], eps["dtype"] in ("float16", "bfloat16")
+    zeros = [e for e in evidence if "state" in e]  # counts of exact zeros of a state
+    h = Hypothesis(
+        Family.PRECISION if low and eps["eps"] else Family.NUMERICS,
+        f"the optimizer's eps ({fmt(eps['eps'])}) is 0 in {dtype}: its update divides by "
+        "sqrt(state) + eps, and where that state is exactly 0 the update is x/0"
+        + (
+            " (with Adam's defaults, (1 - beta2) * grad**2 is 0 in float16 for |grad| < 8e-3)"
+            if dtype == "float16"
+            else ""
+        ),
+        "print optimizer.param_groups[0]['eps'] and the dtype of the weights; count the exact "
+        "zeros of the optimizer's state (exp_avg_sq for Adam)",
+    )
+    h.seen(
+        f"the update of step {origin.get('step')} wrote non-finite weights from finite "
+        f"gradients, and eps {fmt(eps['eps'])} is {fmt(eps['value'])} as {dtype}",
+        DECISIVE,
+    )
+    for e in zeros:
+        if e["value"]:
+            h.seen(f"{e['signal']}: {e['value']} of {e['of']}", MODERATE)
+    f.ruled_out.append(
+        RuledOut(
+            LR_TOO_HIGH,
+            "the update divided by an exact 0: a smaller learning rate scales x/0, it does "
+            "not make it finite",
+        )
+    )
+    return h
+
+
+def _fixes(
+    f: Finding, facts: Facts, extra: list[Hypothesis], grew: dict[str, Any], origin: dict[str, Any]
+) -> None:
+    phase = origin.get("phase")
+    if extra:
+        f.fixes += _eps_fixes(extra[0])
+    elif phase == "optimizer" or grew:
+        f.fixes.append(lr_fix(0.1, "lower the learning rate by 10x"))
+    f.fixes.append(
+        Fix(
+            Horizon.IMMEDIATE,
+            f"restart from a checkpoint saved before {at(f)} and skip steps whose loss is not "
+            "finite (gradoc.watch(..., guard=True) or gradoc run --guard does it, and rolls "
+            "back when they repeat)",
+            apply={"skip_nonfinite": True},
+        )
+    )
+    if phase == "optimizer":  # no operation of the user's to guard
+        f.fixes += [] if extra else [clip_fix(facts, Horizon.SHORT_TERM)]
+        f.fixes.append(
+            Fix(
+                Horizon.LONG_TERM,
+                "test one training step in the dtype you train in: assert "
+                "torch.isfinite(p).all() for every weight after optimizer.step()",
+            )
+        )
+    else:
+        f.fixes += [
+            Fix(
+                Horizon.SHORT_TERM,
+                "guard the operation that produced it: add an epsilon to divisors, log and "
+                "sqrt arguments (x.clamp_min(1e-12)), use log_softmax instead of log(softmax)",
+                code=code_at(origin),
+            ),
+            Fix(
+                Horizon.LONG_TERM,
+                f"add a numerics test for {origin.get('module') or 'the module'} on edge-case "
+                "inputs (sequence lengths 1 and 2, empty, all-zero, very large) that asserts "
+                "finite outputs and gradients",
+            ),
+        ]
+    f.monitoring.append(
+        "non-finite loss and gradients on every step (gradoc records them by default)"
+    )
+    for name in dict.fromkeys(e["argument"] for e in origin.get("evidence", []) if "argument" in e):
+        f.monitoring.append(
+            f"the range of `{name}` in every batch (min / max), with an alert on values "
+            "the model was never tested on"
+        )
+
+
+def _eps_fixes(h: Hypothesis) -> list[Fix]:
+    if h.family == Family.PRECISION:
+        return [
+            Fix(
+                Horizon.IMMEDIATE,
+                "keep the weights and the optimizer in float32 and train in mixed precision: "
+                "torch.autocast(device_type, dtype=torch.float16) with torch.amp.GradScaler, "
+                "instead of model.half()",
+            ),
+            Fix(
+                Horizon.SHORT_TERM,
+                "if the weights must stay in float16, give the optimizer an eps float16 holds "
+                "(eps=1e-4), or use bfloat16",
+            ),
+        ]
+    return [Fix(Horizon.IMMEDIATE, "give the optimizer an eps above 0 (1e-8)")]
+
+
+def born_in_user_code(f: Finding) -> bool:
+    """A NaN/Inf whose birth was located in the user's forward, backward or data, and not
+    an overflow of values that were already blowing up (``details["grew_before"]``)."""
+    origin = f.origin or {}
+    if f.kind != "nonfinite" or not origin or f.details.get("grew_before"):
+        return False
+    return origin.get("phase") == "input" or (
+        origin.get("phase") in ("forward", "backward") and bool(origin.get("op"))
+    )
+
+
+class Nonfinite(FindingKind):
+    """The loss, the gradients or the weights became NaN/Inf.
+
+    Where it was born decides most of it (``origin``, from ``locate``): an operation of the
+    user's forward or backward pass, the inputs, or an update. Values that were already
+    growing before they overflowed (``details["grew_before"]``) point at a learning rate."""
+
+    name = "nonfinite"
+    caused_by = (
+        "accumulating_gradients",
+        "exploding_gradients",
+        "loss_blowup",
+        "loss_divergence",
+        "large_updates",
+    )
+    link = 10
+
+    def rank(self, f: Finding) -> int:
+        # a NaN/Inf the updates wrote (not born in the user's code) comes after what
+        # blew the values up: large updates rank 100
+        return self.link if born_in_user_code(f) else 110
+
+    def root(self, f: Finding) -> bool:
+        """Born in the user's code: a root cause in itself, and what follows it is its
+        consequence."""
+        return born_in_user_code(f)
+
+    def can_cause(self, f: Finding) -> bool:
+        """A NaN the updates wrote is itself a consequence, not a first link."""
+        return born_in_user_code(f)
+
+    def check(self, h: History) -> list[Finding]:
+        loss = h.loss
+        bad_loss = loss.first_nonfinite()
+        counts = h.grad_nonfinite
+        bad_grad = next((s for s, v in zip(counts.steps, counts.values) if v), None)
+        # a located origin is itself the evidence (a script may stop before backward)
+        origins = [e.data["origin"] for e in h.events if e.kind == EventKind.NONFINITE_ORIGIN]
+        first_origin = min((o["step"] for o in origins if o.get("step") is not None), default=None)
+        unbacked = _unbacked(h)
+        bad_unbacked = unbacked[0] if unbacked is not None else None
+        if bad_loss is None and bad_grad is None and first_origin is None and bad_unbacked is None:
+            return _printed(h)
+        step = min(s for s in (bad_loss, bad_grad, first_origin, bad_unbacked) if s is not None)
+        evidence: list[Evidence] = []
+        layer = None
+        parts = []
+        if unbacked is not None and (bad_loss is None or unbacked[0] < bad_loss):
+            at, shown, what = unbacked
+            evidence.append(Evidence("loss, never a step's loss", shown, step=at))
+            parts.append(f"loss became {shown} at step {at} ({what})")
+        elif bad_loss is not None:
+            at, shown = bad_loss, _fmt(loss.at(bad_loss))
+            evidence.append(Evidence("loss", shown, step=at))
+            parts.append(f"loss became {shown} at step {at}")
+        if unbacked is not None or bad_loss is not None:
+            before = [v for s, v in zip(loss.steps, loss.values) if s < at and math.isfinite(v)]
+            if before:
+                evidence.append(Evidence("last finite loss", before[-1]))
+        if bad_grad is not None:
+            with_grads = [
+                p for p in h.params if h.param(p.name, "grad_nonfinite").at(bad_grad) is not None
+            ]
+            bad = [(p, h.param(p.name, "grad_nonfinite").at(bad_grad) or 0) for p in with_grads]
+            bad = [(p, c) for p, c in bad if c]
+            total = int(sum(c for _, c in bad))
+            nearest = bad[-1][0] if bad else None  # params are in registration order
+            layer = nearest.module if nearest else None
+            evidence.append(Evidence("non-finite gradient values", total, step=bad_grad))
+            evidence.append(
+                Evidence(
+                    "parameters with non-finite gradients",
+                    len(bad),
+                    extra={"of": len(with_grads), "names": [p.name for p, _ in bad][-10:]},
+                )
+            )
+            where = f" (nearest the loss: {nearest.name})" if nearest else ""
+            parts.append(
+                f"{len(bad)} of {len(with_grads)} parameters had non-finite gradients "
+                f"at step {bad_grad}{where}"
+            )
+        # a later origin caught with tracing armed is more precise than the first replay's
+        origin = next(
+            (o for o in reversed(origins) if o.get("file")), origins[0] if origins else None
+        )
+        if origin is not None:
+            # the located birth is the story: its module is the layer, its step the start
+            layer = origin.get("module") if origin.get("phase") != "input" else layer
+            step = min(step, origin["step"]) if origin.get("step") is not None else step
+            where = f" in {module_label(origin['module'])}" if "module" in origin else ""
+            line = f" at {origin['file']}:{origin['line']}" if origin.get("file") else ""
+            if origin.get("op"):
+                parts.insert(0, f"born in the {origin['phase']} pass: {origin['op']}{where}{line}")
+            elif origin["phase"] == "input":
+                parts.insert(0, "born in the input data")
+            elif origin.get("module") is None:
+                parts.insert(0, f"born outside the model ({origin['phase']} pass)")
+        skipped = h.meta.get("skipped_updates")
+        if skipped:
+            evidence.append(Evidence("non-finite updates not applied", skipped))
+        grew = _grew_before(h, step)
+        for what, ratio in grew.items():
+            evidence.append(Evidence(f"{what.replace('_', ' ')} growth before", fmt(ratio)))
+        return [
+            Finding(
+                kind=self.name,
+                severity="error",
+                step=step,
+                layer=layer,
+                summary="; ".join(parts),
+                evidence=evidence,
+                origin=origin,
+                details={"grew_before": grew} if grew else {},
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        f.symptom = (
+            f"the program printed a NaN/Inf at {at(f)} and ended"
+            if f.details.get("printed")
+            else f"the loss or the gradients became NaN/Inf at {at(f)}"
+        )
+        origin = f.origin or {}
+        phase = origin.get("phase")
+        op = Hypothesis(
+            Family.NUMERICS,
+            "a numerically unsafe operation in the forward pass (log of 0, division by 0, sqrt "
+            "of a "
+            "negative, exp overflow, a norm without epsilon)",
+            "re-run the failing step under torch.autograd.detect_anomaly() or check each module's "
+            "output with torch.isfinite to find the first non-finite one",
+            base=0.3,
+        )
+        data = Hypothesis(
+            Family.DATA,
+            "non-finite or extreme values in the input batch",
+            f"assert torch.isfinite(batch).all() for the batch of {at(f)}",
+            base=0.2,
+        )
+        grow = Hypothesis(
+            Family.GRADIENTS,
+            "gradients that grew until they overflowed",
+            "plot the global gradient norm before the failure",
+            base=0.1,
+        )
+        _steady(f, h, facts, op, grow, rule_out=phase != "optimizer")
+        if (r := lr_ruled_out(facts, f)) is not None:
+            f.ruled_out.append(r)
+        loss_before(f, h)
+        lengths = related(f, "length_anomaly")
+        if lengths is not None and lengths.get("step") == f.step:
+            op.seen(f"the failing batch had unusual lengths: {lengths['summary']}", MODERATE)
+            f.evidence.append(Evidence("length anomaly at the same step", True))
+        facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
+        where = f" in {module_label(origin.get('module'))}"
+        if origin.get("file"):
+            where += f" at {origin['file']}:{origin['line']}"
+        extra: list[Hypothesis] = []  # what the origin adds (an optimizer's eps of 0)
+        if phase in ("forward", "backward") and origin.get("op"):
+            op.cause = f"{origin['op']} ({phase} pass){where}"
+            if origin.get("code"):
+                op.cause += f": `{origin['code']}`"
+            op.seen(
+                f"the first non-finite value was made by {origin['op']} ({phase} pass)", DECISIVE
+            )
+            for claim in facts_of_op:
+                op.seen(claim, WEAK)
+            op.check = (
+                "test that code on edge-case inputs (empty, length 1, all-zero, very large) "
+                "and guard it: an epsilon in divisors, log and sqrt arguments, clamp exp inputs"
+            )
+        elif phase == "input":
+            data.seen("the model's inputs were already non-finite", DECISIVE)
+            for claim in facts_of_op:
+                data.seen(claim, WEAK)
+            op.against("the model's inputs were already non-finite", STRONG)
+        elif phase == "optimizer":
+            grow.cause = (
+                "an optimizer update that wrote non-finite weights (learning rate too high)"
+            )
+            grow.family = Family.LEARNING_RATE
+            eps = _eps_hypothesis(f, origin)
+            finite = (
+                f"the forward and backward of step {origin.get('step')} were finite; the update "
+                "after them wrote the first non-finite values"
+            )
+            if eps is not None:
+                extra.append(eps)
+                grow.seen(finite, STRONG)
+                grow.against(eps.signs[0].claim, DECISIVE)
+            else:
+                grow.seen(finite, DECISIVE)
+                for claim in facts_of_op:
+                    grow.seen(claim, WEAK)
+            op.against(finite, STRONG)
+            data.against(finite, STRONG)
+        else:
+            op.unseen("where the first NaN/Inf was made (not located)")
+        grew = f.details.get("grew_before") or {}
+        if grew and phase != "input":
+            grow.cause = (
+                "values that blew up before they overflowed: a learning rate too high for "
+                "this model (or an initialisation that grows)"
+            )
+            grow.family = Family.LEARNING_RATE
+            for k, v in grew.items():
+                grow.seen(f"{k.replace('_', ' ')} rose {fmt(v)}x before", STRONG)
+            op.against("the values were already blowing up before this op overflowed", STRONG)
+        if f.step == 0 and phase != "optimizer":
+            data.seen("non-finite from the very first step: nothing was learnt yet", WEAK, step=0)
+            grow.against("there was no training before step 0 to grow anything", MODERATE, step=0)
+        _fixes(f, facts, extra, grew, origin)
+        return [op, data, grow, *extra]
