@@ -110,8 +110,8 @@ def test_advice_prefers_bf16_when_no_scale_fits() -> None:
         "b": {"max_abs": 1e-9, "exponents": {"-40": 100}, "fp16_overflow": 0},
     }
     adv = advice({"gradients": grads, "activations": {}})
-    assert adv["loss_scale"] is None and adv["prefer_bf16"]
-    assert all(r["overflow"] for r in adv["loss_scales"])
+    assert adv.loss_scale is None and adv.prefer_bf16
+    assert all(r.overflow for r in adv.loss_scales)
 
 
 def test_check_amp_on_the_command_line(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from rich.console import Console
 
 import gradoc
 from gradoc.detect import Finding
-from gradoc.detect.finding import FAMILIES
+from gradoc.detect.finding import FAMILIES, Origin
 from gradoc.diagnose import merge, order
 from gradoc.findings import REGISTRY
-from gradoc.report import build_report, print_summary, to_json_text
+from gradoc.report import Report, build_report, print_summary, to_json_text
 from tests.scenarios import HEALTHY, PATHOLOGIES
 
 
@@ -38,13 +38,13 @@ def test_consequences_fold_into_their_cause_on_the_timeline() -> None:
     # the divergence began before the explosion: the explosion cannot explain it
     assert [f.kind for f in stories] == ["loss_divergence", "exploding_gradients", "loss_spike"]
     explosion = stories[1]
-    assert {r["kind"] for r in explosion.related} == {"nonfinite"}
+    assert {r.kind for r in explosion.related} == {"nonfinite"}
     assert explosion.severity == "error"  # a folded error keeps the story an error
 
 
 def test_a_nan_born_in_user_code_is_a_root_and_what_follows_is_its_consequence() -> None:
     nan = _finding("nonfinite", 15, "error")
-    nan.origin = {"phase": "backward", "op": "SqrtBackward0", "file": "t.py", "line": 3}
+    nan.origin = Origin(phase="backward", step=4, op="SqrtBackward0", file="t.py", line=3)
     stories = order(
         merge(
             [
@@ -56,7 +56,7 @@ def test_a_nan_born_in_user_code_is_a_root_and_what_follows_is_its_consequence()
         )
     )
     assert [f.kind for f in stories] == ["nonfinite", "exploding_gradients"]
-    assert {r["kind"] for r in stories[0].related} == {"loss_divergence", "large_updates"}
+    assert {r.kind for r in stories[0].related} == {"loss_divergence", "large_updates"}
 
 
 def test_a_finding_with_no_cause_stands_alone() -> None:
@@ -77,10 +77,10 @@ def test_every_finding_ends_in_exactly_one_story_never_before_its_cause() -> Non
         labels = [(f.kind, f.step) for f in found]
         stories = merge(found)
         seen = [(f.kind, f.step) for f in stories]
-        seen += [(r["kind"], r["step"]) for f in stories for r in f.related]
+        seen += [(r.kind, r.step) for f in stories for r in f.related]
         assert sorted(seen) == sorted(labels)  # nothing lost, nothing twice
         for f in stories:
-            assert all(r["step"] >= f.step for r in f.related)  # causes come first
+            assert all(r.step >= f.step for r in f.related)  # causes come first
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_terminal_diagnosis_fits_100_columns(name: str, reports: dict) -> None:
     run_dir, report = reports[name]
     console = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     with gradoc.open_run(run_dir) as log:
-        print_summary(log, report, console)
+        print_summary(log, Report.from_json(report), console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100
     for f in report["findings"]:
@@ -201,7 +201,7 @@ def test_fail_on_exit_codes(reports: dict, tmp_path: Path) -> None:
 def test_detection_runs_off_the_training_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gradoc.report.json as report_json
+    import gradoc.analysis as report_json
 
     calls = []
     original = report_json.check_all
@@ -226,7 +226,7 @@ def test_an_adam_rate_as_large_as_the_weights_joins_the_story_it_caused() -> Non
     setting = _finding("large_updates", 0)
     setting.details = {"rule": "adam_lr", "lr": 0.5, "weight_rms": 0.07, "ratio": 7.0}
     (story,) = order(merge([setting, _finding("loss_blowup", 2, "error")]))
-    assert story.kind == "loss_blowup" and {r["kind"] for r in story.related} == {"large_updates"}
+    assert story.kind == "loss_blowup" and {r.kind for r in story.related} == {"large_updates"}
     alone = _finding("large_updates", 74)
     alone.details = dict(setting.details)
     assert [f.kind for f in merge([alone])] == ["large_updates"]
@@ -238,7 +238,7 @@ def test_a_loss_at_init_far_above_chance_heads_the_explosion_it_starts() -> None
     init.details = {"rule": "chance"}
     (story,) = order(merge([_finding("exploding_gradients", 0, "error"), init]))
     assert story.kind == "poor_initialization" and story.severity == "error"
-    assert {r["kind"] for r in story.related} == {"exploding_gradients"}
+    assert {r.kind for r in story.related} == {"exploding_gradients"}
     drift = _finding("poor_initialization", 0)  # activations growing layer by layer
     drift.details = {"rule": "drift"}
     (story,) = order(merge([_finding("exploding_gradients", 0, "error"), drift]))

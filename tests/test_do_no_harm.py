@@ -349,8 +349,8 @@ def test_names_with_rich_markup_and_escape_sequences_print_as_text(tmp_path: Pat
 def test_terminal_rendering_escapes_user_text_even_on_a_colour_terminal(tmp_path: Path) -> None:
     from rich.console import Console
 
+    from gradoc.analysis import analyze
     from gradoc.report import print_summary
-    from gradoc.report.json import build_report
 
     model = nn.Sequential()
     model.add_module("\x1b[2J[bold]", nn.Linear(4, 1))
@@ -359,7 +359,7 @@ def test_terminal_rendering_escapes_user_text_even_on_a_colour_terminal(tmp_path
         _train_linear(model, opt)
     buf = io.StringIO()
     with gradoc.open_run(tmp_path / "run") as log:
-        print_summary(log, build_report(log), Console(file=buf, force_terminal=True, width=120))
+        print_summary(log, analyze(log), Console(file=buf, force_terminal=True, width=120))
     text = buf.getvalue()
     assert "\x1b[2J" not in text and "\\x1b[2J[bold].weight" in re.sub(r"\x1b\[[0-9;]*m", "", text)
 

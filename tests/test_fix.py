@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 import gradoc
+from gradoc.analysis import Report
+from gradoc.detect.finding import Finding, Fix, Horizon
 from gradoc.fix import choose, code_fixes
 from gradoc.fix.remedy import find_definition
 from tests.test_cli import _one_line_error, gradoc_cli
@@ -156,24 +158,26 @@ def test_fix_and_flags_refuse_bad_input(tmp_path: Path) -> None:
 
 
 def test_choose_takes_the_first_applicable_fix_of_the_most_serious_finding() -> None:
-    report = {
-        "findings": [
-            {"kind": "dead_units", "severity": "warning", "fixes": [{"action": "reinit"}]},
-            {
-                "kind": "loss_divergence",
-                "severity": "error",
-                "fixes": [
-                    {"action": "lower", "apply": {"lr_scale": 0.1}},
-                    {"action": "clip", "apply": {"clip": 2.0}},
-                ],
-            },
-            {"kind": "loss_spike", "severity": "info", "fixes": [{"action": "x", "apply": {}}]},
-        ]
-    }
+    def finding(kind: str, severity: str, *fixes: Fix) -> Finding:
+        return Finding(
+            kind=kind, severity=severity, step=1, layer=None, summary=kind, fixes=list(fixes)
+        )
+
+    findings = [
+        finding("dead_units", "warning", Fix(Horizon.SHORT_TERM, "reinit")),
+        finding(
+            "loss_divergence",
+            "error",
+            Fix(Horizon.IMMEDIATE, "lower", apply={"lr_scale": 0.1}),
+            Fix(Horizon.IMMEDIATE, "clip", apply={"clip": 2.0}),
+        ),
+        finding("loss_spike", "info", Fix(Horizon.IMMEDIATE, "x", apply={})),
+    ]
+    report = Report(status="problems", findings=findings)
     remedy = choose(report)
     assert remedy is not None and (remedy.kind, remedy.value) == ("lr_scale", 0.1)
     assert remedy.lr_scale == 0.1 and remedy.guard is None
-    assert choose({"findings": report["findings"][:1]}) is None
+    assert choose(Report(status="problems", findings=findings[:1])) is None
     assert [f.finding for f in code_fixes(report, [])] == ["dead_units"]
 
 

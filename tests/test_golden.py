@@ -23,7 +23,7 @@ from rich.console import Console
 
 import gradoc
 from gradoc.demo.gallery import GALLERY
-from gradoc.report import print_summary
+from gradoc.report import Report, print_summary
 
 GOLDEN = Path(__file__).parent / "golden"
 SCENARIOS = ("dead-relu", "exploding-init", "padding-leak")
@@ -59,7 +59,7 @@ def _terminal(run_dir: Path, report: dict[str, Any]) -> str:
     out = io.StringIO()
     console = Console(file=out, width=100, color_system=None, force_terminal=False)
     with gradoc.open_run(run_dir) as log:
-        print_summary(log, report, console)
+        print_summary(log, Report.from_json(report), console)
     text = re.sub(r"[ \t]+\n", "\n", out.getvalue())
     text = re.sub(r"steps in [0-9.]+ ?[a-z]*", "steps in *", text)  # the wall time
     return _normal(text)  # type: ignore[no-any-return]

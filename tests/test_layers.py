@@ -1,7 +1,7 @@
 """The package's import direction, written down once: a module imports only lower layers.
 
 The pipeline reads collect -> stats -> store -> detect -> locate -> findings -> diagnose ->
-report; the import layers below follow it, with the live side (``collect``) above the
+analysis -> report; the import layers below follow it, with the live side (``collect``) above the
 engines it drives (statistics, the store, locating, the guard) and below everything that
 reads a finished run (the finding kinds, the diagnosis, report, sinks). ``tools`` are
 applications (they run scripts, render); what the live side needs of them (the padding
@@ -27,7 +27,9 @@ LAYERS: list[set[str]] = [
     {"locate", "guard"},  # engines the live side drives: replays, guard actions
     {"collect", "testing"},  # the live run; the numerics harness
     {"findings"},  # one class per finding kind: its rule and its explanation
-    {"diagnose", "compare", "fix"},
+    {"diagnose"},  # the causal stories, the ranking
+    {"analysis"},  # a run log in, the typed report out
+    {"compare", "fix"},
     {"report"},  # the only renderer (rich, HTML, charts)
     {"sinks"},
     {"runtime"},  # gradoc run's runtime: running scripts, side effects, replays, ranks

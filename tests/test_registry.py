@@ -248,11 +248,11 @@ def test_a_new_kind_reaches_the_registry_the_report_and_the_reference(
     assert "steady_loss" in (tmp_path / "run" / "report.html").read_text()
     # written again from the log, as gradoc report does
     again = write_report(tmp_path / "run", html=False)
-    assert [f["kind"] for f in again["findings"]] == [f["kind"] for f in report["findings"]]
+    assert [f.kind for f in again.findings] == [f["kind"] for f in report["findings"]]
     # its cause folds into its story: tiny updates at the same step head it
     tiny = _finding("tiny_updates", 0)
     (story,) = diagnose(synthetic(loss=[1.0] * 8), [_finding("steady_loss", 0), tiny])
-    assert story.kind == "tiny_updates" and story.related[0]["kind"] == "steady_loss"
+    assert story.kind == "tiny_updates" and story.related[0].kind == "steady_loss"
     # the reference: a row, and a section with its rule, evidence, cause and fix
     text = reference.reference()
     assert "| [`steady_loss`](#steady_loss) | The loss stands still from the first step" in text

@@ -298,7 +298,7 @@ def test_a_plateau_after_a_blow_up_is_part_of_its_story() -> None:
     loss = [1.4, 1.5, 40.0, 900.0, 3000.0, 800.0, 60.0, 5.0] + [math.log(4)] * 150
     stories = _findings(loss=loss)
     top = next(f for f in stories if f.severity in ("error", "warning"))
-    assert top.kind == "loss_blowup" and {"loss_plateau"} <= {r["kind"] for r in top.related}
+    assert top.kind == "loss_blowup" and {"loss_plateau"} <= {r.kind for r in top.related}
     assert top.root_cause and top.root_cause.startswith("learning rate too high")
 
 
@@ -373,7 +373,7 @@ def test_a_nan_at_the_end_of_a_blow_up_is_the_learning_rate_not_the_op() -> None
     top = _serious(h)[0]
     assert top.root_cause_family == "learning_rate", top.root_cause
     assert top.kind in ("loss_blowup", "loss_divergence", "exploding_gradients")
-    assert "nonfinite" in {r["kind"] for r in top.related}  # the overflow is its consequence
+    assert "nonfinite" in {r.kind for r in top.related}  # the overflow is its consequence
 
 
 def _ce(h: Any, classes: int) -> Any:

@@ -405,14 +405,14 @@ def _checkpoint_plan(args: argparse.Namespace) -> int:
 
 
 def _fix_command(args: argparse.Namespace) -> int:
-    from .report import build_report
+    from .analysis import analyze
     from .runtime.runner import check_script
     from .store import open_run
 
     script = check_script(args.script)
     before = Path(args.run_dir)
     with _reading(before), open_run(before) as log:  # a clear error when RUN_DIR is not a run
-        report = build_report(log)
+        report = analyze(log)
         before = log.dir
     json_path = _output(args.json, "--json", {script: "the script"})
     return fix(before, report, script, list(args.args), args.out, json_path)
@@ -466,12 +466,13 @@ def _replay_command(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import build_report, print_summary, to_json_text
+    from .analysis import analyze
+    from .report import print_summary, to_json_text
     from .store import open_run
 
     with _reading(args.run_dir), open_run(args.run_dir) as log:
         html = _output(args.html, "--html", {log.path: "the run log"})
-        report = build_report(log)
+        report = analyze(log)
         if html:
             from .report.html import write_html
 
@@ -483,8 +484,7 @@ def _report(args: argparse.Namespace) -> int:
             print(to_json_text(report), end="")
         else:
             print_summary(log, report)
-    failing = {"warning": ("warning", "error"), "error": ("error",)}.get(args.fail_on or "", ())
-    return FAIL_EXIT if any(f["severity"] in failing for f in report["findings"]) else 0
+    return FAIL_EXIT if args.fail_on and report.failing(args.fail_on) else 0
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from .._version import __version__
 from ..config import WatchConfig
 from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
-from ..store import EventKind, RunWriter
+from ..store import EventKind, RunWriter, Stopped
 from ..store.writer import insert_rows
 from . import taps
 from ._safety import finish_safely, open_runs, sigint_deferred
@@ -35,9 +35,7 @@ from .locating import Locator
 from .steps import Steps, probes_for
 from .watched import Watched
 
-Finish = Callable[
-    [Path, "str | Path | None", "dict[str, Any] | None", dict[str, str]], "dict[str, Any]"
-]
+Finish = Callable[[Path, "str | Path | None", "Stopped | None", dict[str, str]], "dict[str, Any]"]
 """What writes a closed run's report and sinks (see ``Run(finish=...)``)."""
 
 
@@ -197,7 +195,7 @@ class Run(Shown):
         stopped = None
         if self._writer.error is not None:  # the log lacks the end of the run: say so
             error = one_line(self._writer.error)
-            stopped = {"error": error, "steps": self.step, "status": status, "exit_code": exit_code}
+            stopped = Stopped(error, self.step, status, exit_code)
         finish, sinks = self._finish, dict(self.config.sinks)
         return finish_safely(self, lambda: finish(self.dir, json_path, stopped, sinks))
 

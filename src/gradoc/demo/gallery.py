@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..analysis import Report
+
 Train = Callable[[Path], Path]
 
 
@@ -462,8 +464,7 @@ def run(name: str, out: Path | None, fixed: bool = False) -> int:
     return 0
 
 
-def _report(run_dir: Path) -> dict[str, object]:
-    import json
+def _report(run_dir: Path) -> Report:
+    from ..report import read_report
 
-    report: dict[str, object] = json.loads((run_dir / "report.json").read_text())
-    return report
+    return read_report(run_dir / "report.json")

@@ -111,7 +111,7 @@ def run(
     import gradoc
 
     from ..collect import prepare_run_dir
-    from ..report import print_run_summary
+    from ..report import Report, print_run_summary
 
     console = Console()
     console.print(Panel(STORY, title=f"gradoc demo {NAME}" + (" --fixed" if fixed else "")))
@@ -169,6 +169,6 @@ def run(
         f"validation accuracy {acc} (the validation posts have no one-token post); "
         f"{skipped} training steps held NaN and were skipped by the guard"
     )
-    print_run_summary(run_.dir, report, stderr=False)
+    print_run_summary(run_.dir, Report.from_json(report), stderr=False)
     console.print(f"report   {run_.dir / 'report.html'}", highlight=False)
     return 0

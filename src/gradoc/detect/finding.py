@@ -22,7 +22,8 @@ shown is ``high`` at a score of 2 or more, ``medium`` at 1 or more, ``low`` belo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from .._util.text import StrEnum
@@ -128,6 +129,12 @@ class Sign:
     step: int | None = None
     value: float | str | None = None
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Sign:
+        return cls(
+            data["claim"], State(data["state"]), data["weight"], data.get("step"), data.get("value")
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"claim": self.claim, "state": str(self.state), "weight": self.weight}
         if self.step is not None:
@@ -204,6 +211,14 @@ class Hypothesis:
             "check": self.check,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Hypothesis:
+        """As report.json holds it: its base is what its score keeps beyond its signs."""
+        made = cls(Family(data["family"]), data["cause"], data.get("check") or "")
+        made.signs = [Sign.from_json(s) for s in data.get("signs", [])]
+        made.base = data.get("score", 0.0) - (made.score - made.base)
+        return made
+
 
 def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
     """Most likely first, by the module docstring's rule."""
@@ -230,6 +245,10 @@ class Fix:
             out["code"] = self.code
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fix:
+        return cls(Horizon(data["horizon"]), data["action"], data.get("apply"), data.get("code"))
+
 
 @dataclass(slots=True)
 class RuledOut:
@@ -238,6 +257,56 @@ class RuledOut:
 
     def to_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RuledOut:
+        return cls(data["cause"], data["why"])
+
+
+@dataclass(kw_only=True, slots=True)
+class Origin:
+    """Where a NaN/Inf was born (report.json's ``origin``): the operation, the module
+    running it and the line of the user's code, found by ``gradoc.locate``."""
+
+    phase: str
+    """forward | backward | input | optimizer"""
+    step: int
+    op: str | None = None
+    module: str | None = None
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    """How it was found, e.g. on the next occurrence with tracing armed."""
+    source: dict[str, Any] | None = None
+    """The lines around ``line`` as they were when the run happened: ``{"start": n,
+    "lines": [...]}``. Reports show these and never open ``file`` (a run directory may
+    come from someone else, and its ``file`` could name anything)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Origin:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(slots=True)
+class Related:
+    """A finding folded into another's story, as its consequence or its cause."""
+
+    kind: Kind
+    step: int | None
+    layer: str | None
+    summary: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "step": self.step, "layer": self.layer, "summary": self.summary}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Related:
+        return cls(data["kind"], data.get("step"), data.get("layer"), data["summary"])
 
 
 @dataclass(kw_only=True, slots=True)
@@ -257,18 +326,20 @@ class Finding:
     ruled_out: list[RuledOut] = field(default_factory=list)
     """Common wrong diagnoses, each with the run's own numbers."""
     fixes: list[Fix] = field(default_factory=list)
-    origin: dict[str, Any] | None = None
+    origin: Origin | None = None
     symptom: str | None = None
     """What a person sees, in one sentence."""
     root_cause: str | None = None
     root_cause_family: Family | None = None
     """The family of the first hypothesis: stable where ``root_cause``'s words are not."""
     monitoring: list[str] = field(default_factory=list)
-    related: list[dict[str, Any]] = field(default_factory=list)
+    related: list[Related] = field(default_factory=list)
     """Findings folded into this one as its consequences or causes: kind, step, summary."""
     details: dict[str, Any] = field(default_factory=dict)
     """Typed facts the diagnosis reasons with (``{"spikes": 3}``, ``{"peak_loss": 1e5}``):
     rewording a summary or a signal can never change a diagnosis."""
+    rank: int | None = None
+    """Under torchrun, the rank that saw it when rank 0 did not (the merged report)."""
 
     def __post_init__(self) -> None:
         self.evidence = [Evidence.of(e) for e in self.evidence]
@@ -288,9 +359,36 @@ class Finding:
             "root_cause": self.root_cause,
             "root_cause_family": str(self.root_cause_family) if self.root_cause_family else None,
             "monitoring": list(self.monitoring),
-            "related": list(self.related),
+            "related": [r.to_json() for r in self.related],
             "details": dict(self.details),
         }
         if self.origin is not None:
-            data["origin"] = self.origin
+            data["origin"] = self.origin.to_json()
+        if self.rank is not None:
+            data["rank"] = self.rank
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding as report.json holds it (:meth:`to_json` read back)."""
+        family = data.get("root_cause_family")
+        origin = data.get("origin")
+        return cls(
+            kind=data["kind"],
+            severity=data["severity"],
+            step=data.get("step"),
+            layer=data.get("layer"),
+            summary=data["summary"],
+            evidence=[Evidence.of(e) for e in data.get("evidence", [])],
+            hypotheses=[Hypothesis.from_json(h) for h in data.get("hypotheses", [])],
+            ruled_out=[RuledOut.from_json(r) for r in data.get("ruled_out", [])],
+            fixes=[Fix.from_json(x) for x in data.get("fixes", [])],
+            origin=Origin.from_json(origin) if origin is not None else None,
+            symptom=data.get("symptom"),
+            root_cause=data.get("root_cause"),
+            root_cause_family=Family(family) if family else None,
+            monitoring=list(data.get("monitoring", [])),
+            related=[Related.from_json(r) for r in data.get("related", [])],
+            details=dict(data.get("details") or {}),
+            rank=data.get("rank"),
+        )

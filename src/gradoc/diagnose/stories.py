@@ -14,7 +14,7 @@ caused, whenever that began.
 
 from __future__ import annotations
 
-from ..detect.finding import SEVERITY_ORDER, Finding
+from ..detect.finding import SEVERITY_ORDER, Finding, Related
 from ..findings import REGISTRY, FindingKind
 from ..findings.kind import LAST_LINK
 
@@ -76,9 +76,7 @@ def merge(findings: list[Finding]) -> list[Finding]:
         cause = min(found, key=lambda c: (order_.index(c.kind), _when(c)))
         target = root[id(cause)]
         root[id(f)] = target
-        target.related.append(
-            {"kind": f.kind, "step": f.step, "layer": f.layer, "summary": f.summary}
-        )
+        target.related.append(Related(f.kind, f.step, f.layer, f.summary))
         target.related.extend(f.related)
         if f.origin is not None and target.origin is None:
             target.origin = f.origin  # where the NaN was born travels with the story

@@ -18,6 +18,8 @@ from ..detect.finding import (
     Fix,
     Horizon,
     Hypothesis,
+    Origin,
+    Related,
     RuledOut,
 )
 from ..detect.history import History
@@ -39,8 +41,8 @@ def at(f: Finding) -> str:
     return f"step {f.step}" if f.step is not None else "the run"
 
 
-def related(f: Finding, kind: str) -> dict[str, Any] | None:
-    return next((r for r in f.related if r["kind"] == kind), None)
+def related(f: Finding, kind: str) -> Related | None:
+    return next((r for r in f.related if r.kind == kind), None)
 
 
 def init_advice(facts: Facts) -> str:
@@ -90,11 +92,11 @@ def lr_fix(factor: float, action: str, horizon: Horizon = Horizon.IMMEDIATE) -> 
     return Fix(horizon, action, apply={"lr_scale": factor})
 
 
-def code_at(origin: dict[str, Any]) -> dict[str, Any] | None:
+def code_at(origin: Origin) -> dict[str, Any] | None:
     """Where a code fix goes, when the origin names a line of the user's code."""
-    if not origin.get("file"):
+    if not origin.file:
         return None
-    return {k: origin.get(k) for k in ("file", "line", "code")}
+    return {"file": origin.file, "line": origin.line, "code": origin.code}
 
 
 def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:

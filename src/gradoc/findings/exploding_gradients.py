@@ -232,7 +232,7 @@ class ExplodingGradients(FindingKind):
             update_signs(lr, facts, f)
         poor = related(f, "poor_initialization")
         if poor:
-            init.seen(str(poor["summary"]), STRONG, step=poor.get("step"))
+            init.seen(poor.summary, STRONG, step=poor.step)
         if related(f, "loss_divergence") or related(f, "loss_blowup"):
             lr.seen("the loss rose with the gradients", WEAK)
         ungated = sorted(facts.module_types & {"RNN", "RNNCell"})

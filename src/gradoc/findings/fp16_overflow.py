@@ -134,6 +134,6 @@ class Fp16Overflow(FindingKind):
         f.monitoring.append(
             f"max |output| of {where} per step, alert above 3e4 (half of fp16's max)"
         )
-        if adv.get("prefer_bf16"):
-            f.evidence.append(Evidence("recommendation", f"bf16 ({adv['why']})"))
+        if adv.prefer_bf16:
+            f.evidence.append(Evidence("recommendation", f"bf16 ({adv.why})"))
         return [reduce, big]

@@ -33,7 +33,7 @@ class Fp16Underflow(FindingKind):
             return []
         adv = advice(amp)
         findings = []
-        k = (adv["loss_scale"] or 1).bit_length() - 1
+        k = (adv.loss_scale or 1).bit_length() - 1
         worst = None
         for name, g in amp["gradients"].items():
             low, total = underflow(g["exponents"], k)
@@ -87,7 +87,7 @@ class Fp16Underflow(FindingKind):
             base=0.3,
         )
         small.seen(f"{where}'s values fall below fp16's smallest normal ({f.summary})", MODERATE)
-        scale = adv.get("loss_scale")
+        scale = adv.loss_scale
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,

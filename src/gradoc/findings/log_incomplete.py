@@ -1,7 +1,7 @@
 """log_incomplete: the run log stopped recording before the run ended (a full disk).
 
 Needs: what the run knew in memory when its log stopped (the steps it took, the error that
-stopped the writer), which ``gradoc.report.json.build_report`` hands over as ``stopped``.
+stopped the writer), which ``gradoc.analysis.analyze`` hands over as ``stopped``.
 
 Rule: whenever the writer stopped before the run did, one warning at the last step the log
 holds, saying how many of the run's steps were not watched. Not a training problem: its fix
@@ -10,10 +10,9 @@ comes with it, and there is no cause to weigh.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..detect.finding import Evidence, Finding, Fix, Horizon, Hypothesis
 from ..detect.history import History
+from ..store import Stopped
 from .facts import Facts
 from .kind import FindingKind
 
@@ -24,15 +23,15 @@ class LogIncomplete(FindingKind):
 
     name = "log_incomplete"
 
-    def stopped(self, recorded: int, stopped: dict[str, Any]) -> Finding:
+    def stopped(self, recorded: int, stopped: Stopped) -> Finding:
         """The steps the run took that its log does not hold (``recorded`` of them kept)."""
-        steps = stopped["steps"]
+        steps = stopped.steps
         return Finding(
             kind=self.name,
             severity="warning",
             step=recorded,
             layer=None,
-            summary=f"the run log stopped recording at step {recorded} ({stopped['error']}): "
+            summary=f"the run log stopped recording at step {recorded} ({stopped.error}): "
             f"{max(0, steps - recorded)} of the run's {steps} steps were not watched",
             symptom="what gradoc reports covers only the steps before the log stopped",
             evidence=[

@@ -211,14 +211,12 @@ class LossBlowup(FindingKind):
         else:
             update_signs(lr, facts, f)
         for r in f.related:
-            if r["kind"] == "dead_units":
-                lr.seen(
-                    f"units died after the blow-up ({r['summary']})", MODERATE, step=r.get("step")
-                )
-            elif r["kind"] == "loss_plateau":
+            if r.kind == "dead_units":
+                lr.seen(f"units died after the blow-up ({r.summary})", MODERATE, step=r.step)
+            elif r.kind == "loss_plateau":
                 lr.seen("the loss never got below where the blow-up left it", MODERATE)
-            elif r["kind"] == "exploding_gradients":
-                lr.seen(f"the gradients grew with it ({r['summary']})", WEAK, step=r.get("step"))
+            elif r.kind == "exploding_gradients":
+                lr.seen(f"the gradients grew with it ({r.summary})", WEAK, step=r.step)
         k = at_chance(d.get("end_loss"), h)
         if k is not None:
             f.symptom += f"; it ended at ln({k}), chance level: the model predicts nothing"

@@ -145,7 +145,7 @@ class LossDivergence(FindingKind):
         )
         update_signs(lr, facts, f)
         if (large := related(f, "large_updates")) is not None:
-            lr.seen(str(large["summary"]), STRONG, step=large.get("step"))
+            lr.seen(large.summary, STRONG, step=large.step)
         if h.lr.values and len(h.lr.values) > 1 and max(h.lr.values) > 1.5 * h.lr.values[0]:
             lr.seen(
                 f"the learning rate rose {max(h.lr.values) / h.lr.values[0]:.3g}x during the run",

@@ -170,7 +170,7 @@ class LossPlateau(FindingKind):
                 low.seen(claim, STRONG)
             elif facts.median_update_ratio > 1e-4:
                 low.against(claim, MODERATE)
-        causes = [r for r in f.related if r["kind"] in BLOCKING]
+        causes = [r for r in f.related if r.kind in BLOCKING]
         ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
         through_time = Hypothesis(
             Family.ARCHITECTURE,
@@ -193,7 +193,7 @@ class LossPlateau(FindingKind):
             )
         if causes:
             for r in causes:
-                blocked.seen(str(r["summary"]), STRONG, step=r.get("step"))
+                blocked.seen(str(r.summary), STRONG, step=r.step)
         elif not ungated:  # the layer ratio does not see vanishing through time
             blocked.against("no dead, saturated or vanishing layer was found", MODERATE)
             f.ruled_out.append(

@@ -37,6 +37,7 @@ from ..detect.finding import (
     Fix,
     Horizon,
     Hypothesis,
+    Origin,
     RuledOut,
 )
 from ..detect.history import History
@@ -151,11 +152,11 @@ def _steady(
         grow.seen(f"the gradient norm reached {fmt(last)} in the last steps before", MODERATE)
 
 
-def _eps_hypothesis(f: Finding, origin: dict[str, Any]) -> Hypothesis | None:
+def _eps_hypothesis(f: Finding, origin: Origin) -> Hypothesis | None:
     """An update that wrote NaN/Inf because its eps is 0 in the weights' dtype (located
     with ``locate.replay.eps_evidence``): its division by the state is x/0 where that
     state is exactly 0, whatever the learning rate."""
-    evidence = origin.get("evidence", [])
+    evidence = origin.evidence
     eps = next((e for e in evidence if "eps" in e), None)
     if eps is None:
         return None
@@ -174,7 +175,7 @@ def _eps_hypothesis(f: Finding, origin: dict[str, Any]) -> Hypothesis | None:
         "zeros of the optimizer's state (exp_avg_sq for Adam)",
     )
     h.seen(
-        f"the update of step {origin.get('step')} wrote non-finite weights from finite "
+        f"the update of step {origin.step} wrote non-finite weights from finite "
         f"gradients, and eps {fmt(eps['eps'])} is {fmt(eps['value'])} as {dtype}",
         DECISIVE,
     )
@@ -192,9 +193,9 @@ def _eps_hypothesis(f: Finding, origin: dict[str, Any]) -> Hypothesis | None:
 
 
 def _fixes(
-    f: Finding, facts: Facts, extra: list[Hypothesis], grew: dict[str, Any], origin: dict[str, Any]
+    f: Finding, facts: Facts, extra: list[Hypothesis], grew: dict[str, Any], origin: Origin | None
 ) -> None:
-    phase = origin.get("phase")
+    phase = origin.phase if origin is not None else None
     if extra:
         f.fixes += _eps_fixes(extra[0])
     elif phase == "optimizer" or grew:
@@ -223,11 +224,12 @@ def _fixes(
                 Horizon.SHORT_TERM,
                 "guard the operation that produced it: add an epsilon to divisors, log and "
                 "sqrt arguments (x.clamp_min(1e-12)), use log_softmax instead of log(softmax)",
-                code=code_at(origin),
+                code=code_at(origin) if origin is not None else None,
             ),
             Fix(
                 Horizon.LONG_TERM,
-                f"add a numerics test for {origin.get('module') or 'the module'} on edge-case "
+                f"add a numerics test for {(origin and origin.module) or 'the module'} on "
+                "edge-case "
                 "inputs (sequence lengths 1 and 2, empty, all-zero, very large) that asserts "
                 "finite outputs and gradients",
             ),
@@ -235,7 +237,8 @@ def _fixes(
     f.monitoring.append(
         "non-finite loss and gradients on every step (gradoc records them by default)"
     )
-    for name in dict.fromkeys(e["argument"] for e in origin.get("evidence", []) if "argument" in e):
+    evidence = origin.evidence if origin is not None else []
+    for name in dict.fromkeys(e["argument"] for e in evidence if "argument" in e):
         f.monitoring.append(
             f"the range of `{name}` in every batch (min / max), with an alert on values "
             "the model was never tested on"
@@ -263,12 +266,10 @@ def _eps_fixes(h: Hypothesis) -> list[Fix]:
 def born_in_user_code(f: Finding) -> bool:
     """A NaN/Inf whose birth was located in the user's forward, backward or data, and not
     an overflow of values that were already blowing up (``details["grew_before"]``)."""
-    origin = f.origin or {}
-    if f.kind != "nonfinite" or not origin or f.details.get("grew_before"):
+    origin = f.origin
+    if f.kind != "nonfinite" or origin is None or f.details.get("grew_before"):
         return False
-    return origin.get("phase") == "input" or (
-        origin.get("phase") in ("forward", "backward") and bool(origin.get("op"))
-    )
+    return origin.phase == "input" or (origin.phase in ("forward", "backward") and bool(origin.op))
 
 
 class Nonfinite(FindingKind):
@@ -308,8 +309,12 @@ class Nonfinite(FindingKind):
         counts = h.grad_nonfinite
         bad_grad = next((s for s, v in zip(counts.steps, counts.values) if v), None)
         # a located origin is itself the evidence (a script may stop before backward)
-        origins = [e.data["origin"] for e in h.events if e.kind == EventKind.NONFINITE_ORIGIN]
-        first_origin = min((o["step"] for o in origins if o.get("step") is not None), default=None)
+        origins = [
+            Origin.from_json(e.data["origin"])
+            for e in h.events
+            if e.kind == EventKind.NONFINITE_ORIGIN
+        ]
+        first_origin = min((o.step for o in origins if o.step is not None), default=None)
         unbacked = _unbacked(h)
         bad_unbacked = unbacked[0] if unbacked is not None else None
         if bad_loss is None and bad_grad is None and first_origin is None and bad_unbacked is None:
@@ -353,21 +358,19 @@ class Nonfinite(FindingKind):
                 f"at step {bad_grad}{where}"
             )
         # a later origin caught with tracing armed is more precise than the first replay's
-        origin = next(
-            (o for o in reversed(origins) if o.get("file")), origins[0] if origins else None
-        )
+        origin = next((o for o in reversed(origins) if o.file), origins[0] if origins else None)
         if origin is not None:
             # the located birth is the story: its module is the layer, its step the start
-            layer = origin.get("module") if origin.get("phase") != "input" else layer
-            step = min(step, origin["step"]) if origin.get("step") is not None else step
-            where = f" in {module_label(origin['module'])}" if "module" in origin else ""
-            line = f" at {origin['file']}:{origin['line']}" if origin.get("file") else ""
-            if origin.get("op"):
-                parts.insert(0, f"born in the {origin['phase']} pass: {origin['op']}{where}{line}")
-            elif origin["phase"] == "input":
+            layer = origin.module if origin.phase != "input" else layer
+            step = min(step, origin.step) if origin.step is not None else step
+            where = f" in {module_label(origin.module)}"
+            line = f" at {origin.file}:{origin.line}" if origin.file else ""
+            if origin.op:
+                parts.insert(0, f"born in the {origin.phase} pass: {origin.op}{where}{line}")
+            elif origin.phase == "input":
                 parts.insert(0, "born in the input data")
-            elif origin.get("module") is None:
-                parts.insert(0, f"born outside the model ({origin['phase']} pass)")
+            elif origin.module is None:
+                parts.insert(0, f"born outside the model ({origin.phase} pass)")
         skipped = h.meta.get("skipped_updates")
         if skipped:
             evidence.append(Evidence("non-finite updates not applied", skipped))
@@ -393,8 +396,8 @@ class Nonfinite(FindingKind):
             if f.details.get("printed")
             else f"the loss or the gradients became NaN/Inf at {at(f)}"
         )
-        origin = f.origin or {}
-        phase = origin.get("phase")
+        origin = f.origin
+        phase = origin.phase if origin is not None else None
         op = Hypothesis(
             Family.NUMERICS,
             "a numerically unsafe operation in the forward pass (log of 0, division by 0, sqrt "
@@ -421,21 +424,19 @@ class Nonfinite(FindingKind):
             f.ruled_out.append(r)
         loss_before(f, h)
         lengths = related(f, "length_anomaly")
-        if lengths is not None and lengths.get("step") == f.step:
-            op.seen(f"the failing batch had unusual lengths: {lengths['summary']}", MODERATE)
+        if lengths is not None and lengths.step == f.step:
+            op.seen(f"the failing batch had unusual lengths: {lengths.summary}", MODERATE)
             f.evidence.append(Evidence("length anomaly at the same step", True))
-        facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.get("evidence", [])]
-        where = f" in {module_label(origin.get('module'))}"
-        if origin.get("file"):
-            where += f" at {origin['file']}:{origin['line']}"
+        facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.evidence] if origin else []
+        where = f" in {module_label(origin.module if origin else None)}"
+        if origin is not None and origin.file:
+            where += f" at {origin.file}:{origin.line}"
         extra: list[Hypothesis] = []  # what the origin adds (an optimizer's eps of 0)
-        if phase in ("forward", "backward") and origin.get("op"):
-            op.cause = f"{origin['op']} ({phase} pass){where}"
-            if origin.get("code"):
-                op.cause += f": `{origin['code']}`"
-            op.seen(
-                f"the first non-finite value was made by {origin['op']} ({phase} pass)", DECISIVE
-            )
+        if origin is not None and phase in ("forward", "backward") and origin.op:
+            op.cause = f"{origin.op} ({phase} pass){where}"
+            if origin.code:
+                op.cause += f": `{origin.code}`"
+            op.seen(f"the first non-finite value was made by {origin.op} ({phase} pass)", DECISIVE)
             for claim in facts_of_op:
                 op.seen(claim, WEAK)
             op.check = (
@@ -447,14 +448,14 @@ class Nonfinite(FindingKind):
             for claim in facts_of_op:
                 data.seen(claim, WEAK)
             op.against("the model's inputs were already non-finite", STRONG)
-        elif phase == "optimizer":
+        elif origin is not None and phase == "optimizer":
             grow.cause = (
                 "an optimizer update that wrote non-finite weights (learning rate too high)"
             )
             grow.family = Family.LEARNING_RATE
             eps = _eps_hypothesis(f, origin)
             finite = (
-                f"the forward and backward of step {origin.get('step')} were finite; the update "
+                f"the forward and backward of step {origin.step} were finite; the update "
                 "after them wrote the first non-finite values"
             )
             if eps is not None:

@@ -156,10 +156,10 @@ class VanishingGradients(FindingKind):
         else:
             sat.against("the model has no sigmoid/tanh-family module", STRONG)
         if (poor := related(f, "poor_initialization")) is not None:
-            init.seen(str(poor["summary"]), STRONG, step=poor.get("step"))
+            init.seen(poor.summary, STRONG, step=poor.step)
         _weight_gain(init, facts)
         if (dying := related(f, "dead_units")) is not None:
-            dead.seen(str(dying["summary"]), STRONG, step=dying.get("step"))
+            dead.seen(dying.summary, STRONG, step=dying.step)
         elif facts.relu_like:
             dead.against("no ReLU layer has a majority of dead units", MODERATE)
         else:

@@ -5,63 +5,123 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analysis import GuardSummary, Report
+from ..detect.finding import Finding
 from ..store import open_run
+from .remedy import CodeFix, Remedy
 
 
-def _key(f: dict[str, Any]) -> tuple[str, str | None]:
-    return f["kind"], f.get("layer")
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One run of the comparison: how it ended, its loss, what a step cost."""
+
+    dir: str
+    status: str
+    exit_code: int | None
+    steps: int
+    duration_s: float | None
+    s_per_step: float | None
+    """The median step, not the mean: one-off costs (imports, the first replay) left out."""
+    final_loss: float | None
+    first_nonfinite_loss: int | None
+    loss: list[float]
+    guard: GuardSummary | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dir": self.dir,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "steps": self.steps,
+            "duration_s": self.duration_s,
+            "s_per_step": self.s_per_step,
+            "final_loss": self.final_loss,
+            "first_nonfinite_loss": self.first_nonfinite_loss,
+            "loss": self.loss,
+            "guard": self.guard.to_json() if self.guard is not None else None,
+        }
 
 
-def _side(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
+@dataclass(slots=True)
+class Comparison:
+    """Two reports of the same script, before and after a fix (``fix.json``)."""
+
+    disappeared: list[Finding]
+    remaining: list[Finding]
+    new: list[Finding]
+    before: Side
+    after: Side
+    time_per_step_ratio: float | None
+    remedy: Remedy | None = None
+    code_fixes: list[CodeFix] = field(default_factory=list)
+
+    def left(self) -> set[tuple[str, str | None]]:
+        """The (kind, layer) of the findings the fix did not cure."""
+        return {(f.kind, f.layer) for f in self.remaining + self.new}
+
+    def to_json(self) -> dict[str, Any]:
+        def brief(f: Finding) -> dict[str, Any]:
+            return {
+                "kind": f.kind,
+                "layer": f.layer,
+                "severity": f.severity,
+                "step": f.step,
+                "summary": f.summary,
+            }
+
+        out: dict[str, Any] = {
+            "schema": "gradoc.fix/1",
+            "disappeared": [brief(f) for f in self.disappeared],
+            "remaining": [brief(f) for f in self.remaining],
+            "new": [brief(f) for f in self.new],
+            "before": self.before.to_json(),
+            "after": self.after.to_json(),
+            "time_per_step_ratio": self.time_per_step_ratio,
+        }
+        if self.remedy is not None:
+            out["remedy"] = self.remedy.to_json()
+            out["code_fixes"] = [f.to_json() for f in self.code_fixes]
+        return out
+
+
+def _side(run_dir: Path, report: Report) -> Side:
     with open_run(run_dir) as log:
         loss, times = log.scalar("loss"), log.scalar("time").values
     finite = [v for v in loss.values if math.isfinite(v)]
     tail = finite[-max(1, len(finite) // 10) :] if finite else []
     bad = next((s for s, v in zip(loss.steps, loss.values) if not math.isfinite(v)), None)
     deltas = [b - a for a, b in itertools.pairwise(times)]
-    info = report["run"]
-    steps, duration = info.get("steps") or 0, info.get("duration_s")
-    return {
-        "dir": str(run_dir),
-        "status": report["status"],
-        "exit_code": info.get("exit_code"),
-        "steps": steps,
-        "duration_s": duration,
-        # the median step, not the mean: one-off costs (imports, the first replay) left out
-        "s_per_step": statistics.median(deltas) if deltas else None,
-        "final_loss": statistics.median(tail) if tail else None,
-        "first_nonfinite_loss": bad,
-        "loss": loss.values,
-        "guard": info.get("guard"),
-    }
+    return Side(
+        dir=str(run_dir),
+        status=report.status,
+        exit_code=report.run.exit_code,
+        steps=report.run.steps,
+        duration_s=report.run.duration_s,
+        s_per_step=statistics.median(deltas) if deltas else None,
+        final_loss=statistics.median(tail) if tail else None,
+        first_nonfinite_loss=bad,
+        loss=loss.values,
+        guard=report.run.guard,
+    )
 
 
-def compare(
-    before_dir: Path,
-    before: dict[str, Any],
-    after_dir: Path,
-    after: dict[str, Any],
-) -> dict[str, Any]:
-    """The comparison of two reports of the same script (``fix.json``)."""
-    serious = ("error", "warning")
-    b = {_key(f): f for f in before["findings"] if f["severity"] in serious}
-    a = {_key(f): f for f in after["findings"] if f["severity"] in serious}
-
-    def brief(f: dict[str, Any]) -> dict[str, Any]:
-        return {k: f.get(k) for k in ("kind", "layer", "severity", "step", "summary")}
-
-    sides = {"before": _side(before_dir, before), "after": _side(after_dir, after)}
+def compare(before_dir: Path, before: Report, after_dir: Path, after: Report) -> Comparison:
+    """The comparison of two reports of the same script."""
+    b = {(f.kind, f.layer): f for f in before.serious}
+    a = {(f.kind, f.layer): f for f in after.serious}
+    sides = _side(before_dir, before), _side(after_dir, after)
     cost = None
-    if sides["before"]["s_per_step"] and sides["after"]["s_per_step"]:
-        cost = sides["after"]["s_per_step"] / sides["before"]["s_per_step"]
-    return {
-        "schema": "gradoc.fix/1",
-        "disappeared": [brief(f) for k, f in b.items() if k not in a],
-        "remaining": [brief(f) for k, f in a.items() if k in b],
-        "new": [brief(f) for k, f in a.items() if k not in b],
-        **sides,
-        "time_per_step_ratio": cost,
-    }
+    if sides[0].s_per_step and sides[1].s_per_step:
+        cost = sides[1].s_per_step / sides[0].s_per_step
+    return Comparison(
+        disappeared=[f for k, f in b.items() if k not in a],
+        remaining=[f for k, f in a.items() if k in b],
+        new=[f for k, f in a.items() if k not in b],
+        before=sides[0],
+        after=sides[1],
+        time_per_step_ratio=cost,
+    )

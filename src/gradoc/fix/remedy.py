@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..analysis import Report
 from ..config import GuardConfig
 
 
@@ -66,38 +67,32 @@ class CodeFix:
         return asdict(self)
 
 
-def _serious(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [f for f in report["findings"] if f["severity"] in ("error", "warning")]
-
-
-def choose(report: dict[str, Any]) -> Remedy | None:
+def choose(report: Report) -> Remedy | None:
     """The first fix with an ``apply`` of the first (most serious) finding that has one."""
-    for f in _serious(report):
-        for fix in f.get("fixes", []):
-            apply = fix.get("apply")
-            if apply:
-                (kind, value), *_ = apply.items()
-                return Remedy(kind, value, f["kind"], fix["action"])
+    for f in report.serious:
+        for fix in f.fixes:
+            if fix.apply:
+                (kind, value), *_ = fix.apply.items()
+                return Remedy(kind, value, f.kind, fix.action)
     return None
 
 
-def code_fixes(report: dict[str, Any], sources: list[Path]) -> list[CodeFix]:
+def code_fixes(report: Report, sources: list[Path]) -> list[CodeFix]:
     """For each serious finding, its first fix that needs a code change, located: the line
     the diagnosis names (a NaN's origin), else where the layer is defined in ``sources``."""
     out = []
-    for f in _serious(report):
-        fix = next((x for x in f.get("fixes", []) if not x.get("apply")), None)
+    for f in report.serious:
+        fix = next((x for x in f.fixes if not x.apply), None)
         if fix is None:
             continue
-        where = fix.get("code") or {}
-        layer = f.get("layer")
-        if not where.get("file") and layer:
-            where = find_definition(layer, sources) or {}
+        where = fix.code or {}
+        if not where.get("file") and f.layer:
+            where = find_definition(f.layer, sources) or {}
         out.append(
             CodeFix(
-                f["kind"],
-                fix["action"],
-                layer,
+                f.kind,
+                fix.action,
+                f.layer,
                 where.get("file"),
                 where.get("line"),
                 where.get("code"),

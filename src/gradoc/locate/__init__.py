@@ -5,7 +5,7 @@ calls :func:`locate_step`, which replays the step's model forward (same inputs, 
 restored, weights as they were before the update) and backward under op-level checks.
 """
 
-from .origin import Origin
+from ..detect.finding import Origin
 from .replay import ArmedTrace, check_inputs, check_weights, locate_step, origin_from
 
 __all__ = ["ArmedTrace", "Origin", "check_inputs", "check_weights", "locate_step", "origin_from"]

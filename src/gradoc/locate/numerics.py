@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch.nn as nn
 
-from .origin import Origin
+from ..detect.finding import Origin
 from .replay import ArmedTrace, origin_from
 
 

@@ -1,4 +1,5 @@
-"""Where a non-finite value was born, in the shape of report.json's ``origin``."""
+"""Where a non-finite value was born: the user's frame and the source around it, for an
+:class:`~gradoc.detect.finding.Origin` (report.json's ``origin``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import re
 import sys
 import sysconfig
 import traceback
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..detect.finding import Origin
 
 _GRADOC = str(Path(__file__).resolve().parents[1])
 _DEMO = str(Path(_GRADOC) / "demo")  # the demo's models are user code, not gradoc's
@@ -24,31 +26,11 @@ _FRAME = re.compile(
 )
 
 
-@dataclass(kw_only=True, slots=True)
-class Origin:
-    phase: str
-    """forward | backward | input | optimizer"""
-    step: int
-    op: str | None = None
-    module: str | None = None
-    file: str | None = None
-    line: int | None = None
-    code: str | None = None
-    evidence: list[dict[str, Any]] = field(default_factory=list)
-    note: str | None = None
-    """How it was found, e.g. on the next occurrence with tracing armed."""
-    source: dict[str, Any] | None = None
-    """The lines around ``line`` as they were when the run happened: ``{"start": n,
-    "lines": [...]}``. Reports show these and never open ``file`` (a run directory may
-    come from someone else, and its ``file`` could name anything)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def place(self, frame: tuple[str, int, str] | None) -> None:
-        if frame is not None:
-            self.file, self.line, self.code = frame
-            self.source = source_context(self.file, self.line)
+def place(origin: Origin, frame: tuple[str, int, str] | None) -> None:
+    """Put ``origin`` at ``frame`` (file, line, code), with the source around it read now."""
+    if frame is not None:
+        origin.file, origin.line, origin.code = frame
+        origin.source = source_context(origin.file, origin.line)
 
 
 CONTEXT_LINES = 3

@@ -26,8 +26,9 @@ from .._util.state import Anomaly, RngState, anomaly_state, kept, set_anomaly_st
 from .._util.tree import arguments
 from .._util.tree import floats as _floats
 from .._util.wrappers import unwrap
+from ..detect.finding import Origin
 from .modules import ModuleStack, stance_eager, stance_restore
-from .origin import Origin, frame_from_text, user_frame
+from .origin import frame_from_text, place, user_frame
 
 
 def _bad(t: Tensor) -> int:
@@ -446,9 +447,9 @@ def origin_from(step: int, found: dict[str, Any], phase: str | None = None) -> O
         origin.op = node.name()
         origin.evidence.insert(0, {"signal": "aten op inside the backward", "value": found["op"]})
         origin.module = node.metadata.get("gradoc_module")
-        origin.place(frame_from_text(node.metadata.get("traceback_", [])))
+        place(origin, frame_from_text(node.metadata.get("traceback_", [])))
     else:
-        origin.place(found["frame"])
+        place(origin, found["frame"])
     return origin
 
 

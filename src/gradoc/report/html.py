@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .._util.text import module_label, number
+from ..analysis import Report
+from ..detect.finding import Finding, Origin, State
 from ..detect.signals import update_ratio_series
 from ..findings.dead_units import dead_share, relu_family
 from ..store import EventKind, RunLog
@@ -76,14 +78,13 @@ def _even(items: list[Any], n: int) -> list[Any]:
 
 
 # -- the diagnosis -----------------------------------------------------------------------------
-def _source(origin: dict[str, Any]) -> str:
+def _source(origin: Origin) -> str:
     """The origin's line in context, as recorded when the run happened. Never read from
-    ``origin["file"]``: a run log may come from anyone, and its ``file`` may name
+    ``origin.file``: a run log may come from anyone, and its ``file`` may name
     ``/etc/shadow`` or ``/dev/zero``."""
-    file, line = origin.get("file"), origin.get("line")
+    file, line, source = origin.file, origin.line, origin.source
     if not file or not isinstance(line, int):
         return ""
-    source = origin.get("source")
     start = source.get("start") if isinstance(source, dict) else None
     lines = source.get("lines") if isinstance(source, dict) else None
     if not (
@@ -92,7 +93,7 @@ def _source(origin: dict[str, Any]) -> str:
         and all(isinstance(t, str) for t in lines)
         and start <= line < start + len(lines)
     ):
-        code = origin.get("code")
+        code = origin.code
         return (
             f'<pre class="src"><span class="hit">{line:>5}  {_e(code)}</span></pre>' if code else ""
         )
@@ -105,17 +106,15 @@ def _source(origin: dict[str, Any]) -> str:
     )
 
 
-def _origin(origin: dict[str, Any]) -> str:
-    where = origin.get("module")
+def _origin(origin: Origin) -> str:
+    where = origin.module
     parts = [
-        f"<b>{_e(origin.get('phase'))}</b>",
-        f"<code>{_e(origin.get('op'))}</code>" if origin.get("op") else "",
+        f"<b>{_e(origin.phase)}</b>",
+        f"<code>{_e(origin.op)}</code>" if origin.op else "",
         f"in <code>{_e(where)}</code>" if where else _e(f"in {module_label(where)}"),
     ]
-    ev = "".join(
-        f"<li>{_e(e['signal'])}: <b>{_num(e['value'])}</b></li>" for e in origin.get("evidence", [])
-    )
-    note = f"<p class='note'>{_e(origin['note'])}</p>" if origin.get("note") else ""
+    ev = "".join(f"<li>{_e(e['signal'])}: <b>{_num(e['value'])}</b></li>" for e in origin.evidence)
+    note = f"<p class='note'>{_e(origin.note)}</p>" if origin.note else ""
     return (
         f"<div class='origin'><h4>Where it was born</h4><p>{' '.join(p for p in parts if p)}</p>"
         f"{_source(origin)}<ul>{ev}</ul>{note}</div>"
@@ -130,59 +129,51 @@ def _section(title: str, items: list[str], cls: str = "", tag: str = "ul") -> st
     return f"<h4>{title}</h4><{tag} class='{cls}'>{body}</{tag}>"
 
 
-def _finding(f: dict[str, Any]) -> str:
-    at = f" at step {f['step']}" if f.get("step") is not None else ""
-    layer = f" in <code>{_e(f['layer'] or '(model)')}</code>" if f.get("layer") is not None else ""
+def _finding(f: Finding) -> str:
+    at = f" at step {f.step}" if f.step is not None else ""
+    layer = f" in <code>{_e(f.layer or '(model)')}</code>" if f.layer is not None else ""
     out = [
-        f"<article class='finding {_e(f['severity'])}'>",
-        f"<h3><span class='sev'>{_e(f['severity'])}</span> {_e(f['kind'])}{at}{layer}</h3>",
-        f"<p class='summary'>{_e(f['summary'])}</p>",
+        f"<article class='finding {_e(f.severity)}'>",
+        f"<h3><span class='sev'>{_e(f.severity)}</span> {_e(f.kind)}{at}{layer}</h3>",
+        f"<p class='summary'>{_e(f.summary)}</p>",
     ]
-    if f.get("symptom"):
-        out.append(f"<h4>Symptom</h4><p>{_e(f['symptom'])}</p>")
-    if f.get("origin"):
-        out.append(_origin(f["origin"]))
+    if f.symptom:
+        out.append(f"<h4>Symptom</h4><p>{_e(f.symptom)}</p>")
+    if f.origin is not None:
+        out.append(_origin(f.origin))
     out.append(
         _section(
             "Signals",
             [
-                f"{_e(e['signal'])}: <b>{_num(e['value'])}</b>"
-                + (
-                    f" <span class='dim'>(step {e['step']})</span>"
-                    if e.get("step") is not None
-                    else ""
-                )
-                for e in f.get("evidence", [])
+                f"{_e(e.signal)}: <b>{_num(e.value)}</b>"
+                + (f" <span class='dim'>(step {e.step})</span>" if e.step is not None else "")
+                for e in f.evidence
             ],
         )
     )
-    out.append(_section("Related", [_e(r["summary"]) for r in f.get("related", [])], "related"))
+    out.append(_section("Related", [_e(r.summary) for r in f.related], "related"))
     hyps = []
-    for h in f.get("hypotheses", []):
-        sup = "".join(f"<li class='for'>{_e(s)}</li>" for s in h.get("support", []))
-        ag = "".join(f"<li class='against'>{_e(s)}</li>" for s in h.get("against", []))
-        check = f"<div class='check'>check: {_e(h['check'])}</div>" if h.get("check") else ""
+    for h in f.hypotheses:
+        sup = "".join(f"<li class='for'>{_e(s)}</li>" for s in h.claims(State.SEEN))
+        ag = "".join(f"<li class='against'>{_e(s)}</li>" for s in h.claims(State.CONTRADICTED))
+        check = f"<div class='check'>check: {_e(h.check)}</div>" if h.check else ""
         hyps.append(
-            f"<span class='lk {_e(h['likelihood'])}'>{_e(h['likelihood'])}</span> "
-            f"{_e(h['cause'])}<ul>{sup}{ag}</ul>{check}"
+            f"<span class='lk {_e(h.likelihood)}'>{_e(h.likelihood)}</span> "
+            f"{_e(h.cause)}<ul>{sup}{ag}</ul>{check}"
         )
     out.append(_section("Hypotheses", hyps, "hyp", tag="ol"))
-    if f.get("root_cause"):
-        out.append(f"<h4>Root cause</h4><p class='root'>{_e(f['root_cause'])}</p>")
-    if f.get("fixes"):
+    if f.root_cause:
+        out.append(f"<h4>Root cause</h4><p class='root'>{_e(f.root_cause)}</p>")
+    if f.fixes:
         rows = "".join(
-            f"<tr><td class='hz'>{_e(x['horizon'])}</td><td>{_e(x['action'])}"
-            + (
-                f" <code>{_e(x['code']['file'])}:{_e(x['code']['line'])}</code>"
-                if x.get("code")
-                else ""
-            )
+            f"<tr><td class='hz'>{_e(x.horizon)}</td><td>{_e(x.action)}"
+            + (f" <code>{_e(x.code['file'])}:{_e(x.code['line'])}</code>" if x.code else "")
             + "</td></tr>"
-            for x in f["fixes"]
+            for x in f.fixes
         )
         out.append(f"<h4>Fixes</h4><table class='fixes'>{rows}</table>")
-    out.append(_section("Monitoring to add", [_e(m) for m in f.get("monitoring", [])]))
-    ruled = [f"<b>not {_e(r['cause'])}</b>: {_e(r['why'])}" for r in f.get("ruled_out", [])]
+    out.append(_section("Monitoring to add", [_e(m) for m in f.monitoring]))
+    ruled = [f"<b>not {_e(r.cause)}</b>: {_e(r.why)}" for r in f.ruled_out]
     out.append(_section("Ruled out", ruled, "ruled"))
     out.append("</article>")
     return "".join(out)
@@ -197,13 +188,14 @@ def _figure(fid: str, title: str, svg: str | None, caption: str) -> str:
     )
 
 
-def _marks(log: RunLog, report: dict[str, Any]) -> dict[str, list[int]]:
+def _marks(log: RunLog, report: Report) -> dict[str, list[int]]:
     loss, norm = log.scalar("loss"), log.scalar("grad_norm")
     bad = {s for s, v in zip(loss.steps, loss.values) if not math.isfinite(v)}
     bad |= {s for s, v in zip(norm.steps, norm.values) if not math.isfinite(v)}
     events = log.events
-    found = report["findings"] + [r for f in report["findings"] for r in f.get("related", [])]
-    spikes = {f.get("step") for f in found if f["kind"] == "loss_spike"} - {None}
+    found = [(f.kind, f.step) for f in report.findings]
+    found += [(r.kind, r.step) for f in report.findings for r in f.related]
+    spikes = {step for kind, step in found if kind == "loss_spike" and step is not None}
     return {
         "nonfinite": sorted(bad),
         "spike": sorted(spikes),
@@ -214,7 +206,7 @@ def _marks(log: RunLog, report: dict[str, Any]) -> dict[str, list[int]]:
     }
 
 
-def _charts(log: RunLog, report: dict[str, Any]) -> list[str]:
+def _charts(log: RunLog, report: Report) -> list[str]:
     loss, norm = log.scalar("loss"), log.scalar("grad_norm")
     out = [
         _figure(
@@ -410,35 +402,34 @@ footer { color: var(--dim); margin: 32px 0 8px; font-size: 12px; }
 """
 
 
-def render(log: RunLog, report: dict[str, Any]) -> str:
+def render(log: RunLog, report: Report) -> str:
     """The whole page as a string."""
-    run = report["run"]
-    status = report["status"]
+    run = report.run
+    status = report.status
     title = f"gradoc · {log.dir.name}"
-    guard = run.get("guard")
+    guard = run.guard
     guard_html = (
-        f"<p class='guard'>guard: skipped {_e(guard.get('skipped'))} non-finite steps · "
-        f"clipped {_e(guard.get('clipped'))} · rolled back {_e(guard.get('rollbacks'))}"
-        + (" · <b>gave up</b>" if guard.get("gave_up") else "")
+        f"<p class='guard'>guard: skipped {_e(guard.skipped)} non-finite steps · "
+        f"clipped {_e(guard.clipped)} · rolled back {_e(guard.rollbacks)}"
+        + (" · <b>gave up</b>" if guard.gave_up else "")
         + "</p>"
-        if guard
+        if guard is not None
         else ""
     )
-    serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
-    findings = "".join(_finding(f) for f in report["findings"]) or (
-        f"<p>Nothing was watched: {_e(report['not_watched'])}</p>"
-        if report.get("not_watched")
+    findings = "".join(_finding(f) for f in report.findings) or (
+        f"<p>Nothing was watched: {_e(report.not_watched)}</p>"
+        if report.not_watched
         else "<p>No problem found: the run is healthy.</p>"
     )
-    duration = run.get("duration_s")
+    duration = run.duration_s
     meta = " · ".join(
         x
         for x in (
-            f"{run['steps']} steps",
+            f"{run.steps} steps",
             f"{duration:.1f} s" if isinstance(duration, (int, float)) else "",
-            f"script status: {_e(run.get('status'))}" if run.get("status") else "",
-            f"torch {_e(run.get('torch'))}",
-            f"gradoc {_e(run.get('gradoc'))}",
+            f"script status: {_e(run.status)}" if run.status else "",
+            f"torch {_e(run.torch)}",
+            f"gradoc {_e(run.gradoc)}",
         )
         if x
     )
@@ -449,10 +440,10 @@ def render(log: RunLog, report: dict[str, Any]) -> str:
 <body><main>
 <header><h1>{_e(title)}</h1><span class="status {_e(status)}" id="status">{_e(status)}</span>
 <span class="meta">{meta}</span></header>
-<p class="meta">script <code>{_e(run.get("script"))}</code> ·
+<p class="meta">script <code>{_e(run.script)}</code> ·
 run log <code>{_e(log.path)}</code></p>
 {guard_html}
-<nav><a href="#diagnosis">Diagnosis ({len(serious)})</a><a href="#chart-loss">Loss</a>
+<nav><a href="#diagnosis">Diagnosis ({len(report.serious)})</a><a href="#chart-loss">Loss</a>
 <a href="#chart-grad-norm">Gradient norm</a><a href="#chart-grad-flow">Gradient flow</a>
 <a href="#chart-grad-heatmap">Heatmap</a><a href="#chart-activations">Activations</a>
 <a href="#chart-update-ratio">Updates</a></nav>
@@ -463,7 +454,7 @@ run log <code>{_e(log.path)}</code></p>
 """
 
 
-def write_html(log: RunLog, report: dict[str, Any], path: str | Path) -> Path:
+def write_html(log: RunLog, report: Report, path: str | Path) -> Path:
     path = Path(path)
     page = render(log, report)  # before the file is opened: a failure leaves no empty file
     # a path that is not UTF-8 reaches the page as lone surrogates: shown as U+FFFD

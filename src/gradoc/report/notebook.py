@@ -14,11 +14,11 @@ import html
 
 from .._util.display import register
 from .._util.text import number
+from ..analysis import analyze
 from ..collect import Run
 from ..collect.notebook import status_html
 from ..store import RunLog, open_run
 from .html import render
-from .json import build_report
 
 HEIGHT_PX = 720
 
@@ -35,7 +35,7 @@ def framed(page: str, title: str) -> str:
 
 def log_html(log: RunLog) -> str:
     """A run log's report, as ``gradoc report RUN_DIR --html`` writes it, inline."""
-    return framed(render(log, build_report(log)), f"gradoc report of {log.dir.name}")
+    return framed(render(log, analyze(log)), f"gradoc report of {log.dir.name}")
 
 
 def run_html(run: Run) -> str:

@@ -13,6 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from .._util.text import number, one_line, safe
+from ..analysis import GuardSummary, Report
+from ..detect.finding import Finding, State
+from ..detect.precision import AmpAdvice
+from ..fix.compare import Comparison
 from ..store import RunLog, Series, open_run
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -78,17 +82,17 @@ def _series_line(name: str, s: Series) -> Text | None:
     return text
 
 
-def print_run_summary(out: Path, report: dict[str, Any], stderr: bool = True) -> None:
+def print_run_summary(out: Path, report: Report, stderr: bool = True) -> None:
     """The diagnosis at the end of a run; on stderr by default, so it survives `> log`."""
     with open_run(out) as log:
         print_summary(log, report, Console(stderr=stderr))
 
 
-def print_summary(run: RunLog, report: dict[str, Any], console: Console | None = None) -> None:
+def print_summary(run: RunLog, report: Report, console: Console | None = None) -> None:
     """Print what a person reads first: status, curves, the layers to look at, findings."""
     console = console or Console()
-    info = report["run"]
-    status = report["status"]
+    info = report.run
+    status = report.status
     head = Text("gradoc ", style="bold")
     if status == "not_watched":
         head.append("watched nothing", style="bold yellow")
@@ -97,34 +101,33 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
             "healthy" if status == "healthy" else "problems found",
             style="bold green" if status == "healthy" else "bold red",
         )
-    head.append(f"  ·  {info['steps']} steps")
-    counted = [c for c in info.get("steps_counted_by") or [] if c != "optimizer.step()"]
+    head.append(f"  ·  {info.steps} steps")
+    counted = [c for c in info.steps_counted_by if c != "optimizer.step()"]
     if counted and isinstance(counted[0], str):  # say so when it is not an optimizer's
         head.append(f" ({one_line(counted[0])} calls, no optimizer)")
-    if info.get("duration_s") is not None:
-        head.append(f" in {info['duration_s']:.1f}s")
-    if info.get("status") == "gave_up":
+    if info.duration_s is not None:
+        head.append(f" in {info.duration_s:.1f}s")
+    if info.status == "gave_up":
         head.append("  ·  the guard stopped training", style="bold red")
-    elif info.get("status") not in (None, "finished"):
-        head.append(f"  ·  script {one_line(info['status'])}", style="yellow")
+    elif info.status not in (None, "finished"):
+        head.append(f"  ·  script {one_line(info.status)}", style="yellow")
     console.print(head)
-    if report.get("not_watched"):
-        console.print(_t(report["not_watched"], style="yellow"))
-    for part in info.get("unwatched") or []:
-        if isinstance(part, str):
-            console.print(_t(f"not watched: {part}", style="dim"))
-    if info.get("guard"):
-        console.print(_guard_line(info["guard"]))
-    if info.get("loss_read"):
-        console.print(_t(f"loss: {info['loss_read']}", style="dim"))
-    clip = info.get("clipping")
-    if isinstance(clip, dict) and clip.get("steps"):
+    if report.not_watched:
+        console.print(_t(report.not_watched, style="yellow"))
+    for part in info.unwatched:
+        console.print(_t(f"not watched: {part}", style="dim"))
+    if info.guard is not None:
+        console.print(_guard_line(info.guard))
+    if info.loss_read:
+        console.print(_t(f"loss: {info.loss_read}", style="dim"))
+    clip = info.clipping
+    if clip is not None and clip.steps:
         said = (
-            f"clipping: the program's {clip.get('fn')} at {clip.get('threshold')} bit on "
-            f"{clip.get('bit')} of {clip.get('steps')} steps"
+            f"clipping: the program's {clip.fn} at {clip.threshold} bit on "
+            f"{clip.bit} of {clip.steps} steps"
         )
-        if clip.get("median_factor") is not None:
-            said += f" (median factor {clip['median_factor']:.3g})"
+        if clip.median_factor is not None:
+            said += f" (median factor {clip.median_factor:.3g})"
         console.print(_t(said + "; the gradient norms below are before it", style="dim"))
     for name in ("loss", "grad_norm"):
         line = _series_line(name, run.scalar(name))
@@ -135,7 +138,7 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
     if norms.steps:
         # the step a person wants to see: where the first problem was found, else the last
         # step with every statistic (max-abs follows the sparser params schedule)
-        flagged = [f["step"] for f in report["findings"] if f.get("step") in norms.steps]
+        flagged = [f.step for f in report.findings if f.step in norms.steps]
         full = run.steps_with("grad_maxabs")
         at = flagged[0] if flagged else (full[-1] if full else norms.steps[-1])
         stats = run.param_stats_at(at)
@@ -156,94 +159,93 @@ def print_summary(run: RunLog, report: dict[str, Any], console: Console | None =
                 )
             console.print(table)
 
-    for f in report["findings"]:
+    for f in report.findings:
         console.print(_headline(f))
         console.print(_finding(f))
-    if report.get("amp"):
-        console.print(_amp_block(report["amp"]))
+    if report.amp is not None:
+        console.print(_amp_block(report.amp))
     console.print(Text("run log  ", style="dim") + _name(run.path, "dim"))
 
 
-def _amp_block(amp: dict[str, Any]) -> Text:
+def _amp_block(amp: AmpAdvice) -> Text:
     """Mixed-precision readiness (``--check amp``): the recommendation in a few lines."""
     text = Text("\nmixed precision", style="bold")
-    text.append(f"  ({amp.get('sampled_steps')} sampled steps)\n", style="dim")
-    scale = amp.get("loss_scale")
-    if scale:
-        k = int(scale).bit_length() - 1
+    text.append(f"  ({amp.sampled_steps} sampled steps)\n", style="dim")
+    if amp.loss_scale:
+        k = int(amp.loss_scale).bit_length() - 1
         text.append(f"  fp16: GradScaler(init_scale=2**{k})")
-        text.append(f", {amp['underflow_at_scale']:.2%} of gradient values still below 2^-24\n")
+        text.append(f", {amp.underflow_at_scale:.2%} of gradient values still below 2^-24\n")
     else:
         text.append("  fp16: no loss scale avoids gradient overflow\n", style="red")
-    if amp.get("fp32_modules"):
-        names = ", ".join(one_line(m) for m in amp["fp32_modules"][:6])
+    if amp.fp32_modules:
+        names = ", ".join(one_line(m) for m in amp.fp32_modules[:6])
         text.append(f"  keep in fp32: {names}\n", style="yellow")
-    verdict = "bf16" if amp.get("prefer_bf16") else "fp16 + GradScaler (or bf16)"
-    text.append(f"  recommendation: {verdict}: {safe(amp['why'])}", style="bold")
+    verdict = "bf16" if amp.prefer_bf16 else "fp16 + GradScaler (or bf16)"
+    text.append(f"  recommendation: {verdict}: {safe(amp.why)}", style="bold")
     return text
 
 
-def _guard_line(g: dict[str, Any]) -> Text:
+def _guard_line(g: GuardSummary) -> Text:
     """What the guard did: a run it kept alive says so before anything else."""
     text = Text("guard    ", style="bold")
     text.append(
         safe(
-            f"skipped {g['skipped']} non-finite steps · clipped {g['clipped']} · "
-            f"rolled back {g['rollbacks']}"
+            f"skipped {g.skipped} non-finite steps · clipped {g.clipped} · "
+            f"rolled back {g.rollbacks}"
         )
     )
-    if g.get("lr_scale", 1.0) != 1.0:
-        text.append(f" · learning rate x{g['lr_scale']:g}")
-    if g.get("gave_up"):
+    if g.lr_scale != 1.0:
+        text.append(f" · learning rate x{g.lr_scale:g}")
+    if g.gave_up:
         text.append("  ·  gave up", style="bold red")
     return text
 
 
-def _headline(f: dict[str, Any]) -> Text:
-    head = Text(f"\n{one_line(f['severity']).upper()} ", style=_STYLE.get(f["severity"], ""))
-    head.append(one_line(f["kind"]), style="bold")
-    if f.get("step") is not None:
-        head.append(f" at step {one_line(f['step'])}")
-    if f.get("layer") is not None:
-        head.append(f" in {one_line(f['layer'] or '(model)')}", style="bold")
-    head.append(f": {safe(f['summary'])}")
+def _headline(f: Finding) -> Text:
+    head = Text(f"\n{one_line(f.severity).upper()} ", style=_STYLE.get(f.severity, ""))
+    head.append(one_line(f.kind), style="bold")
+    if f.step is not None:
+        head.append(f" at step {one_line(f.step)}")
+    if f.layer is not None:
+        head.append(f" in {one_line(f.layer or '(model)')}", style="bold")
+    head.append(f": {safe(f.summary)}")
     return head
 
 
-def _finding(f: dict[str, Any]) -> Table:
+def _finding(f: Finding) -> Table:
     """One problem as a compact two-column block: label, then what the run shows."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="dim", no_wrap=True, min_width=11)
     grid.add_column(overflow="fold")
-    if f.get("symptom"):
-        grid.add_row("symptom", _t(f["symptom"]))
-    for i, e in enumerate(f.get("evidence", [])):
-        at = f" (step {safe(e['step'])})" if e.get("step") is not None else ""
-        grid.add_row("signals" if i == 0 else "", _t(f"· {e['signal']}: {_num(e['value'])}{at}"))
-    for i, r in enumerate(f.get("related", [])):
-        grid.add_row("also" if i == 0 else "", _t(f"· {r['summary']}", style="yellow"))
-    for i, h in enumerate(f.get("hypotheses", [])):
+    if f.symptom:
+        grid.add_row("symptom", _t(f.symptom))
+    for i, e in enumerate(f.evidence):
+        at = f" (step {safe(e.step)})" if e.step is not None else ""
+        grid.add_row("signals" if i == 0 else "", _t(f"· {e.signal}: {_num(e.value)}{at}"))
+    for i, r in enumerate(f.related):
+        grid.add_row("also" if i == 0 else "", _t(f"· {r.summary}", style="yellow"))
+    for i, h in enumerate(f.hypotheses):
         line = Text(f"{i + 1}. ", style="bold")
-        line.append(f"[{one_line(h['likelihood'])}] ", style=_LIKELY.get(h["likelihood"], ""))
-        line.append(safe(h["cause"]))
-        for s in h.get("support", []):
+        line.append(f"[{h.likelihood}] ", style=_LIKELY.get(h.likelihood, ""))
+        line.append(safe(h.cause))
+        for s in h.claims(State.SEEN):
             line.append(f"\n   + {safe(s)}", style="green")
-        for s in h.get("against", []):
+        for s in h.claims(State.CONTRADICTED):
             line.append(f"\n   - {safe(s)}", style="red")
-        if h.get("check"):
-            line.append(f"\n   check: {safe(h['check'])}", style="dim")
+        if h.check:
+            line.append(f"\n   check: {safe(h.check)}", style="dim")
         grid.add_row("hypotheses" if i == 0 else "", line)
-    if f.get("root_cause"):
-        grid.add_row("root cause", _t(f["root_cause"], style="bold"))
-    for i, fix in enumerate(f.get("fixes", [])):
-        line = Text(f"{one_line(fix['horizon']):<11}", style="cyan")
-        line.append(safe(fix["action"]))
+    if f.root_cause:
+        grid.add_row("root cause", _t(f.root_cause, style="bold"))
+    for i, fix in enumerate(f.fixes):
+        line = Text(f"{fix.horizon!s:<11}", style="cyan")
+        line.append(safe(fix.action))
         grid.add_row("fixes" if i == 0 else "", line)
-    for i, m in enumerate(f.get("monitoring", [])):
+    for i, m in enumerate(f.monitoring):
         grid.add_row("monitor" if i == 0 else "", _t(f"· {m}"))
-    for i, r in enumerate(f.get("ruled_out", [])):
-        line = Text(f"✗ not {safe(r['cause'])}: ", style="magenta")
-        line.append(safe(r["why"]))
+    for i, out in enumerate(f.ruled_out):
+        line = Text(f"✗ not {safe(out.cause)}: ", style="magenta")
+        line.append(safe(out.why))
         grid.add_row("ruled out" if i == 0 else "", line)
     return grid
 
@@ -254,15 +256,15 @@ def _rank(x: float | None) -> float:
     return math.inf if not math.isfinite(x) else x
 
 
-def _guard_text(g: dict[str, Any] | None) -> str:
-    if not g:
+def _guard_text(g: GuardSummary | None) -> str:
+    if g is None:
         return "-"
-    text = f"skipped {g['skipped']} · clipped {g['clipped']} · rolled back {g['rollbacks']}"
-    return text + (" · gave up" if g.get("gave_up") else "")
+    text = f"skipped {g.skipped} · clipped {g.clipped} · rolled back {g.rollbacks}"
+    return text + (" · gave up" if g.gave_up else "")
 
 
 def print_comparison(
-    result: dict[str, Any] | None,
+    result: Comparison | None,
     remedy: Any,
     code_fixes: list[Any],
     console: Console | None = None,
@@ -271,7 +273,7 @@ def print_comparison(
     fixes that need a code change, with the file and line."""
     console = console or Console()
     if result is not None:
-        b, a = result["before"], result["after"]
+        b, a = result.before, result.after
         table = Table(
             title=_t(f"before / after  ·  fix: {remedy.describe()}"),
             title_justify="left",
@@ -284,32 +286,32 @@ def print_comparison(
         style = {"healthy": "green", "problems": "red"}
         table.add_row(
             "status",
-            _t(b["status"], style=style.get(b["status"], "")),
-            _t(a["status"], style=style.get(a["status"], "")),
+            _t(b.status, style=style.get(b.status, "")),
+            _t(a.status, style=style.get(a.status, "")),
         )
-        table.add_row("loss", sparkline(b["loss"], 24), sparkline(a["loss"], 24))
-        table.add_row("final loss", _t(_num(b["final_loss"])), _t(_num(a["final_loss"])))
-        nan = {
-            k: f"step {v}" if v is not None else "-"
-            for k, v in (("b", b["first_nonfinite_loss"]), ("a", a["first_nonfinite_loss"]))
-        }
-        table.add_row("first NaN/Inf loss", _t(nan["b"]), _t(nan["a"]))
-        table.add_row("steps", _t(_num(b["steps"])), _t(_num(a["steps"])))
-        per_step = [f"{x * 1e3:.3g} ms" if x else "-" for x in (b["s_per_step"], a["s_per_step"])]
-        if result["time_per_step_ratio"]:
-            per_step[1] += f" ({result['time_per_step_ratio']:.2f}x)"
+        table.add_row("loss", sparkline(b.loss, 24), sparkline(a.loss, 24))
+        table.add_row("final loss", _t(_num(b.final_loss)), _t(_num(a.final_loss)))
+        nan = [
+            f"step {x.first_nonfinite_loss}" if x.first_nonfinite_loss is not None else "-"
+            for x in (b, a)
+        ]
+        table.add_row("first NaN/Inf loss", _t(nan[0]), _t(nan[1]))
+        table.add_row("steps", _t(_num(b.steps)), _t(_num(a.steps)))
+        per_step = [f"{x * 1e3:.3g} ms" if x else "-" for x in (b.s_per_step, a.s_per_step)]
+        if result.time_per_step_ratio:
+            per_step[1] += f" ({result.time_per_step_ratio:.2f}x)"
         table.add_row("time per step", *map(_t, per_step))
-        table.add_row("guard", _t(_guard_text(b["guard"])), _t(_guard_text(a["guard"])))
+        table.add_row("guard", _t(_guard_text(b.guard)), _t(_guard_text(a.guard)))
         console.print(table)
-        for label, key, mark, color in (
-            ("gone", "disappeared", "✓", "green"),
-            ("still there", "remaining", "✗", "red"),
-            ("new", "new", "!", "yellow"),
+        for label, found, mark, color in (
+            ("gone", result.disappeared, "✓", "green"),
+            ("still there", result.remaining, "✗", "red"),
+            ("new", result.new, "!", "yellow"),
         ):
-            for f in result[key]:
+            for f in found:
                 line = Text(f"{mark} {label:<12}", style=color)
-                line.append(one_line(f["kind"]), style="bold")
-                line.append(f"  {safe(f['summary'])}")
+                line.append(one_line(f.kind), style="bold")
+                line.append(f"  {safe(f.summary)}")
                 console.print(line)
     for fix in code_fixes:
         line = Text("needs a code change  ", style="bold yellow")

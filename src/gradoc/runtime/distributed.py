@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from ..analysis import Ranks, Report
 from ..collect import prepare_run_dir, torchrun_out
+from ..detect.finding import Finding
 
 WAIT_S = 300.0
 
@@ -25,40 +27,38 @@ def rank_dir(out: str | None, stem: str, rank: int) -> Path:
     return prepare_run_dir(out if out is not None else torchrun_out(stem), rank=rank)
 
 
-def _located(f: dict[str, Any]) -> bool:
-    o = f.get("origin") or {}
-    return bool(o.get("file")) or o.get("phase") in ("input", "optimizer")
+def _located(f: Finding) -> bool:
+    o = f.origin
+    return o is not None and (bool(o.file) or o.phase in ("input", "optimizer"))
 
 
-def merge_ranks(base: Path, world: int, json_path: str | Path | None) -> dict[str, Any]:
+def merge_ranks(base: Path, world: int, json_path: str | Path | None) -> Report:
     """Merge every rank's report.json into ``base/report.json`` (rank 0's run info)."""
     from ..report import to_json_text
-    from ..report.json import write_text_file
+    from ..report.json import read_report, write_text_file
 
-    merged: dict[str, Any] = json.loads((base / "report.json").read_text())
+    merged = read_report(base / "report.json")
     deadline = time.monotonic() + WAIT_S
-    others: dict[int, dict[str, Any]] = {}
+    others: dict[int, Report] = {}
     while len(others) < world - 1 and time.monotonic() < deadline:
         for r in range(1, world):
             path = base / f"rank{r}" / "report.json"
             if r not in others and path.exists():
                 with contextlib.suppress(json.JSONDecodeError):  # being written: next round
-                    others[r] = json.loads(path.read_text())
+                    others[r] = read_report(path)
         if len(others) < world - 1:
             time.sleep(0.2)
-    findings = merged["findings"]
-    by_kind = {f["kind"]: i for i, f in enumerate(findings)}
+    findings = list(merged.findings)
+    by_kind = {f.kind: i for i, f in enumerate(findings)}
     for r, report in sorted(others.items()):
-        for f in report["findings"]:
-            i = by_kind.get(f["kind"])
+        for f in report.findings:
+            i = by_kind.get(f.kind)
             if i is None:
-                findings.append({**f, "rank": r})
-                by_kind[f["kind"]] = len(findings) - 1
+                findings.append(replace(f, rank=r))
+                by_kind[f.kind] = len(findings) - 1
             elif _located(f) and not _located(findings[i]):
-                findings[i] = {**f, "rank": r}
-    merged["run"]["ranks"] = {"world_size": world, "merged": [0, *sorted(others)]}
-    if any(f["severity"] in ("error", "warning") for f in findings):
-        merged["status"] = "problems"
+                findings[i] = replace(f, rank=r)
+    merged = merged.with_findings(findings, Ranks(world, [0, *sorted(others)]))
     text = to_json_text(merged)
     write_text_file(base / "report.json", text)
     if json_path:

@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from .._util.text import safe
+from ..store import Stopped
 
 
 def write_outputs(
     run_dir: Path,
     json_path: str | Path | None,
-    stopped: dict[str, Any] | None,
+    stopped: Stopped | None,
     sinks: dict[str, str],
 ) -> dict[str, Any]:
-    """Write the report from the finished log, then each sink; the report."""
+    """Write the report from the finished log, then each sink; the report as report.json
+    holds it (what ``Run.close()`` returns)."""
     from ..report import write_report  # the report reads the finished log
 
     report = write_report(run_dir, json_path, stopped=stopped)
@@ -31,4 +33,4 @@ def write_outputs(
             export(kind, run_dir, target, report)
         except Exception as exc:  # a sink must not cost the run its report
             print(f"gradoc: could not write the {kind} sink: {safe(exc)}", file=sys.stderr)
-    return report
+    return report.to_json()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._util.text import one_line
+from ..analysis import Report
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def execute(
     lr_scale: float,
     checks: Sequence[str] = (),
     replay: Replay | None = None,
-) -> tuple[int, dict[str, Any] | None]:
+) -> tuple[int, Report | None]:
     """Run the script watched into ``out``; return its exit code and the report.
     ``checks``: ``gradoc run --check`` names; ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
@@ -94,9 +95,10 @@ def execute(
         side_effects={"count": effects.count, "seen": effects.seen},
     )
     try:
-        report = run.close(status=status, exit_code=code, json_path=json_path)
+        closed = run.close(status=status, exit_code=code, json_path=json_path)
     except KeyboardInterrupt:  # a second Ctrl-C: the log is complete, close said so
         return code or 130, None
+    report = Report.from_json(closed) if closed is not None else None
     if report is not None and replay is not None:
         replayed = after_run(
             lambda: _replay_if_needed(
@@ -134,7 +136,7 @@ def _numerics(run: Any, on: bool) -> Iterator[None]:
 
 def fix(
     before: Path,
-    report: dict[str, Any],
+    report: Report,
     script: Path,
     script_args: list[str],
     out: str | None,
@@ -154,7 +156,7 @@ def fix(
     sources = user_sources(script)
     remedy = choose(report)
     fixes = code_fixes(report, sources)
-    if report["status"] == "healthy":
+    if report.status == "healthy":
         console.print("gradoc fix: the run is healthy; nothing to fix")
         return 0
     if remedy is None:
@@ -170,15 +172,14 @@ def fix(
     if after_report is None:
         return code
     result = compare(before, report, after, after_report)
-    left = {(f["kind"], f["layer"]) for f in result["remaining"] + result["new"]}
-    fixes = [f for f in fixes if (f.finding, f.layer) in left]  # what the re-run did not cure
-    result["remedy"] = remedy.to_json()
-    result["code_fixes"] = [f.to_json() for f in fixes]
-    text = to_json_text(result)
+    left = result.left()
+    result.remedy = remedy
+    result.code_fixes = [f for f in fixes if (f.finding, f.layer) in left]  # not cured
+    text = to_json_text(result.to_json())
     write_text_file(after / "fix.json", text)
     if json_path:
         write_text_file(json_path, text)
-    print_comparison(result, remedy, fixes, console)
+    print_comparison(result, remedy, result.code_fixes, console)
     return code
 
 
@@ -202,7 +203,7 @@ def _replay_if_needed(
     effects: Any,
     json_path: Path | None,
     options: Replay,
-) -> dict[str, Any] | None:
+) -> Report | None:
     """Re-run the script up to a non-finite step that was not located, when that is safe
     (see gradoc.runtime.replay and gradoc.runtime.effects); else say how to. Returns the new
     report."""

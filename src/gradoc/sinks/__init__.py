@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+
+from ..analysis import Report
 
 SINKS = ("tensorboard", "wandb", "mlflow")
 
 
-def export(kind: str, run_dir: str | Path, target: str | Path, report: dict[str, Any]) -> None:
+def export(kind: str, run_dir: str | Path, target: str | Path, report: Report) -> None:
     """Write the finished run to one sink (its library imported only now)."""
     if kind not in SINKS:
         raise ValueError(f"unknown sink {kind!r}; one of {SINKS}")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from ..analysis import Report
 from ..detect.signals import update_ratio_series
 from ..store import RunLog
 
@@ -35,8 +35,5 @@ def step_rows(log: RunLog) -> dict[int, dict[str, float]]:
     return dict(sorted(rows.items()))
 
 
-def finding_lines(report: dict[str, Any]) -> list[str]:
-    return [
-        f"{f['severity']} {f['kind']} (step {f.get('step')}): {f['summary']}"
-        for f in report["findings"]
-    ]
+def finding_lines(report: Report) -> list[str]:
+    return [f"{f.severity} {f.kind} (step {f.step}): {f.summary}" for f in report.findings]

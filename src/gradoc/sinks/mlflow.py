@@ -9,8 +9,8 @@ report as the artifact ``gradoc/report.json``, the status and each finding as ta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ..analysis import Report
 from ..store import open_run
 from ._series import finding_lines, step_rows
 
@@ -20,7 +20,7 @@ def tracking_uri(target: str | Path) -> str:
     return f"sqlite:///{Path(target).resolve() / 'mlflow.db'}"
 
 
-def export(run_dir: str | Path, target: str | Path, report: dict[str, Any]) -> None:
+def export(run_dir: str | Path, target: str | Path, report: Report) -> None:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
@@ -44,9 +44,9 @@ def export(run_dir: str | Path, target: str | Path, report: dict[str, Any]) -> N
             ]
         for i in range(0, len(metrics), 1000):  # MLflow's batch limit
             client.log_batch(rid, metrics=metrics[i : i + 1000])
-        client.set_tag(rid, "gradoc.status", report["status"])
+        client.set_tag(rid, "gradoc.status", report.status)
         for i, line in enumerate(finding_lines(report)):
             client.set_tag(rid, f"gradoc.finding.{i}", line[:5000])
-        client.log_dict(rid, report, "gradoc/report.json")
+        client.log_dict(rid, report.to_json(), "gradoc/report.json")
     finally:
         client.set_terminated(rid)

@@ -8,13 +8,13 @@ text under ``findings`` at its step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ..analysis import Report
 from ..store import open_run
 from ._series import step_rows
 
 
-def export(run_dir: str | Path, logdir: str | Path, report: dict[str, Any]) -> None:
+def export(run_dir: str | Path, logdir: str | Path, report: Report) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(logdir))
@@ -23,8 +23,7 @@ def export(run_dir: str | Path, logdir: str | Path, report: dict[str, Any]) -> N
             for step, row in step_rows(log).items():
                 for key, value in row.items():
                     writer.add_scalar(key, value, step)
-        for f in report["findings"]:
-            text = f"**{f['severity']}** `{f['kind']}`: {f['summary']}"
-            writer.add_text("findings", text, f.get("step") or 0)
+        for f in report.findings:
+            writer.add_text("findings", f"**{f.severity}** `{f.kind}`: {f.summary}", f.step or 0)
     finally:
         writer.close()

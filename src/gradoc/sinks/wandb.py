@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
+from ..analysis import Report
 from ..store import open_run
 from ._series import finding_lines, step_rows
 
 
-def export(run_dir: str | Path, target: str | Path, report: dict[str, Any]) -> None:
+def export(run_dir: str | Path, target: str | Path, report: Report) -> None:
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
@@ -26,7 +26,7 @@ def export(run_dir: str | Path, target: str | Path, report: dict[str, Any]) -> N
         with open_run(run_dir) as log:
             for step, row in step_rows(log).items():
                 run.log(row, step=step)
-        run.summary["gradoc/status"] = report["status"]
+        run.summary["gradoc/status"] = report.status
         run.summary["gradoc/findings"] = finding_lines(report)
     finally:
         run.finish()

@@ -3,6 +3,15 @@ everything that reads a run (detectors, reports, the CLI, users with ``sqlite3``
 
 from .reader import Layer, RunLog, Series, open_run
 from .schema import SCHEMA_VERSION, EventKind
-from .writer import RunWriter
+from .writer import RunWriter, Stopped
 
-__all__ = ["SCHEMA_VERSION", "EventKind", "Layer", "RunLog", "RunWriter", "Series", "open_run"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "EventKind",
+    "Layer",
+    "RunLog",
+    "RunWriter",
+    "Series",
+    "Stopped",
+    "open_run",
+]

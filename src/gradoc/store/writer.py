@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
 
 Write = Callable[[sqlite3.Connection], int | None]
 """A record: writes itself with the connection, returns the step it belongs to (if any)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The run log stopped recording before the run ended (a full disk): what the run knew
+    in memory then, so that its report says what was not watched."""
+
+    error: str
+    """Why the writer stopped, on one line."""
+    steps: int
+    """The steps the run took (the log holds fewer)."""
+    status: str
+    exit_code: int | None
 
 
 def real(x: float | None) -> float | str | None:

@@ -1,0 +1,169 @@
+"""analysis: a run log in, the typed :class:`Report` out.
+
+:func:`analyze` reads the run's history, finds every kind's findings (``gradoc.findings``),
+folds them into stories and explains them (``gradoc.diagnose``), and gathers the facts of
+the run. The renderers, the sinks, ``gradoc fix``, ``gradoc diff`` and the distributed merge
+take the :class:`Report` it returns; ``gradoc.report.json`` writes and reads report.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..detect import History
+from ..detect.precision import advice
+from ..detect.signals import clip_factors
+from ..diagnose import diagnose
+from ..findings import check_all
+from ..findings.log_incomplete import LogIncomplete
+from ..store import EventKind, RunLog, Stopped
+from .report import (
+    REPORT_SCHEMA,
+    SERIOUS,
+    Clipping,
+    GuardSummary,
+    Ranks,
+    Report,
+    RunFacts,
+)
+
+
+def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
+    """The report of a run log.
+
+    ``stopped``: the run log stopped recording before the run ended (a full disk), with
+    what the run knew in memory then. The report then says what was not watched: it is
+    never "healthy".
+    """
+    history = History.load(run)
+    findings = diagnose(history, check_all(history))
+    meta: Mapping[str, Any] = run.meta
+    if stopped is not None:
+        meta = {**meta, "status": stopped.status, "exit_code": stopped.exit_code}
+        findings.append(LogIncomplete().stopped(run.num_steps, stopped))
+    problems = any(f.severity in SERIOUS for f in findings)
+    unwatched = _not_watched(run) if run.num_steps == 0 else None
+    guard = meta.get("guard")
+    facts = RunFacts(
+        script=meta.get("script"),
+        steps=run.num_steps,
+        duration_s=meta.get("duration_s"),
+        torch=meta.get("torch"),
+        gradoc=meta.get("gradoc"),
+        status=meta.get("status"),
+        exit_code=meta.get("exit_code"),
+        guard=GuardSummary.from_json(guard) if guard else None,
+        steps_counted_by=list(meta.get("steps_counted_by") or []),
+        loss_read=loss_read(meta),
+        clipping=clipping(run),
+        unwatched=_unwatched(meta),
+    )
+    return Report(
+        status="problems" if problems else ("not_watched" if unwatched else "healthy"),
+        run=facts,
+        findings=findings,
+        not_watched=unwatched,
+        amp=advice(meta["amp"]) if meta.get("amp") else None,
+    )
+
+
+def loss_read(meta: Mapping[str, Any]) -> str | None:
+    """How the run's loss was read, in one sentence (None before schema 4's logs)."""
+    read = meta.get("loss_read")
+    if not isinstance(read, dict):
+        return None
+    parts = ["the loss handed to backward()"]
+    if read.get("returned"):
+        parts[0] += f", computed and returned {read['returned']}"
+    through = []
+    if read.get("unscaled"):
+        through.append(f"{read['unscaled']}'s loss scaling undone")
+    division = meta.get("loss_division")
+    if isinstance(division, dict) and division.get("by") is not None:
+        by = f"{division['by']:g}"
+        through.append(
+            f"the division by {by} micro-batches (gradient accumulation) undone"
+            if division.get("undone")
+            else f"divided by {by} before backward() (kept: not the step's number of "
+            "backward() calls)"
+        )
+    kind = read.get("kind") or {}
+    if kind.get("fn") == "cross_entropy":
+        what = f"a cross-entropy over {kind.get('classes', '?')} classes"
+        if "ignore_index" in kind:
+            what += f" (ignore_index {kind['ignore_index']})"
+        if kind.get("label_smoothing"):
+            what += ", label-smoothed"
+        through.append(what)
+    elif kind.get("fn"):
+        through.append(str(kind["fn"]).replace("_", " "))
+    elif kind.get("node"):
+        through.append(f"autograd node {kind['node']}")
+    if through:
+        parts.append("read through: " + "; ".join(through))
+    return "; ".join(parts)
+
+
+def clipping(run: RunLog) -> Clipping | None:
+    """The program's own gradient clipping: its function and threshold, and how often it
+    bit (the norm it measured above the threshold) with the median factor it scaled by."""
+    said = run.meta.get("clipping")
+    if not isinstance(said, dict):
+        return None
+    factors = [f for _, f in clip_factors(run.scalar("clip_norm"), run.scalar("clip_max"))]
+    bit = [f for f in factors if f < 1.0]
+    return Clipping(
+        said.get("fn"),
+        said.get("threshold"),
+        len(factors),
+        len(bit),
+        sorted(bit)[len(bit) // 2] if bit else None,
+        said.get("norm_type"),
+    )
+
+
+def _unwatched(meta: Mapping[str, Any]) -> list[str]:
+    """What of a run gradoc could not see, though it watched the steps."""
+    out = []
+    if meta.get("compiled"):
+        out.append(
+            "the outputs of the modules inside a torch.compile'd model (compiled code runs "
+            "no per-module hook; gradoc watches the model's inputs, loss, gradients, "
+            "weights and updates)"
+        )
+    return out
+
+
+def _not_watched(run: RunLog) -> str:
+    """Why a run has no step: it is never "healthy" (nothing was seen to be healthy)."""
+    found = any(e.kind == EventKind.NONFINITE_ORIGIN for e in run.events)
+    if found:  # the origin says where the NaN/Inf was born and how it was found
+        checked = ""
+    elif run.meta.get("check_numerics"):
+        checked = "; --check numerics checked every operation: none made a NaN/Inf"
+    else:
+        checked = (
+            "; `gradoc run --check numerics SCRIPT` checks every operation of a program "
+            "that does not train"
+        )
+    if not run.params:
+        return (
+            "the program made no training step: gradoc counts one at each optimizer.step(), "
+            "or, with no torch.optim optimizer, at each backward() or torch.autograd.grad() "
+            "call, and saw none" + checked
+        )
+    return "the run ended before its first step finished: nothing was recorded" + checked
+
+
+__all__ = [
+    "REPORT_SCHEMA",
+    "Clipping",
+    "GuardSummary",
+    "Ranks",
+    "Report",
+    "RunFacts",
+    "analyze",
+    "clipping",
+    "loss_read",
+]

@@ -1,0 +1,203 @@
+"""The typed report of a run: what the renderers, the sinks, ``gradoc fix``, ``gradoc diff``
+and the distributed merge read, and what report.json holds (schema ``gradoc.report/1``,
+``../shared/DESIGN.md``). Each record says how it is written to and read from JSON beside
+its fields; ``gradoc.report.json`` is the one place that writes and reads the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..detect.finding import SEVERITY_ORDER, Finding
+from ..detect.precision import AmpAdvice
+
+REPORT_SCHEMA = "gradoc.report/1"
+
+SERIOUS = ("error", "warning")
+"""The severities that make a run's status ``problems``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Clipping:
+    """The program's own gradient clipping: its function and threshold, and how often it bit
+    (the norm it measured above the threshold), with the median factor it scaled by."""
+
+    fn: str | None
+    threshold: float | str | None
+    """The threshold the program passed (``"inf"`` as report.json writes an infinity)."""
+    steps: int
+    bit: int
+    median_factor: float | None
+    norm_type: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"fn": self.fn, "threshold": self.threshold}
+        if self.norm_type is not None:
+            out["norm_type"] = self.norm_type
+        return out | {"steps": self.steps, "bit": self.bit, "median_factor": self.median_factor}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Clipping:
+        return cls(
+            data.get("fn"),
+            data.get("threshold"),
+            data.get("steps", 0),
+            data.get("bit", 0),
+            data.get("median_factor"),
+            data.get("norm_type"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSummary:
+    """What the guard did (``guard=True``, ``gradoc run --guard``)."""
+
+    skipped: int = 0
+    clipped: int = 0
+    rollbacks: int = 0
+    gave_up: bool = False
+    lr_scale: float = 1.0
+    snapshot_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "skipped": self.skipped,
+            "clipped": self.clipped,
+            "rollbacks": self.rollbacks,
+            "gave_up": self.gave_up,
+            "lr_scale": self.lr_scale,
+            "snapshot_bytes": self.snapshot_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GuardSummary:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    """Under torchrun: the world size and the ranks whose reports were merged."""
+
+    world_size: int
+    merged: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "merged": list(self.merged)}
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """report.json's ``run``: what the run was and how it ended."""
+
+    script: str | None = None
+    steps: int = 0
+    duration_s: float | None = None
+    torch: str | None = None
+    gradoc: str | None = None
+    status: str | None = None
+    """How the script ended: finished, crashed, interrupted, gave_up (the guard)."""
+    exit_code: int | None = None
+    guard: GuardSummary | None = None
+    steps_counted_by: list[str] = field(default_factory=list)
+    loss_read: str | None = None
+    """How the loss was read, in one sentence (None before schema 4's logs)."""
+    clipping: Clipping | None = None
+    unwatched: list[str] = field(default_factory=list)
+    """What of the run gradoc could not see, though it watched the steps."""
+    ranks: Ranks | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "script": self.script,
+            "steps": self.steps,
+            "duration_s": self.duration_s,
+            "torch": self.torch,
+            "gradoc": self.gradoc,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "guard": self.guard.to_json() if self.guard is not None else None,
+            "steps_counted_by": list(self.steps_counted_by),
+            "loss_read": self.loss_read,
+            "clipping": self.clipping.to_json() if self.clipping is not None else None,
+            "unwatched": list(self.unwatched),
+        }
+        if self.ranks is not None:
+            out["ranks"] = self.ranks.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunFacts:
+        guard, clipping, ranks = data.get("guard"), data.get("clipping"), data.get("ranks")
+        return cls(
+            script=data.get("script"),
+            steps=data.get("steps") or 0,
+            duration_s=data.get("duration_s"),
+            torch=data.get("torch"),
+            gradoc=data.get("gradoc"),
+            status=data.get("status"),
+            exit_code=data.get("exit_code"),
+            guard=GuardSummary.from_json(guard) if guard else None,
+            steps_counted_by=[str(c) for c in data.get("steps_counted_by") or []],
+            loss_read=data.get("loss_read"),
+            clipping=Clipping.from_json(clipping) if clipping else None,
+            unwatched=[str(u) for u in data.get("unwatched") or []],
+            ranks=Ranks(ranks["world_size"], list(ranks["merged"])) if ranks else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A run's diagnosis: its status, what it was, and its findings, most important first
+    (the first warning or error is the headline)."""
+
+    status: str
+    """``healthy``, ``problems`` or ``not_watched`` (no step was seen: never healthy)."""
+    run: RunFacts = field(default_factory=RunFacts)
+    findings: list[Finding] = field(default_factory=list)
+    not_watched: str | None = None
+    """Why no step was watched, when none was."""
+    amp: AmpAdvice | None = None
+    """The mixed-precision readiness (``--check amp``)."""
+
+    @property
+    def serious(self) -> list[Finding]:
+        """The findings of severity error or warning, most important first."""
+        return [f for f in self.findings if f.severity in SERIOUS]
+
+    @property
+    def headline(self) -> Finding | None:
+        return next(iter(self.serious), None)
+
+    def failing(self, at: str) -> bool:
+        """Some finding is at least as severe as ``at`` (``"warning"`` or ``"error"``)."""
+        return any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[at] for f in self.findings)
+
+    def with_findings(self, findings: list[Finding], ranks: Ranks | None = None) -> Report:
+        """This report with other findings (and ranks): its status follows them."""
+        status = "problems" if any(f.severity in SERIOUS for f in findings) else self.status
+        run = replace(self.run, ranks=ranks) if ranks is not None else self.run
+        return replace(self, status=status, run=run, findings=findings)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": REPORT_SCHEMA, "status": self.status}
+        if self.not_watched:
+            out["not_watched"] = self.not_watched
+        out["run"] = self.run.to_json()
+        out["findings"] = [f.to_json() for f in self.findings]
+        if self.amp is not None:
+            out["amp"] = self.amp.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        amp = data.get("amp")
+        return cls(
+            status=data["status"],
+            run=RunFacts.from_json(data.get("run") or {}),
+            findings=[Finding.from_json(f) for f in data.get("findings", [])],
+            not_watched=data.get("not_watched"),
+            amp=AmpAdvice.from_json(amp) if amp else None,
+        )
