@@ -60,4 +60,4 @@ def test_diff_finds_the_changed_module(tmp_path: Path) -> None:
 
 def test_runs_that_differ_only_by_noise_do_not_part(tmp_path: Path) -> None:
     result = diff_runs(_run(tmp_path / "a", 1.0, 1), _run(tmp_path / "b", 1.0, 2))
-    assert result["parted"] is None and "no layer differs" in result["explanation"]
+    assert result.parted is None and "no layer differs" in result.explanation

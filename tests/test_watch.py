@@ -209,7 +209,7 @@ def test_loss_capture_forms(tmp_path: Path) -> None:
         torch.autograd.grad,
         torch.optim.Optimizer.__init__,
     ) == pytorchs
-    assert not taps._sinks  # the tap is removed when the last run closes
+    assert not taps._receivers  # the tap is removed when the last run closes
 
 
 def test_two_runs_in_one_process_keep_their_own_losses(tmp_path: Path) -> None:

@@ -343,19 +343,19 @@ def _diff(args: argparse.Namespace) -> int:
             from .report.html import write_diff
 
             write_diff(result, html_path)
-    if json_path and not write_text_file(json_path, to_json_text(result)):
+    if json_path and not write_text_file(json_path, to_json_text(result.to_json())):
         return 1
-    parted = result["parted"]
-    print(f"gradoc diff: {safe(result['explanation'])}")
+    parted = result.parted
+    print(f"gradoc diff: {safe(result.explanation)}")
     if parted:
-        for x in parted["others_at_step"]:
+        for x in parted.others_at_step:
             print(
-                f"  also at step {parted['step']}: {one_line(x['layer'])} "
-                f"{one_line(x['statistic'])} x{x['ratio']:.3g}"
+                f"  also at step {parted.step}: {one_line(x.layer)} "
+                f"{one_line(x.statistic)} x{x.ratio:.3g}"
             )
     print(
-        f"  {result['steps_compared']} steps compared; median loss difference "
-        f"{(result['loss_rel_diff_median'] or 0):.1%}"
+        f"  {result.steps_compared} steps compared; median loss difference "
+        f"{(result.loss_rel_diff_median or 0):.1%}"
     )
     return 0
 

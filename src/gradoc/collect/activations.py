@@ -36,7 +36,7 @@ from .probe import Probe
 
 if TYPE_CHECKING:
     from .context import Context
-    from .grads import Target
+    from .grads import WatchedOptimizer
 
 
 Call = tuple[int, Tensor, "Tensor | None"]
@@ -271,7 +271,7 @@ class AmpRanges(Probe):
         if x.is_floating_point():
             self._acts[watched.id] = merge_counts(self._acts.get(watched.id), range_counts(x))
 
-    def at_statistics(self, target: Target, primary: bool) -> None:
+    def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         if target.before is None:  # a parameter step only
             return
         self._steps[1] += 1

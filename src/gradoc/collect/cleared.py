@@ -23,7 +23,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .grads import Target
+from .grads import WatchedOptimizer
 
 
 class Clearing:
@@ -34,13 +34,13 @@ class Clearing:
         self.first_kept: int | None = None
 
     @staticmethod
-    def _sentinel(target: Target) -> tuple[int, Tensor] | None:
+    def _sentinel(target: WatchedOptimizer) -> tuple[int, Tensor] | None:
         for p in target.params:
             if p.param.grad is not None:
                 return id(p.param), p.param.grad
         return None
 
-    def at_statistics(self, target: Target, backwards: int, step: int) -> None:
+    def at_statistics(self, target: WatchedOptimizer, backwards: int, step: int) -> None:
         """The step's gradients are ready: were they added to the last step's?"""
         saved, self._saved = self._saved, None
         found = self._sentinel(target) if not target.manual and backwards else None
@@ -52,7 +52,7 @@ class Clearing:
             if self.first_kept is None:
                 self.first_kept = step
 
-    def after_step(self, target: Target) -> None:
+    def after_step(self, target: WatchedOptimizer) -> None:
         found = None if target.manual else self._sentinel(target)
         if found is not None:
             self._saved = (found[0], weakref.ref(found[1]), found[1]._version)

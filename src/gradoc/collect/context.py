@@ -1,9 +1,10 @@
 """What the run's parts may use of it: a probe's :class:`Context`, the step protocol's
-:class:`Host`.
+:class:`Internal`.
 
 A probe (``probe``) is handed a ``Context``: the run's events and metadata, its locator,
 and read-only views of its steps and watched modules, nothing else. The run's own parts
-(``steps``, ``watched``, ``manual``) get a ``Host``, a little more. Both are protocols that
+(``steps``, ``watched``, ``manual``) get an ``Internal`` view, a little more. Both are
+protocols that
 :class:`~gradoc.collect.run.Run` satisfies (mypy checks it where the run hands itself
 over): they name what a part may touch, cost no indirection on a step's path, and keep
 these modules from importing ``run`` (no import circle: ``tests/test_layers.py``).
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ..locate import Origin
     from ..store import EventKind
     from ..store.writer import Write
-    from .grads import Target
+    from .grads import WatchedOptimizer
     from .layers import WatchedModule
     from .locating import Locator
 
@@ -36,7 +37,7 @@ class StepsView(Protocol):
 
     count: int
     """Steps completed so far."""
-    targets: dict[Optimizer, Target]
+    targets: dict[Optimizer, WatchedOptimizer]
     """The watched optimizers' parameters and statistics."""
     rerun: tuple[Callable[[], Any], RngState] | None
     """A step given a closure, while its statistics are read: what replays it."""
@@ -80,18 +81,18 @@ class Context(Protocol):
         """A non-finite value's origin was found."""
 
 
-class HostActivations(Protocol):
+class InternalActivations(Protocol):
     def adopt(self, modules: dict[nn.Module, WatchedModule]) -> None: ...
 
 
-class HostSteps(StepsView, Protocol):
+class InternalSteps(StepsView, Protocol):
     @property
-    def activations(self) -> HostActivations: ...
+    def activations(self) -> InternalActivations: ...
 
     def on_forward_output(self, output: Any) -> None: ...
 
 
-class HostWatched(WatchedView, Protocol):
+class InternalWatched(WatchedView, Protocol):
     forward_seen: bool
     """A watched root ran forward this step."""
     samples: int
@@ -104,7 +105,7 @@ class HostWatched(WatchedView, Protocol):
     def watch_modules(self, roots: list[nn.Module]) -> None: ...
 
 
-class Host(Context, Protocol):
+class Internal(Context, Protocol):
     """What the run's own parts (its steps, watched modules, hand-written steps) use of it."""
 
     config: WatchConfig
@@ -120,10 +121,10 @@ class Host(Context, Protocol):
     def guard(self) -> Guard | None: ...
 
     @property
-    def steps(self) -> HostSteps: ...
+    def steps(self) -> InternalSteps: ...
 
     @property
-    def watched(self) -> HostWatched: ...
+    def watched(self) -> InternalWatched: ...
 
     def put(self, record: Write, now: bool = False) -> None:
         """Queue a record for the run log's writer."""

@@ -3,7 +3,7 @@
 At the step's statistics point (the optimizer's step pre-hook) it takes the per-tensor
 gradient norms (foreach reductions) and, on parameter steps, the gradients' max-abs and a
 copy of the weights; after the step, the weight and update norms. Everything stays on the
-device until the step's transfer adds it to the packet (:meth:`Target.slices`).
+device until the step's transfer adds it to the packet (:meth:`WatchedOptimizer.slices`).
 
 Non-finite counts are computed only for gradients whose norm came back non-finite, so
 only an already-broken step pays for a second (small) host read.
@@ -75,7 +75,7 @@ class Collected:
 
 
 @dataclass(slots=True)
-class Target:
+class WatchedOptimizer:
     """One watched optimizer, its parameters and its steps' statistics on the device."""
 
     optimizer: Optimizer

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..detect.signals import update_ratio
 from ..locate.replay import rerun_closure
 from ..store import EventKind
-from .grads import Slices, Target, lr_of
+from .grads import Slices, WatchedOptimizer, lr_of
 from .probe import Probe
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Locate(Probe):
         self.locator.on_forward(root, args, kwargs, rng)
         self.locator.on_output(root, output)
 
-    def decided(self, target: Target, vitals: Vitals) -> None:
+    def decided(self, target: WatchedOptimizer, vitals: Vitals) -> None:
         try:
             self._locate(target, vitals.bad, vitals.loss_bad)
         except Exception as exc:
@@ -49,7 +49,7 @@ class Locate(Probe):
                 EventKind.LOCATE_FAILED, f"could not locate the origin: {type(exc).__name__}: {exc}"
             )
 
-    def _locate(self, target: Target, bad: bool, loss_bad: bool) -> None:
+    def _locate(self, target: WatchedOptimizer, bad: bool, loss_bad: bool) -> None:
         run = self.run
         params: list[tuple[str, str, Any]] = []
         context: dict[str, Any] = {}

@@ -29,14 +29,14 @@ from .layers import WatchedParam, owner_names, param_row
 
 if TYPE_CHECKING:
     from .activations import Activations
-    from .context import Host
-    from .grads import Target
+    from .context import Internal
+    from .grads import WatchedOptimizer
 
 
 class StepProtocol(Protocol):
     """What hand-written steps use of the run's step protocol (``steps.Steps``)."""
 
-    targets: dict[Any, Target]
+    targets: dict[Any, WatchedOptimizer]
     primary: Any
     device: torch.device | None
     count: int
@@ -44,13 +44,15 @@ class StepProtocol(Protocol):
     @property
     def activations(self) -> Activations: ...
 
-    def add(self, optimizer: Any, params: list[WatchedParam], manual: bool = False) -> Target: ...
+    def add(
+        self, optimizer: Any, params: list[WatchedParam], manual: bool = False
+    ) -> WatchedOptimizer: ...
 
     def remove(self, optimizer: Any) -> None: ...
 
     def counted_by(self, how: str) -> None: ...
 
-    def statistics(self, target: Target) -> None: ...
+    def statistics(self, target: WatchedOptimizer) -> None: ...
 
     def post_step(self, optimizer: Any) -> None: ...
 
@@ -145,9 +147,9 @@ class ManualSteps:
     """Counts a run's steps at ``backward()`` / ``torch.autograd.grad`` calls while no
     optimizer takes their gradients (see the module's docstring)."""
 
-    def __init__(self, run: Host, steps: StepProtocol) -> None:
+    def __init__(self, run: Internal, steps: StepProtocol) -> None:
         self.run, self.steps = run, steps
-        self.target: Target | None = None
+        self.target: WatchedOptimizer | None = None
         """The stand-in optimizer's target, once steps are counted here."""
         self.open = False
         """A step's statistics were read and the step has not ended yet."""

@@ -16,7 +16,7 @@ from .probe import Probe
 
 if TYPE_CHECKING:
     from .context import Context
-    from .grads import Target
+    from .grads import WatchedOptimizer
 
 
 class PaddingAudit(Probe):
@@ -24,7 +24,7 @@ class PaddingAudit(Probe):
         self.run = run
         self._audited: set[tuple[str, str | None]] = set()
 
-    def after_statistics(self, target: Target, primary: bool) -> None:
+    def after_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         step = target.steps
         if primary and (step < 3 or step % 200 == 0):
             self._audit(step)

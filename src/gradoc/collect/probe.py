@@ -32,7 +32,7 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from ..guard import Vitals
-    from .grads import Slices, Target
+    from .grads import Slices, WatchedOptimizer
     from .layers import WatchedModule
 
 
@@ -50,13 +50,13 @@ class Probe:
     ) -> None:
         pass
 
-    def at_statistics(self, target: Target, primary: bool) -> None:
+    def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         pass
 
-    def decided(self, target: Target, vitals: Vitals) -> None:
+    def decided(self, target: WatchedOptimizer, vitals: Vitals) -> None:
         pass
 
-    def after_statistics(self, target: Target, primary: bool) -> None:
+    def after_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         pass
 
     def late(self, step: int, now: int, loss_bad: bool) -> None:

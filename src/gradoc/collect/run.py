@@ -100,7 +100,7 @@ class Run(Shown):
         self.step_listeners = self.steps.listeners
         """Called with ("stats", step) once a step's statistics are read and with ("end",
         step) once it ended (``gradoc.runtime.replay`` arms its trace from them)."""
-        taps.add_loss_sink(self.steps)
+        taps.add_receiver(self.steps)
         open_runs.add(self)
 
     @property
@@ -206,7 +206,7 @@ class Run(Shown):
             h.remove()
         self._handles.clear()
         self.watched.remove()
-        taps.remove_loss_sink(self.steps)
+        taps.remove_receiver(self.steps)
         if self.guard is not None:
             self.guard.close()
         if self._lr_scale != 1.0:

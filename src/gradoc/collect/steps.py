@@ -51,7 +51,7 @@ from . import losses, taps
 from ._safety import guarded, without_grad
 from .activations import Activations, AmpRanges, Calls
 from .cleared import Clearing
-from .grads import Target, lr_of, received_counts
+from .grads import WatchedOptimizer, lr_of, received_counts
 from .layers import WatchedParam
 from .lengths import Lengths
 from .locate_probe import Locate
@@ -64,10 +64,10 @@ from .record import Layout, StepRecord, StepRow
 
 if TYPE_CHECKING:
     from ..config import WatchConfig
-    from .context import Host
+    from .context import Internal
 
 
-def probes_for(run: Host, config: WatchConfig) -> list[Probe]:
+def probes_for(run: Internal, config: WatchConfig) -> list[Probe]:
     """The probes a configuration asks for, in the order the step protocol calls them."""
     probes: list[Probe] = [Lengths(run.event)]
     if config.check_amp:
@@ -81,8 +81,8 @@ def probes_for(run: Host, config: WatchConfig) -> list[Probe]:
     return probes
 
 
-class Steps(taps.LossSink):
-    def __init__(self, run: Host, probes: list[Probe]) -> None:
+class Steps(taps.TapReceiver):
+    def __init__(self, run: Internal, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
         self.locator, self.watched, self.probes = run.locator, run.watched, probes
         config = run.config
@@ -90,7 +90,7 @@ class Steps(taps.LossSink):
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
         self.count = 0
         """Steps completed so far (of the first optimizer attached)."""
-        self.targets: dict[Optimizer, Target] = {}
+        self.targets: dict[Optimizer, WatchedOptimizer] = {}
         self.primary: Optimizer | None = None
         self.device: torch.device | None = None
         self.manual = ManualSteps(run, self)
@@ -139,9 +139,11 @@ class Steps(taps.LossSink):
         self._counting: list[str] = []
         self.origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
 
-    def add(self, optimizer: Any, params: list[WatchedParam], manual: bool = False) -> Target:
+    def add(
+        self, optimizer: Any, params: list[WatchedParam], manual: bool = False
+    ) -> WatchedOptimizer:
         """Watch an optimizer's steps; the first one attached counts the run's steps."""
-        target = self.targets[optimizer] = Target(optimizer, params, manual=manual)
+        target = self.targets[optimizer] = WatchedOptimizer(optimizer, params, manual=manual)
         if not manual:  # what the updates are expected to look like depends on it
             self._optimizers.append(_described(optimizer))
             self.run.set_meta(optimizers=self._optimizers)
@@ -366,7 +368,7 @@ class Steps(taps.LossSink):
         if target is not None and not target.ready:  # not read at a clip or unscale_
             self.statistics(target)
 
-    def statistics(self, target: Target) -> None:
+    def statistics(self, target: WatchedOptimizer) -> None:
         primary = target.optimizer is self.primary
         target.ready = True
         self.locator.pause()
@@ -396,7 +398,7 @@ class Steps(taps.LossSink):
         """The run was given a guard (not only the default that skips)."""
         return self.guard is not None and self.guard.every_step
 
-    def _vet(self, target: Target, primary: bool) -> None:
+    def _vet(self, target: WatchedOptimizer, primary: bool) -> None:
         """The first non-finite step is located; the guard (or the default skip) acts."""
         v = self._vitals(target, primary)
         for probe in self.probes:
@@ -406,7 +408,7 @@ class Steps(taps.LossSink):
         if self.guard is not None:
             self._guard_step(self.guard, target, primary, v)
 
-    def _vitals(self, target: Target, primary: bool) -> Vitals:
+    def _vitals(self, target: WatchedOptimizer, primary: bool) -> Vitals:
         """This step's loss, finiteness and global gradient norm, read now: a few scalars
         (on the CPU a read, not a synchronisation; see ``checks_now``)."""
         micros = self._losses if primary else []
@@ -436,7 +438,7 @@ class Steps(taps.LossSink):
             self._bad = True  # its statistics travel at its end, with its gradients' counts
         return Vitals(loss_bad, grads_bad, loss, norm)
 
-    def _vitals_fine(self, micros: list[losses.Micro], target: Target) -> bool:
+    def _vitals_fine(self, micros: list[losses.Micro], target: WatchedOptimizer) -> bool:
         """Nothing decided on the values: whether the loss and every norm are finite, read
         with as few ops as there can be (this runs every step; a non-finite one is measured
         again by :meth:`_vitals`): few norms are read one scalar each, more summed once."""
@@ -450,7 +452,7 @@ class Steps(taps.LossSink):
         # a sum is finite exactly when every term is (or overflows: measured again)
         return math.isfinite(sum(values)) if values else True
 
-    def _guard_step(self, guard: Guard, target: Target, primary: bool, v: Vitals) -> None:
+    def _guard_step(self, guard: Guard, target: WatchedOptimizer, primary: bool, v: Vitals) -> None:
         if guard.collective:
             v = agree(v, self.device)
         step = target.steps

@@ -15,7 +15,7 @@ computes with no change to the training loop:
   ``step``: the gradients before the program clips them, the clipping itself, the loss
   before scaling, and a step the scaler skipped.
 
-The wrappers only hand what they see to the open runs (:class:`LossSink`); they never change
+The wrappers only hand what they see to the open runs (:class:`TapReceiver`); they never change
 what PyTorch does or returns, and compose with wrappers of the same functions installed by
 others (see ``signals.patch``): this is the only wrapper of them in gradoc.
 """
@@ -40,7 +40,7 @@ from .._util.wrappers import compiling
 from .losses import loss_like
 
 
-class LossSink:
+class TapReceiver:
     """What the taps tell an open run (every method a no-op here)."""
 
     def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
@@ -71,7 +71,7 @@ class LossSink:
         found an inf or NaN gradient)."""
 
 
-_sinks: list[LossSink] = []
+_receivers: list[TapReceiver] = []
 raw_item = Tensor.item
 """``Tensor.item`` as PyTorch has it: gradoc's own reads pass no tap."""
 _optimizers: weakref.WeakSet[Optimizer] = weakref.WeakSet()
@@ -108,16 +108,16 @@ def _around(
     scaled: bool,
     gives: bool,
 ) -> Any:
-    """One tapped call, ``call(tensors)``: the sinks hear of it before and after.
+    """One tapped call, ``call(tensors)``: the receivers hear of it before and after.
     ``scaled``: amp-compare's loss scaling applies (no gradients given); ``gives``: the
-    result is the gradients (``autograd.grad``), which the sinks are handed."""
-    for sink in list(_sinks):
-        sink.on_backward(tensors, inputs, direct)
+    result is the gradients (``autograd.grad``), which the receivers are handed."""
+    for receiver in list(_receivers):
+        receiver.on_backward(tensors, inputs, direct)
     if _loss_scale and scaled and scalar_loss(tensors) is not None:
         tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
     result = call(tensors)
-    for sink in list(_sinks):
-        sink.after_backward(tensors, inputs, result if gives else None, direct)
+    for receiver in list(_receivers):
+        receiver.after_backward(tensors, inputs, result if gives else None, direct)
     return result
 
 
@@ -162,8 +162,8 @@ def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
 def _tell_value(t: Tensor, value: float | None, how: str) -> None:
     if compiling():  # traced by torch.compile: a fake tensor, and no side effect to freeze
         return
-    for sink in list(_sinks):
-        sink.on_value(t, value, how)
+    for receiver in list(_receivers):
+        receiver.on_value(t, value, how)
 
 
 def _tap_read(how: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -229,8 +229,8 @@ def _tap_scale(scale: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(self: Any, outputs: Any) -> Any:
         scaled = scale(self, outputs)
         if isinstance(outputs, Tensor) and isinstance(scaled, Tensor) and scaled is not outputs:
-            for sink in list(_sinks):
-                sink.on_scaled(outputs, scaled)
+            for receiver in list(_receivers):
+                receiver.on_scaled(outputs, scaled)
         return scaled
 
     return tapped
@@ -240,8 +240,8 @@ def _tap_unscale(unscale: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(self: Any, optimizer: Optimizer) -> Any:
         result = unscale(self, optimizer)
         if getattr(self, "_enabled", False):  # the gradients are in their true units now
-            for sink in list(_sinks):
-                sink.on_grads_ready(optimizer, [])
+            for receiver in list(_receivers):
+                receiver.on_grads_ready(optimizer, [])
         return result
 
     return tapped
@@ -250,8 +250,8 @@ def _tap_unscale(unscale: Callable[..., Any]) -> Callable[..., Any]:
 def _tap_scaler_step(step: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(self: Any, optimizer: Optimizer, *args: Any, **kwargs: Any) -> Any:
         result = step(self, optimizer, *args, **kwargs)
-        for sink in list(_sinks):
-            sink.after_scaler_step(optimizer)
+        for receiver in list(_receivers):
+            receiver.after_scaler_step(optimizer)
         return result
 
     return tapped
@@ -267,9 +267,9 @@ def _tap_clip_with_norm(clip: Callable[..., Any]) -> Callable[..., Any]:
 
     def tapped(parameters: Any, max_norm: float, total_norm: Tensor, *args: Any, **kw: Any) -> Any:
         params = _params(parameters)
-        for sink in list(_sinks):
-            sink.on_grads_ready(None, params)
-            sink.on_clip("clip_grad_norm_", float(max_norm), total_norm, math.nan)
+        for receiver in list(_receivers):
+            receiver.on_grads_ready(None, params)
+            receiver.on_clip("clip_grad_norm_", float(max_norm), total_norm, math.nan)
         return clip(params, max_norm, total_norm, *args, **kw)
 
     return tapped
@@ -280,11 +280,11 @@ def _tap_clip_norm(clip: Callable[..., Any]) -> Callable[..., Any]:
 
     def tapped(parameters: Any, max_norm: float, norm_type: float = 2.0, *a: Any, **kw: Any) -> Any:
         params = _params(parameters)
-        for sink in list(_sinks):
-            sink.on_grads_ready(None, params)
+        for receiver in list(_receivers):
+            receiver.on_grads_ready(None, params)
         total = clip(params, max_norm, norm_type, *a, **kw)
-        for sink in list(_sinks):
-            sink.on_clip("clip_grad_norm_", float(max_norm), total, float(norm_type))
+        for receiver in list(_receivers):
+            receiver.on_clip("clip_grad_norm_", float(max_norm), total, float(norm_type))
         return total
 
     return tapped
@@ -293,7 +293,7 @@ def _tap_clip_norm(clip: Callable[..., Any]) -> Callable[..., Any]:
 def _tap_clip_value(clip: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(parameters: Any, clip_value: float, *args: Any, **kwargs: Any) -> Any:
         params = _params(parameters)
-        if _sinks:
+        if _receivers:
             grads = [p.grad for p in params if p.grad is not None]
             with torch.no_grad():
                 largest = (
@@ -301,9 +301,9 @@ def _tap_clip_value(clip: Callable[..., Any]) -> Callable[..., Any]:
                     if grads
                     else torch.zeros(())
                 )
-            for sink in list(_sinks):
-                sink.on_grads_ready(None, params)
-                sink.on_clip("clip_grad_value_", float(clip_value), largest, math.nan)
+            for receiver in list(_receivers):
+                receiver.on_grads_ready(None, params)
+                receiver.on_clip("clip_grad_value_", float(clip_value), largest, math.nan)
         return clip(params, clip_value, *args, **kwargs)
 
     return tapped
@@ -379,11 +379,11 @@ def note_optimizer(optimizer: Optimizer) -> None:
 def _sync() -> None:
     """The taps are installed exactly while something uses them."""
     for patch in _PATCHES:
-        if _sinks or _loss_scale:
+        if _receivers or _loss_scale:
             patch.install()
         else:
             patch.remove()
-    if _sinks:
+    if _receivers:
         _ITEM.install()
         _ITEM.switch(_items_on[0])
     else:
@@ -396,7 +396,7 @@ def reading_items(on: bool) -> None:
     wrapper stays installed (see ``Patch.switch``)."""
     if _items_on[0] != on:
         _items_on[0] = on
-        if _sinks:
+        if _receivers:
             _ITEM.switch(on)
 
 
@@ -414,15 +414,15 @@ def optimizer_of(params: list[Tensor]) -> Optimizer | None:
     return None
 
 
-def add_loss_sink(sink: LossSink) -> None:
-    if sink not in _sinks:
-        _sinks.append(sink)
+def add_receiver(receiver: TapReceiver) -> None:
+    if receiver not in _receivers:
+        _receivers.append(receiver)
     _sync()
 
 
-def remove_loss_sink(sink: LossSink) -> None:
-    if sink in _sinks:
-        _sinks.remove(sink)
+def remove_receiver(receiver: TapReceiver) -> None:
+    if receiver in _receivers:
+        _receivers.remove(receiver)
     _sync()
 
 

@@ -27,11 +27,11 @@ from .lengths import batch_size
 from .probe import Probe
 
 if TYPE_CHECKING:
-    from .context import Host
+    from .context import Internal
 
 
 class Watched:
-    def __init__(self, run: Host, probes: list[Probe], names: dict[nn.Module, str]) -> None:
+    def __init__(self, run: Internal, probes: list[Probe], names: dict[nn.Module, str]) -> None:
         self.run, self.probes = run, probes
         self.keep_rng = any(p.wants_rng for p in probes)
         self.prefixes: dict[nn.Module, str] = {}  # watched root modules -> name prefix

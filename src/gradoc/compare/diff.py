@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,79 @@ def _order(log: RunLog) -> dict[str, int]:
     return {layer.name: i for i, layer in enumerate(log.layers)}
 
 
-def diff_runs(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
-    """The comparison as a JSON-ready dict (``gradoc diff`` prints and writes it)."""
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One layer statistic that differs between the runs beyond their noise: B / A."""
+
+    layer: str
+    statistic: str
+    """``output std`` (forward) or ``gradient norm`` (backward)."""
+    ratio: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "statistic": self.statistic, "ratio": self.ratio}
+
+
+@dataclass(frozen=True, slots=True)
+class Parting:
+    """Where the runs part: the first step and layer that differ, and the others then."""
+
+    step: int
+    layer: str
+    statistic: str
+    log10_ratio: float
+    others_at_step: list[Difference]
+
+    @property
+    def ratio(self) -> float:
+        return float(10**self.log10_ratio)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "layer": self.layer,
+            "statistic": self.statistic,
+            "log10_ratio": self.log10_ratio,
+            "ratio": self.ratio,
+            "others_at_step": [d.to_json() for d in self.others_at_step],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunDiff:
+    """Two runs of a model compared layer by layer (``gradoc diff``, ``gradoc.diff/1``)."""
+
+    run_a: str
+    run_b: str
+    steps_compared: int
+    parted: Parting | None
+    explanation: str
+    only_in_a: list[str]
+    only_in_b: list[str]
+    loss_rel_diff_median: float | None
+    first_nonfinite_loss_b: int | None
+    loss_steps: list[int]
+    loss_a: list[float]
+    loss_b: list[float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "gradoc.diff/1",
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "steps_compared": self.steps_compared,
+            "parted": self.parted.to_json() if self.parted is not None else None,
+            "explanation": self.explanation,
+            "only_in_a": self.only_in_a,
+            "only_in_b": self.only_in_b,
+            "loss_rel_diff_median": self.loss_rel_diff_median,
+            "first_nonfinite_loss_b": self.first_nonfinite_loss_b,
+            "loss": {"a": self.loss_a, "b": self.loss_b, "steps": self.loss_steps},
+        }
+
+
+def diff_runs(run_a: str | Path, run_b: str | Path) -> RunDiff:
+    """The comparison (``gradoc diff`` prints and writes it)."""
     with open_run(run_a) as a, open_run(run_b) as b:
         sa, sb = _series(a), _series(b)
         order = _order(b) | {k: v for k, v in _order(a).items() if k not in _order(b)}
@@ -63,7 +135,7 @@ def diff_runs(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
             ):
                 continue
             by_step.setdefault(step, []).append((key, math.log10(vb / va)))
-    parted = None
+    parted: Parting | None = None
     for step in sorted(by_step):
         ratios = by_step[step]
         noise = statistics.median(abs(r) for _, r in ratios)
@@ -76,18 +148,8 @@ def diff_runs(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
         pick = forward[0] if forward else (backward[-1] if backward else None)
         if pick is not None:
             (stat, layer), r = pick
-            parted = {
-                "step": step,
-                "layer": layer,
-                "statistic": stat,
-                "log10_ratio": r,
-                "ratio": 10**r,
-                "others_at_step": [
-                    {"layer": k[1], "statistic": k[0], "ratio": 10**x}
-                    for k, x in hits
-                    if k != (stat, layer)
-                ][:5],
-            }
+            others = [Difference(k[1], k[0], 10**x) for k, x in hits if k != (stat, layer)]
+            parted = Parting(step, layer, stat, r, others[:5])
             break
     loss_a = dict(zip(la.steps, la.values))
     loss_b = dict(zip(lb.steps, lb.values))
@@ -99,35 +161,32 @@ def diff_runs(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     ]
     nonfinite_b = next((s for s in shared if not math.isfinite(loss_b[s])), None)
     only_a, only_b = sorted(names_a - names_b), sorted(names_b - names_a)
-    return {
-        "schema": "gradoc.diff/1",
-        "run_a": str(run_a),
-        "run_b": str(run_b),
-        "steps_compared": len(by_step),
-        "parted": parted,
-        "explanation": _explain(parted, only_a, only_b, nonfinite_b),
-        "only_in_a": only_a,
-        "only_in_b": only_b,
-        "loss_rel_diff_median": statistics.median(d for _, d in loss_diff) if loss_diff else None,
-        "first_nonfinite_loss_b": nonfinite_b,
-        "loss": {
-            "a": [loss_a[s] for s in shared],
-            "b": [loss_b[s] for s in shared],
-            "steps": shared,
-        },
-    }
+    return RunDiff(
+        run_a=str(run_a),
+        run_b=str(run_b),
+        steps_compared=len(by_step),
+        parted=parted,
+        explanation=_explain(parted, only_a, only_b, nonfinite_b),
+        only_in_a=only_a,
+        only_in_b=only_b,
+        loss_rel_diff_median=statistics.median(d for _, d in loss_diff) if loss_diff else None,
+        first_nonfinite_loss_b=nonfinite_b,
+        loss_steps=shared,
+        loss_a=[loss_a[s] for s in shared],
+        loss_b=[loss_b[s] for s in shared],
+    )
 
 
 def _explain(
-    parted: dict[str, Any] | None, only_a: list[str], only_b: list[str], nan_b: int | None
+    parted: Parting | None, only_a: list[str], only_b: list[str], nan_b: int | None
 ) -> str:
     parts = []
     if parted is not None:
-        r = parted["ratio"]
+        r = parted.ratio
         how = f"{fmt(r)} times larger" if r > 1 else f"{fmt(1 / r)} times smaller"
         parts.append(
-            f"after the change, {parted['layer']}'s {parted['statistic']} is {how} "
-            f"from step {parted['step']}"
+            f"after the change, {parted.layer}'s {parted.statistic} is {how} "
+            f"from step {parted.step}"
         )
     else:
         parts.append("no layer differs beyond run-to-run noise")

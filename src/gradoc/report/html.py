@@ -18,6 +18,7 @@ from typing import Any
 
 from .._util.text import module_label, number
 from ..analysis import Report
+from ..compare.diff import Difference, RunDiff
 from ..detect.finding import Finding, Origin, State
 from ..detect.signals import update_ratio_series
 from ..findings.dead_units import dead_share, relu_family
@@ -514,20 +515,21 @@ table.plan td:first-child {{ text-align: left; }} tr.best {{ background: #dcfce7
     return path
 
 
-def write_diff(result: dict[str, Any], path: Path) -> Path:
+def write_diff(result: RunDiff, path: Path) -> Path:
     """``gradoc diff``'s page: the explanation, the loss overlay, the layers that differ."""
-    loss = result["loss"]
-    chart = charts.overlay_chart(loss["steps"], loss["a"], loss["b"], "Loss: A and B")
-    parted = result.get("parted") or {}
+    chart = charts.overlay_chart(result.loss_steps, result.loss_a, result.loss_b, "Loss: A and B")
+    parted, found = result.parted, []
+    if parted is not None:
+        found = [Difference(parted.layer, parted.statistic, parted.ratio), *parted.others_at_step]
     rows = "".join(
-        f"<tr><td>{_e(x['layer'])}</td><td>{_e(x['statistic'])}</td><td>{x['ratio']:.3g}</td></tr>"
-        for x in ([parted] if parted else []) + parted.get("others_at_step", [])
+        f"<tr><td>{_e(x.layer)}</td><td>{_e(x.statistic)}</td><td>{x.ratio:.3g}</td></tr>"
+        for x in found
     )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>gradoc diff</title><style>{CSS}</style>
 </head><body><main><h1>gradoc diff</h1>
-<p class="meta">A <code>{_e(result["run_a"])}</code> · B <code>{_e(result["run_b"])}</code></p>
-<p class="summary" id="explanation">{_e(result["explanation"])}</p>
+<p class="meta">A <code>{_e(result.run_a)}</code> · B <code>{_e(result.run_b)}</code></p>
+<p class="summary" id="explanation">{_e(result.explanation)}</p>
 <figure class="chart" id="chart-loss-overlay">{chart}</figure>
 <h2>Where the runs part</h2><table class="plan"><tr><th>layer</th><th>statistic</th>
 <th>B / A</th></tr>{rows}</table></main></body></html>

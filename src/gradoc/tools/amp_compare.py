@@ -78,7 +78,7 @@ def _worker(ns: argparse.Namespace) -> int:
             state["ctx"].__exit__(None, None, None)
             state["ctx"] = None
 
-    class Losses(taps.LossSink):  # every scalar loss handed to backward()
+    class Losses(taps.TapReceiver):  # every scalar loss handed to backward()
         def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
             loss = taps.scalar_loss(tensors)
             if loss is not None:
@@ -131,13 +131,13 @@ def _worker(ns: argparse.Namespace) -> int:
     ]
     sink = Losses()
     models = ModelFinder()  # which model the step trains: its parameters' names
-    taps.add_loss_sink(sink)
+    taps.add_receiver(sink)
     seed_everything()
     try:
         with taps.scaling_losses(scaled):
             run_until(script, list(ns.args))
     finally:
-        taps.remove_loss_sink(sink)
+        taps.remove_receiver(sink)
         models.remove()
         for h in handles:
             h.remove()
