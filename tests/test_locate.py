@@ -217,10 +217,12 @@ class _Gate(nn.Module):
 def _gated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scaled: bool) -> dict[str, Any]:
     """A NaN born at step 5 on an accelerator: each step's vitals travel with its statistics
     (read every 4 steps here), none is read before its update."""
-    from gradoc.collect.steps import Steps
+    from gradoc.collect.transfers import Transfers
 
-    monkeypatch.setattr(Steps, "checks_now", lambda self: self._synced or self.guard is not None)
-    monkeypatch.setattr(Steps, "_cadence", lambda self, took: 4)
+    monkeypatch.setattr(
+        Transfers, "checks_now", lambda self: self.synced or self.steps.guard is not None
+    )
+    monkeypatch.setattr(Transfers, "_cadence", lambda self, took: 4)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4, bias=False), _Gate(), nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), 0.01)
@@ -239,7 +241,7 @@ def _gated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scaled: bool) ->
                 scaler.scale(loss).backward()
                 scaler.step(opt)
                 scaler.update()
-        assert r.steps._synced  # every step after the late read is read at once
+        assert r.steps.transfers.synced  # every step after the late read is read at once
     log = gradoc.open_run(r.dir)
     assert log.num_steps == 12 and len(log.scalar("grad_norm").steps) == 12
     report = json.loads((r.dir / "report.json").read_text())

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import gradoc
 from gradoc.collect import taps
-from gradoc.collect.steps import Steps
+from gradoc.collect.transfers import Transfers
 from tests.models import Net, batch, make, one_step, train
 
 RTOL = 1e-5
@@ -411,9 +411,9 @@ def test_host_reads_per_step(
     decides before each update; the statistics travel every few steps (5 here)."""
     reads = DeviceReads(monkeypatch)
     steps = 12
-    monkeypatch.setattr(Steps, "_cadence", lambda self, took: 5)
+    monkeypatch.setattr(Transfers, "_cadence", lambda self, took: 5)
     if where == "accelerator":  # what the CPU-only test machine can say of one
-        monkeypatch.setattr(Steps, "checks_now", lambda self: self.guard is not None)
+        monkeypatch.setattr(Transfers, "checks_now", lambda self: self.steps.guard is not None)
 
     def made() -> tuple[nn.Module, torch.optim.Optimizer]:
         model, _ = make()
@@ -444,7 +444,7 @@ def test_one_host_read_per_step_when_the_program_clips_and_scales(
     statistics move to the first of those (before the clip scales the gradients): the
     step's vitals read once, and the statistics every few steps (5 here)."""
     reads = DeviceReads(monkeypatch)
-    monkeypatch.setattr(Steps, "_cadence", lambda self, took: 5)
+    monkeypatch.setattr(Transfers, "_cadence", lambda self, took: 5)
 
     def loop(model: nn.Module, opt: torch.optim.Optimizer) -> None:
         scaler = torch.amp.GradScaler("cpu", init_scale=8.0, growth_interval=1000)

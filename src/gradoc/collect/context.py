@@ -41,8 +41,10 @@ class StepsView(Protocol):
     """The watched optimizers' parameters and statistics."""
     rerun: tuple[Callable[[], Any], RngState] | None
     """A step given a closure, while its statistics are read: what replays it."""
-    last_loss: tuple[int, float] | None
-    """The newest step whose loss reached the host, and that loss."""
+
+    @property
+    def last_loss(self) -> tuple[int, float] | None:
+        """The newest step whose loss reached the host, and that loss."""
 
 
 class WatchedView(Protocol):

@@ -342,6 +342,38 @@ def _resolve(path: str | Path) -> Path:
     return p
 
 
+def _layer_of(r: tuple[Any, ...]) -> Layer:
+    """A row of the ``layers`` table, checked to be what gradoc writes."""
+    if len(r) != 9:
+        raise DamagedLog("the layers table has other columns than gradoc writes")
+    _check(r[0], int, "a layer id")
+    if r[1] not in ("param", "module"):
+        raise DamagedLog(f"a layer of kind {one_line(repr(r[1])[:40])}")
+    shape = _json(r[5], "a layer shape") if r[5] else None
+    if shape is not None and not (isinstance(shape, list) and all(type(d) is int for d in shape)):
+        raise DamagedLog("a layer shape is not a list of sizes")
+    for value, types, what in (
+        (r[2], str, "a layer name"),
+        (r[3], str, "a layer's module"),
+        (r[4], (str, type(None)), "a layer's type"),
+        (r[6], (int, type(None)), "a layer's size"),
+        (r[7], (int, type(None)), "a layer's param group"),
+        (r[8], (int, type(None)), "a layer's optimizer"),
+    ):
+        _check(value, types, what)
+    return Layer(
+        id=r[0],
+        kind=r[1],
+        name=r[2],
+        module=r[3],
+        type=r[4],
+        shape=tuple(shape) if shape is not None else None,
+        numel=r[6],
+        group=r[7],
+        optimizer=r[8],
+    )
+
+
 class RunLog(Shown):
     """A read-only view of one run's log (finished, crashed or still running).
 
@@ -379,7 +411,7 @@ class RunLog(Shown):
             self.version: int = version
             """The schema version the log was written with (``SCHEMA_VERSION`` now)."""
             self.meta: dict[str, Any] = self._read_meta()
-            self.layers = [self._layer(r) for r in self._query("SELECT * FROM layers ORDER BY id")]
+            self.layers = [_layer_of(r) for r in self._query("SELECT * FROM layers ORDER BY id")]
         except BaseException:
             self.close()
             raise
@@ -400,39 +432,6 @@ class RunLog(Shown):
             if key in _META_TYPES:
                 _check(meta[key], _META_TYPES[key], f"meta {key!r}")
         return meta
-
-    @staticmethod
-    def _layer(r: tuple[Any, ...]) -> Layer:
-        if len(r) != 9:
-            raise DamagedLog("the layers table has other columns than gradoc writes")
-        _check(r[0], int, "a layer id")
-        if r[1] not in ("param", "module"):
-            raise DamagedLog(f"a layer of kind {one_line(repr(r[1])[:40])}")
-        shape = _json(r[5], "a layer shape") if r[5] else None
-        if shape is not None and not (
-            isinstance(shape, list) and all(type(d) is int for d in shape)
-        ):
-            raise DamagedLog("a layer shape is not a list of sizes")
-        for value, types, what in (
-            (r[2], str, "a layer name"),
-            (r[3], str, "a layer's module"),
-            (r[4], (str, type(None)), "a layer's type"),
-            (r[6], (int, type(None)), "a layer's size"),
-            (r[7], (int, type(None)), "a layer's param group"),
-            (r[8], (int, type(None)), "a layer's optimizer"),
-        ):
-            _check(value, types, what)
-        return Layer(
-            id=r[0],
-            kind=r[1],
-            name=r[2],
-            module=r[3],
-            type=r[4],
-            shape=tuple(shape) if shape is not None else None,
-            numel=r[6],
-            group=r[7],
-            optimizer=r[8],
-        )
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:

@@ -1,0 +1,87 @@
+"""How a step's loss is read: the scalar losses handed to ``backward()`` (through a
+GradScaler's scaling), how the run log is told they were read, and the losses the program
+read or its model returned that never reached ``backward()`` (see ``losses``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from . import losses
+
+if TYPE_CHECKING:
+    from .context import Internal
+
+
+class LossReader:
+    """The losses of the open step, and what the run log says of how they are read."""
+
+    def __init__(self, run: Internal) -> None:
+        self.run = run
+        self.micros: list[losses.Micro] = []
+        """The step's losses, one per ``backward()`` of a scalar (micro-batches)."""
+        self.backward_calls = 0
+        """The step's ``backward()`` calls that belong to this run."""
+        self.closure_open = False
+        """A closure (LBFGS) was called within the step: its next losses are not the step's."""
+        self.unbacked = losses.Unbacked()
+        """Losses the program read or its model returned, until a ``backward()`` shows
+        whether they were backpropagated."""
+        self._fn_seen = False
+        self._said: dict[str, Any] = {}
+        """How the loss is read (``meta['loss_read']``), said once it is known."""
+        self._scaled: dict[int, tuple[Any, Tensor]] = {}
+        """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""
+
+    def read(self, root: Tensor) -> None:
+        """A scalar loss handed to ``backward()``: the step's."""
+        micro = losses.read(root, self._scaled)
+        self.micros.append(micro)
+        if not self._fn_seen:  # what the loss is says what its chance level is
+            self._fn_seen = True
+            self.say(micro, kind=losses.kind(micro.node))
+
+    def say(self, micro: losses.Micro | None, **facts: Any) -> None:
+        """Tell the run log how the loss is read (once, and when something new is known)."""
+        read = dict(self._said)
+        if micro is not None:
+            read["from"] = "backward()"
+            if micro.scaled:
+                read["unscaled"] = "GradScaler"
+        read |= facts
+        if read != self._said:
+            self._said = read
+            kind = read.get("kind") or {}
+            self.run.set_meta(loss_read=read, loss_fn=kind)
+
+    def returned(self, output: Any, step: int) -> None:
+        """A watched model returned: a loss it computed (nanoGPT's ``logits, loss``, a
+        Hugging Face ``ModelOutput.loss``) is the step's, backpropagated or not."""
+        loss = losses.returned_loss(output)
+        if loss is not None:
+            self.unbacked.add(loss, None, "returned by the model's forward()", step)
+            if "returned" not in self._said:
+                self.say(None, returned="by the model's forward()")
+
+    def scaled(self, loss: Tensor, scaled: Tensor) -> None:
+        if scaled.grad_fn is not None:
+            if len(self._scaled) > 16:  # scaled and never backpropagated: not kept for long
+                self._scaled.clear()
+            self._scaled[id(scaled.grad_fn)] = (scaled.grad_fn, loss)
+
+    def take(self) -> list[losses.Micro]:
+        """The ended step's losses; the next step starts with none."""
+        micros = self.micros
+        self.micros, self.backward_calls, self.closure_open = [], 0, False
+        return micros
+
+    def close(self, step: int) -> None:
+        """The run ends: a loss backpropagated in a step that never ended is kept as one that
+        never became a step's loss."""
+        self.unbacked.close()
+        for m in self.micros:
+            how = "backpropagated; the step never ended"
+            seen = losses.Seen(m.node, m.value, how, step, backpropagated=True)
+            self.unbacked.unused.append(seen)
+        self.micros = []
