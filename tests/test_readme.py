@@ -33,8 +33,25 @@ def docs_pages() -> list[Path]:
     return [ROOT / "docs" / name for name in nav]
 
 
+SNIPPET = re.compile(r'^--8<-- "([^":]+):([\w-]+)"$', re.M)
+
+
+def expanded(page: Path) -> str:
+    """A page as the site shows it: a ``--8<-- "FILE:SECTION"`` line (pymdownx.snippets)
+    is the section of FILE between its ``[start:SECTION]`` and ``[end:SECTION]`` markers."""
+
+    def section(m: re.Match[str]) -> str:
+        text = (ROOT / m[1]).read_text()
+        start = re.search(rf"^.*--8<-- \[start:{m[2]}\].*\n", text, re.M)
+        end = re.search(rf"^.*--8<-- \[end:{m[2]}\].*$", text, re.M)
+        assert start and end, f"{m[1]} has no section {m[2]!r}"
+        return text[start.end() : end.start()]
+
+    return SNIPPET.sub(section, page.read_text())
+
+
 def blocks(page: Path, kind: str) -> list[str]:
-    return [body for lang, body in BLOCK.findall(page.read_text()) if lang == kind]
+    return [body for lang, body in BLOCK.findall(expanded(page)) if lang == kind]
 
 
 def commands(page: Path) -> list[str]:
@@ -101,6 +118,23 @@ def test_readme_set_up_commands_are_the_ones_ci_runs() -> None:
     ci = (ROOT / ".ci/run").read_text()
     assert "requirements-dev.txt" in test_cmd and "requirements-dev.txt" in ci
     assert "python -m pytest" in test_cmd and "python -m pytest" in ci
+
+
+def test_docs_include_the_readme_instead_of_repeating_it() -> None:
+    """The home page, getting started and gradoc run show the README's own sections."""
+    for name, section in (
+        ("index.md", "intro"),
+        ("getting-started.md", "setup"),
+        ("getting-started.md", "quickstart"),
+        ("gradoc-run.md", "train"),
+    ):
+        page = ROOT / "docs" / name
+        assert f'--8<-- "README.md:{section}"' in page.read_text(), (name, section)
+        assert len(expanded(page)) > len(page.read_text())
+    readme = [line for line in README.read_text().splitlines() if len(line) > 60]
+    for page in docs_pages():
+        shared = [line for line in page.read_text().splitlines() if line in readme]
+        assert len(shared) <= 5, (page.name, shared)
 
 
 def test_readme_is_read_in_five_minutes() -> None:
