@@ -17,12 +17,12 @@ from ..detect.signals import clip_factors
 from ..diagnose import diagnose
 from ..findings import check_all
 from ..findings.log_incomplete import LogIncomplete
+from ..guard import GuardSummary
 from ..store import EventKind, RunLog, Stopped
 from .report import (
     REPORT_SCHEMA,
     SERIOUS,
     Clipping,
-    GuardSummary,
     Ranks,
     Report,
     RunFacts,

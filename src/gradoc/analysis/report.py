@@ -7,11 +7,12 @@ its fields; ``gradoc.report.json`` is the one place that writes and reads the fi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..detect.finding import SEVERITY_ORDER, Finding
 from ..detect.precision import AmpAdvice
+from ..guard import GuardSummary
 
 REPORT_SCHEMA = "gradoc.report/1"
 
@@ -51,33 +52,6 @@ class Clipping:
 
 
 @dataclass(frozen=True, slots=True)
-class GuardSummary:
-    """What the guard did (``guard=True``, ``gradoc run --guard``)."""
-
-    skipped: int = 0
-    clipped: int = 0
-    rollbacks: int = 0
-    gave_up: bool = False
-    lr_scale: float = 1.0
-    snapshot_bytes: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "skipped": self.skipped,
-            "clipped": self.clipped,
-            "rollbacks": self.rollbacks,
-            "gave_up": self.gave_up,
-            "lr_scale": self.lr_scale,
-            "snapshot_bytes": self.snapshot_bytes,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GuardSummary:
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
-
-
-@dataclass(frozen=True, slots=True)
 class Ranks:
     """Under torchrun: the world size and the ranks whose reports were merged."""
 
@@ -85,7 +59,7 @@ class Ranks:
     merged: list[int]
 
     def to_json(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "merged": list(self.merged)}
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

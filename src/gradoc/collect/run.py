@@ -160,7 +160,7 @@ class Run(Shown):
     def guard_summary(self) -> dict[str, Any] | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
         guard = self.guard
-        return guard.summary() if guard is not None and guard.every_step else None
+        return guard.summary().to_json() if guard is not None and guard.every_step else None
 
     def set_meta(self, **items: Any) -> None:
         """Record facts about the run (JSON values) in the run log's ``meta`` table."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ class Difference:
     ratio: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"layer": self.layer, "statistic": self.statistic, "ratio": self.ratio}
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ outputs overflow (bf16 has fp32's range).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..stats.precision import FP16_MAX
@@ -44,11 +44,7 @@ class ScaleRow:
     underflow_frac: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "scale": self.scale,
-            "overflow": self.overflow,
-            "underflow_frac": self.underflow_frac,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +64,7 @@ class AmpAdvice:
     why: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "sampled_steps": self.sampled_steps,
-            "max_grad": self.max_grad,
-            "loss_scales": [row.to_json() for row in self.loss_scales],
-            "loss_scale": self.loss_scale,
-            "underflow_at_scale": self.underflow_at_scale,
-            "fp32_modules": list(self.fp32_modules),
-            "prefer_bf16": self.prefer_bf16,
-            "why": self.why,
-        }
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AmpAdvice:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,7 @@ class Side:
     guard: GuardSummary | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "dir": self.dir,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "steps": self.steps,
-            "duration_s": self.duration_s,
-            "s_per_step": self.s_per_step,
-            "final_loss": self.final_loss,
-            "first_nonfinite_loss": self.first_nonfinite_loss,
-            "loss": self.loss,
-            "guard": self.guard.to_json() if self.guard is not None else None,
-        }
+        return asdict(self)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ is recorded in the run log.
 
 from ..config import GuardConfig
 from ..detect.zclip import ZClip
-from .guard import Decision, Guard, GuardGaveUp, Vitals, agree
+from .guard import Decision, Guard, GuardGaveUp, GuardSummary, Vitals, agree
 from .lr import scale_lr
 from .snapshots import Snapshot
 
@@ -15,6 +15,7 @@ __all__ = [
     "Guard",
     "GuardConfig",
     "GuardGaveUp",
+    "GuardSummary",
     "Snapshot",
     "Vitals",
     "ZClip",

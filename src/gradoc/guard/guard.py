@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +39,26 @@ from .snapshots import Snapshot
 
 QUIET_EVENTS = 10
 """Skips the default guard logs as events (the report counts them all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSummary:
+    """What the guard did (``guard=True``, ``gradoc run --guard``)."""
+
+    skipped: int = 0
+    clipped: int = 0
+    rollbacks: int = 0
+    gave_up: bool = False
+    lr_scale: float = 1.0
+    snapshot_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GuardSummary:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
 
 
 class GuardGaveUp(GradocError, RuntimeError):
@@ -234,15 +254,15 @@ class Guard:
         self._divergence.first, self._divergence.best = d["first"], float(d["best"])
         self._divergence.best_step = int(d["best_step"])
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "skipped": self.skipped,
-            "clipped": self.clipped,
-            "rollbacks": self.rollbacks,
-            "gave_up": self.gave_up,
-            "lr_scale": self.lr_scale,
-            "snapshot_bytes": self._snapshots[-1].nbytes() if self._snapshots else 0,
-        }
+    def summary(self) -> GuardSummary:
+        return GuardSummary(
+            skipped=self.skipped,
+            clipped=self.clipped,
+            rollbacks=self.rollbacks,
+            gave_up=self.gave_up,
+            lr_scale=self.lr_scale,
+            snapshot_bytes=self._snapshots[-1].nbytes() if self._snapshots else 0,
+        )
 
     # -- deciding -------------------------------------------------------------------------
     def decide(self, optimizer: Optimizer, step: int, primary: bool, v: Vitals) -> Decision:
