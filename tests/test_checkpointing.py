@@ -91,20 +91,19 @@ def test_plan_memory_falls_as_predicted() -> None:
     model = Tiny(n=8, d=64)
     t = torch.randint(0, 100, (8, 64))
     plan = gradoc.plan_checkpointing(model, t, repeats=2)
-    rows = {r["setting"]: r for r in plan.rows}
+    rows = {r.setting: r for r in plan.rows}
     assert set(rows) == {"none", "every 1", "every 2", "every 3", "every 4", "every 8"}
-    none = rows["none"]["saved_bytes"]
-    per_block = [b["saved_bytes"] for b in plan.blocks]
+    none = rows["none"].saved_bytes
+    per_block = [b.saved_bytes for b in plan.blocks]
     assert all(b > 0 for b in per_block) and sum(per_block) < none
     for r in plan.rows:  # measured on the checkpointed copy vs predicted from the profile
-        assert r["saved_bytes"] == pytest.approx(r["predicted_saved_bytes"], rel=0.10)
-    assert rows["every 1"]["saved_bytes"] < 0.1 * none
+        assert r.saved_bytes == pytest.approx(r.predicted_saved_bytes, rel=0.10)
+    assert rows["every 1"].saved_bytes < 0.1 * none
     # more blocks per segment: fewer stored inputs, a larger recomputed segment at the peak
-    assert rows["every 8"]["saved_bytes"] < rows["every 1"]["saved_bytes"]
-    assert rows["every 8"]["peak_bytes"] > rows["every 2"]["peak_bytes"]
-    assert plan.recommend(rows["every 2"]["peak_bytes"] + 1)["peak_bytes"] <= (
-        rows["every 2"]["peak_bytes"] + 1
-    )
+    assert rows["every 8"].saved_bytes < rows["every 1"].saved_bytes
+    assert rows["every 8"].peak_bytes > rows["every 2"].peak_bytes
+    best = plan.recommend(rows["every 2"].peak_bytes + 1)
+    assert best is not None and best.peak_bytes <= rows["every 2"].peak_bytes + 1
     assert plan.recommend(1.0) is None
     assert all(p.grad is None for p in model.parameters())  # the model itself untouched
     assert "forward" not in model.encoder.layers[0].__dict__

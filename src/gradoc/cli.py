@@ -376,7 +376,7 @@ def _amp_compare(args: argparse.Namespace) -> int:
     with status(f"running {script.name} twice: fp32 and {dtype} autocast"):
         result = compare(script, list(args.args), args.steps, dtype, args.tolerance)
     print_amp_compare(result)
-    if json_path and not write_text_file(json_path, to_json_text(result)):
+    if json_path and not write_text_file(json_path, to_json_text(result.to_json())):
         return 1
     return 0
 
@@ -399,7 +399,7 @@ def _checkpoint_plan(args: argparse.Namespace) -> int:
         )
     budget = args.budget * 2**20 if args.budget else None
     page = plan.write(out, budget)
-    print_checkpoint_plan(plan.to_json() | {"recommended": plan.recommend(budget)}, budget)
+    print_checkpoint_plan(plan, budget)
     print(f"plan     {safe(page)}  (and checkpoint-plan.png, .json)")
     return 0
 

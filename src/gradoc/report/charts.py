@@ -22,6 +22,7 @@ import numpy as np
 
 from .._util.text import one_line
 from . import _svg as svg
+from .results import PlanRow
 
 _BLUE, _ORANGE, _RED, _GREEN, _PURPLE, _GREY = (
     "#2563eb",
@@ -305,16 +306,14 @@ def ratio_chart(series: dict[str, tuple[list[int], list[float]]]) -> str:
     return fig.svg()
 
 
-def memory_time_chart(rows: list[dict[str, Any]], title: str) -> Any:
+def memory_time_chart(rows: list[PlanRow], title: str) -> Any:
     """Checkpointing settings: peak activation memory against step time (a figure)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for r in rows:
-        x, y = r["step_s"] * 1e3, r["peak_bytes"] / 2**20
-        ax.scatter(x, y, s=40, color=_BLUE if r["every"] else _RED, zorder=3)
-        ax.annotate(
-            label(r["setting"]), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points"
-        )
+        x, y = r.step_s * 1e3, r.peak_bytes / 2**20
+        ax.scatter(x, y, s=40, color=_BLUE if r.every else _RED, zorder=3)
+        ax.annotate(label(r.setting), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("peak activation memory (MiB)")
     ax.set_title(label(title))

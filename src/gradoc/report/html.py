@@ -24,6 +24,7 @@ from ..detect.signals import update_ratio_series
 from ..findings.dead_units import dead_share, relu_family
 from ..store import EventKind, RunLog
 from . import charts
+from .results import Plan
 
 MAX_ROWS = 48
 """Layers shown in a heatmap (evenly chosen in network order when there are more)."""
@@ -463,49 +464,48 @@ def write_html(log: RunLog, report: Report, path: str | Path) -> Path:
     return path
 
 
-def write_checkpoint_plan(plan: dict[str, Any], budget: float | None, path: Path) -> Path:
+def write_checkpoint_plan(plan: Plan, budget: float | None, path: Path) -> Path:
     """The checkpointing planner's page: the settings table and the memory-vs-time chart."""
     mib = 2**20
     head = (
         "<tr><th>setting</th><th>segments</th><th>saved MiB</th><th>predicted MiB</th>"
         "<th>peak MiB</th><th>step ms</th><th>x time</th></tr>"
     )
-    best = plan.get("recommended") or {}
+    recommended = plan.recommend(budget)
+    best = recommended.setting if recommended is not None else None
     rows = "".join(
-        f"<tr class='{'best' if r['setting'] == best.get('setting') else ''}'>"
-        f"<td>{_e(r['setting'])}</td><td>{r['segments']}</td>"
-        f"<td>{r['saved_bytes'] / mib:.1f}</td><td>{r['predicted_saved_bytes'] / mib:.1f}</td>"
-        f"<td>{r['peak_bytes'] / mib:.1f}</td><td>{r['step_s'] * 1e3:.1f}</td>"
-        f"<td>{r['time_ratio']:.2f}</td></tr>"
-        for r in plan["rows"]
+        f"<tr class='{'best' if r.setting == best else ''}'>"
+        f"<td>{_e(r.setting)}</td><td>{r.segments}</td>"
+        f"<td>{r.saved_bytes / mib:.1f}</td><td>{r.predicted_saved_bytes / mib:.1f}</td>"
+        f"<td>{r.peak_bytes / mib:.1f}</td><td>{r.step_s * 1e3:.1f}</td>"
+        f"<td>{r.time_ratio:.2f}</td></tr>"
+        for r in plan.rows
     )
     blocks = "".join(
-        f"<tr><td>{_e(b['block'])}</td><td>{b['saved_bytes'] / mib:.1f}</td>"
-        f"<td>{b['input_bytes'] / mib:.2f}</td><td>{(b['fwd_s'] or 0) * 1e3:.1f}</td>"
-        f"<td>{(b['bwd_s'] or 0) * 1e3:.1f}</td></tr>"
-        for b in plan["blocks"]
+        f"<tr><td>{_e(b.block)}</td><td>{b.saved_bytes / mib:.1f}</td>"
+        f"<td>{b.input_bytes / mib:.2f}</td><td>{(b.fwd_s or 0) * 1e3:.1f}</td>"
+        f"<td>{(b.bwd_s or 0) * 1e3:.1f}</td></tr>"
+        for b in plan.blocks
     )
-    chart = charts.to_svg(
-        charts.memory_time_chart(plan["rows"], f"checkpointing {plan['blocks_name']}")
-    )
+    chart = charts.to_svg(charts.memory_time_chart(plan.rows, f"checkpointing {plan.blocks_name}"))
     peak = (
         "measured (torch.cuda.max_memory_allocated)"
-        if plan["peak_measured"]
+        if plan.peak_measured
         else ("saved bytes + the largest segment recomputed (CPU: no allocator statistics)")
     )
     verdict = (
-        f"Recommended for a budget of {budget / mib:.0f} MiB: <b>{_e(best.get('setting'))}</b>."
+        f"Recommended for a budget of {budget / mib:.0f} MiB: <b>{_e(best)}</b>."
         if budget is not None and best
         else f"No setting fits {budget / mib:.0f} MiB."
         if budget is not None
-        else f"Least memory within 1.5x the step time: <b>{_e(best.get('setting'))}</b>."
+        else f"Least memory within 1.5x the step time: <b>{_e(best)}</b>."
     )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>gradoc · checkpointing plan</title>
 <style>{CSS} table.plan td, table.plan th {{ padding: 3px 10px; text-align: right; }}
 table.plan td:first-child {{ text-align: left; }} tr.best {{ background: #dcfce7; }}</style>
-</head><body><main><h1>Checkpointing plan · <code>{_e(plan["blocks_name"])}</code></h1>
-<p class="meta">device {_e(plan["device"])} · peak: {_e(peak)}</p><p>{verdict}</p>
+</head><body><main><h1>Checkpointing plan · <code>{_e(plan.blocks_name)}</code></h1>
+<p class="meta">device {_e(plan.device)} · peak: {_e(peak)}</p><p>{verdict}</p>
 <figure class="chart" id="chart-checkpointing">{chart}</figure>
 <h2>Settings</h2><table class="plan" id="settings">{head}{rows}</table>
 <h2>Blocks</h2><table class="plan"><tr><th>block</th><th>saved MiB</th><th>input MiB</th>

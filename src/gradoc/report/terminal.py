@@ -18,6 +18,7 @@ from ..detect.finding import Finding, State
 from ..detect.precision import AmpAdvice
 from ..fix.compare import Comparison
 from ..store import RunLog, Series, open_run
+from .results import AmpComparison, Plan
 
 _BARS = "▁▂▃▄▅▆▇█"
 _STYLE = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
@@ -324,30 +325,29 @@ def print_comparison(
             console.print(where, highlight=False)
 
 
-def print_checkpoint_plan(
-    plan: dict[str, Any], budget: float | None, console: Console | None = None
-) -> None:
+def print_checkpoint_plan(plan: Plan, budget: float | None, console: Console | None = None) -> None:
     """The planner's settings table and its recommendation."""
     console = console or Console()
     mib = 2**20
     table = Table(
-        title=_name(f"checkpointing {plan['blocks_name']} ({len(plan['blocks'])} blocks)"),
+        title=_name(f"checkpointing {plan.blocks_name} ({len(plan.blocks)} blocks)"),
         title_justify="left",
         box=None,
     )
     for col in ("setting", "segments", "saved MiB", "predicted", "peak MiB", "step ms", "x time"):
         table.add_column(col, justify="left" if col == "setting" else "right")
-    best = (plan.get("recommended") or {}).get("setting")
-    for r in plan["rows"]:
+    recommended = plan.recommend(budget)
+    best = recommended.setting if recommended is not None else None
+    for r in plan.rows:
         table.add_row(
-            _name(r["setting"]),
-            _t(r["segments"]),
-            f"{r['saved_bytes'] / mib:.1f}",
-            f"{r['predicted_saved_bytes'] / mib:.1f}",
-            f"{r['peak_bytes'] / mib:.1f}",
-            f"{r['step_s'] * 1e3:.1f}",
-            f"{r['time_ratio']:.2f}",
-            style="bold green" if r["setting"] == best else None,
+            _name(r.setting),
+            _t(r.segments),
+            f"{r.saved_bytes / mib:.1f}",
+            f"{r.predicted_saved_bytes / mib:.1f}",
+            f"{r.peak_bytes / mib:.1f}",
+            f"{r.step_s * 1e3:.1f}",
+            f"{r.time_ratio:.2f}",
+            style="bold green" if r.setting == best else None,
         )
     console.print(table)
     if budget is not None:
@@ -361,52 +361,45 @@ def print_checkpoint_plan(
     console.print(Text(f"recommended  {verdict}", style="bold"))
 
 
-def print_amp_compare(result: dict[str, Any], console: Console | None = None) -> None:
+def print_amp_compare(result: AmpComparison, console: Console | None = None) -> None:
     """fp32 against autocast: loss drift, per-layer gradient error, scaler, speed, memory."""
     console = console or Console()
-    dtype, tol = result["dtype"], result["tolerance"]
-    console.print(Text(f"fp32 vs {dtype} autocast, {result['steps']} steps", style="bold"))
-    loss = result["loss"]
+    dtype, tol, fp32, amp = result.dtype, result.tolerance, result.fp32, result.amp
+    console.print(Text(f"fp32 vs {dtype} autocast, {result.steps} steps", style="bold"))
     table = Table(box=None)
     for col in ("", "fp32", dtype):
         table.add_column(col, justify="left" if not col else "right")
-    table.add_row("loss", sparkline(loss["fp32"], 20), sparkline(loss["amp"], 20))
-    table.add_row("final loss", _num(loss["fp32"][-1]), _num(loss["amp"][-1]))
-    table.add_row("largest loss difference", "", f"{result['max_loss_rel_diff']:.2%}")
-    speed = result["step_s"]
+    table.add_row("loss", sparkline(fp32.loss, 20), sparkline(amp.loss, 20))
+    table.add_row("final loss", _num(fp32.loss[-1]), _num(amp.loss[-1]))
+    table.add_row("largest loss difference", "", f"{result.max_loss_rel_diff:.2%}")
     table.add_row(
         "median step",
-        f"{speed['fp32'] * 1e3:.2f} ms" if speed["fp32"] else "-",
-        (f"{speed['amp'] * 1e3:.2f} ms" if speed["amp"] else "-")
-        + (f" ({result['speedup']:.2f}x faster)" if result["speedup"] else ""),
+        f"{fp32.step_s * 1e3:.2f} ms" if fp32.step_s else "-",
+        (f"{amp.step_s * 1e3:.2f} ms" if amp.step_s else "-")
+        + (f" ({result.speedup:.2f}x faster)" if result.speedup else ""),
     )
-    peak = result["peak_bytes"]
-    kind = "GPU peak" if result["peak_kind"] == "cuda" else "process peak RSS"
-    table.add_row(kind, f"{peak['fp32'] / 2**20:.0f} MiB", f"{peak['amp'] / 2**20:.0f} MiB")
-    scaler = result.get("grad_scaler")
-    if scaler:
-        table.add_row(
-            "loss scale (last)",
-            "",
-            _num(scaler["scale_history"][-1] if scaler["scale_history"] else None),
-        )
-        table.add_row("skipped steps", "", _t(scaler["skipped_steps"] or "none"))
+    kind = "GPU peak" if result.peak_kind == "cuda" else "process peak RSS"
+    table.add_row(kind, f"{fp32.peak_bytes / 2**20:.0f} MiB", f"{amp.peak_bytes / 2**20:.0f} MiB")
+    if result.scale_history is not None:
+        last = result.scale_history[-1] if result.scale_history else None
+        table.add_row("loss scale (last)", "", _num(last))
+        table.add_row("skipped steps", "", _t(result.scaler_skipped or "none"))
     console.print(table)
     grads = Table(
         title="first step's gradient, relative error per layer", title_justify="left", box=None
     )
     grads.add_column("layer")
     grads.add_column("|g_amp - g_fp32| / |g_fp32|", justify="right")
-    worst = sorted(result["layers"], key=lambda x: -x["rel_error"])[:8]
+    worst = sorted(result.layers, key=lambda x: -x.rel_error)[:8]
     for x in worst:
-        bad = not (x["rel_error"] <= tol)
-        grads.add_row(_name(x["layer"]), f"{x['rel_error']:.2e}", style="red" if bad else None)
+        bad = not (x.rel_error <= tol)
+        grads.add_row(_name(x.layer), f"{x.rel_error:.2e}", style="red" if bad else None)
     console.print(grads)
-    if len(result["layers"]) > len(worst):
+    if len(result.layers) > len(worst):
         console.print(
-            f"(the largest {len(worst)} of {len(result['layers'])}; all in the JSON)", style="dim"
+            f"(the largest {len(worst)} of {len(result.layers)}; all in the JSON)", style="dim"
         )
-    first = result["first_layer_beyond_tolerance"]
+    first = result.first_layer_beyond_tolerance
     console.print(
         Text(
             f"first layer beyond {tol:g}: {one_line(first)}"

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..report.results import AmpComparison, LayerError, Precision
+
 SCALE_INIT, BACKOFF, GROWTH, GROWTH_INTERVAL = 2.0**16, 0.5, 2.0, 2000
 
 
@@ -160,7 +162,7 @@ def compare(
     dtype: str,
     tolerance: float = 0.05,
     timeout: float = 600,
-) -> dict[str, Any]:
+) -> AmpComparison:
     """Run both and compare (see the module docstring); raises GradocError when a run fails."""
     import torch
 
@@ -213,32 +215,26 @@ def compare(
             continue
         denom = float(g32.norm()) or 1.0
         err = float((gam - g32).norm()) / denom
-        layers.append(
-            {"layer": names[int(key)] if int(key) < len(names) else key, "rel_error": err}
-        )
-    beyond = next((x["layer"] for x in layers if not err_ok(x["rel_error"], tolerance)), None)
+        layers.append(LayerError(names[int(key)] if int(key) < len(names) else key, err))
+    beyond = next((x.layer for x in layers if not err_ok(x.rel_error, tolerance)), None)
 
     def median(xs: list[float]) -> float | None:
         return statistics.median(xs) if xs else None
 
-    speed = {m: median(out[m]["step_s"]) for m in ("fp32", "amp")}
-    return {
-        "schema": "gradoc.amp-compare/1",
-        "dtype": dtype,
-        "steps": n,
-        "tolerance": tolerance,
-        "loss": {"fp32": a["loss"][:n], "amp": b["loss"][:n], "rel_diff": loss_rel},
-        "max_loss_rel_diff": max(loss_rel) if loss_rel else None,
-        "layers": layers,
-        "first_layer_beyond_tolerance": beyond,
-        "grad_scaler": {"skipped_steps": b["skipped"], "scale_history": b["scale"]}
-        if dtype == "fp16"
-        else None,
-        "step_s": speed,
-        "speedup": speed["fp32"] / speed["amp"] if speed["fp32"] and speed["amp"] else None,
-        "peak_bytes": {"fp32": a["peak_bytes"], "amp": b["peak_bytes"]},
-        "peak_kind": a["peak_kind"],
-    }
+    fp16 = dtype == "fp16"
+    return AmpComparison(
+        dtype=dtype,
+        steps=n,
+        tolerance=tolerance,
+        fp32=Precision(a["loss"][:n], median(a["step_s"]), a["peak_bytes"]),
+        amp=Precision(b["loss"][:n], median(b["step_s"]), b["peak_bytes"]),
+        loss_rel_diff=loss_rel,
+        layers=layers,
+        first_layer_beyond_tolerance=beyond,
+        peak_kind=a["peak_kind"],
+        scaler_skipped=b["skipped"] if fp16 else None,
+        scale_history=b["scale"] if fp16 else None,
+    )
 
 
 def err_ok(err: float, tolerance: float) -> bool:

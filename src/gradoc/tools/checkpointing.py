@@ -30,7 +30,6 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .._util.tree import tensors as _tensors
 from ..errors import GradocError
+from ..report.results import BlockCost, Plan, PlanRow
 
 MB = 2**20
 
@@ -200,37 +200,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-@dataclass(slots=True)
-class CheckpointPlan:
-    """The planner's measurements; ``rows[0]`` is the model without checkpointing."""
-
-    blocks_name: str
-    blocks: list[dict[str, Any]]
-    rows: list[dict[str, Any]]
-    device: str
-    peak_measured: bool
-    """True on CUDA (max_memory_allocated); on the CPU the peak is saved + largest segment."""
-    notes: list[str] = field(default_factory=list)
-
-    def recommend(self, budget_bytes: float | None) -> dict[str, Any] | None:
-        """The fastest setting whose peak fits ``budget_bytes`` (None: the fastest at the
-        smallest peak... i.e. the knee: least memory for at most 1.5x the step time)."""
-        if budget_bytes is not None:
-            fits = [r for r in self.rows if r["peak_bytes"] <= budget_bytes]
-            return min(fits, key=lambda r: r["step_s"]) if fits else None
-        base = self.rows[0]["step_s"]
-        ok = [r for r in self.rows if r["step_s"] <= 1.5 * base]
-        return min(ok, key=lambda r: r["peak_bytes"]) if ok else self.rows[0]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "blocks_name": self.blocks_name,
-            "blocks": self.blocks,
-            "rows": self.rows,
-            "device": self.device,
-            "peak_measured": self.peak_measured,
-            "notes": self.notes,
-        }
+class CheckpointPlan(Plan):
+    """The planner's measurements (:class:`gradoc.report.results.Plan`), with its chart and
+    its page."""
 
     def plot(self, path: str | Path) -> Path:
         """Memory vs step time, one point per setting, as a PNG."""
@@ -248,10 +220,10 @@ class CheckpointPlan:
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        data = self.to_json() | {"recommended": self.recommend(budget_bytes)}
+        data = self.to_json(budget_bytes)
         (d / "checkpoint-plan.json").write_text(json.dumps(data, indent=2))
         self.plot(d / "checkpoint-plan.png")
-        return write_checkpoint_plan(data, budget_bytes, d / "checkpoint-plan.html")
+        return write_checkpoint_plan(self, budget_bytes, d / "checkpoint-plan.html")
 
 
 def plan_checkpointing(
@@ -325,13 +297,13 @@ def plan_checkpointing(
         for h in handles:
             h.remove()
     block_rows = [
-        {
-            "block": f"{name}.{i}",
-            "saved_bytes": by_block.get(i, 0),
-            "input_bytes": inputs.get(i, 0),
-            "fwd_s": statistics.median(fwd[i]) if fwd[i] else None,
-            "bwd_s": statistics.median(bwd[i]) if bwd[i] else None,
-        }
+        BlockCost(
+            block=f"{name}.{i}",
+            saved_bytes=by_block.get(i, 0),
+            input_bytes=inputs.get(i, 0),
+            fwd_s=statistics.median(fwd[i]) if fwd[i] else None,
+            bwd_s=statistics.median(bwd[i]) if bwd[i] else None,
+        )
         for i in range(n)
     ]
     rows = [_measure(model, step, blocks, None, repeats, device, by_block, inputs, n, base_saved)]
@@ -339,9 +311,9 @@ def plan_checkpointing(
         rows.append(
             _measure(model, step, blocks, k, repeats, device, by_block, inputs, n, base_saved)
         )
-    base_t = rows[0]["step_s"]
+    base_t = rows[0].step_s
     for row in rows:
-        row["time_ratio"] = row["step_s"] / base_t if base_t else None
+        row.time_ratio = row.step_s / base_t if base_t else None
     return CheckpointPlan(name, block_rows, rows, str(device), device.type == "cuda")
 
 
@@ -356,7 +328,7 @@ def _measure(
     inputs: dict[int, int],
     n: int,
     base_saved: int,
-) -> dict[str, Any]:
+) -> PlanRow:
     m = copy.deepcopy(model)
     segments = apply_checkpointing(m, every, blocks) if every else [[i] for i in range(n)]
     _, mods = find_blocks(m, blocks)
@@ -391,15 +363,15 @@ def _measure(
         largest = max(sum(by_block.get(i, 0) for i in seg) for seg in segments)
     else:
         predicted, largest = base_saved, 0
-    return {
-        "setting": f"every {every}" if every else "none",
-        "every": every,
-        "segments": len(segments) if every else 0,
-        "saved_bytes": held,
-        "predicted_saved_bytes": predicted,
-        "peak_bytes": max(peaks) if peaks else held + largest,
-        "step_s": statistics.median(times),
-    }
+    return PlanRow(
+        setting=f"every {every}" if every else "none",
+        every=every,
+        segments=len(segments) if every else 0,
+        saved_bytes=held,
+        predicted_saved_bytes=predicted,
+        peak_bytes=max(peaks) if peaks else held + largest,
+        step_s=statistics.median(times),
+    )
 
 
 def capture_first_step(
