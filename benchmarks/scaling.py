@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in plan.rows:
         print(
-            f"{r['setting']:<10}{r['saved_bytes'] / mib:>11.1f}"
-            f"{r['predicted_saved_bytes'] / mib:>11.1f}"
-            f"{r['peak_bytes'] / mib:>10.1f}{r['step_s'] * 1e3:>9.1f}{r['time_ratio']:>8.2f}"
+            f"{r.setting:<10}{r.saved_bytes / mib:>11.1f}"
+            f"{r.predicted_saved_bytes / mib:>11.1f}"
+            f"{r.peak_bytes / mib:>10.1f}{r.step_s * 1e3:>9.1f}{r.time_ratio or 0:>8.2f}"
         )
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
