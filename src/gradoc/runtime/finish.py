@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._util.text import safe
 from ..store import Stopped
+
+if TYPE_CHECKING:
+    from ..analysis import Report
 
 
 def write_outputs(
@@ -21,8 +24,18 @@ def write_outputs(
     stopped: Stopped | None,
     sinks: dict[str, str],
 ) -> dict[str, Any]:
-    """Write the report from the finished log, then each sink; the report as report.json
-    holds it (what ``Run.close()`` returns)."""
+    """:func:`finish_run`, returning the report as report.json holds it (what
+    ``Run.close()`` returns)."""
+    return finish_run(run_dir, json_path, stopped, sinks).to_json()
+
+
+def finish_run(
+    run_dir: Path,
+    json_path: str | Path | None,
+    stopped: Stopped | None,
+    sinks: dict[str, str],
+) -> Report:
+    """Write the report from the finished log, then each sink; the typed report."""
     from ..report import write_report  # the report reads the finished log
 
     report = write_report(run_dir, json_path, stopped=stopped)
@@ -33,4 +46,4 @@ def write_outputs(
             export(kind, run_dir, target, report)
         except Exception as exc:  # a sink must not cost the run its report
             print(f"gradoc: could not write the {kind} sink: {safe(exc)}", file=sys.stderr)
-    return report.to_json()
+    return report

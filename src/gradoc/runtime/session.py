@@ -58,12 +58,18 @@ def execute(
     from ..collect.run import Run
     from ..config import WatchConfig
     from .effects import SideEffects
-    from .finish import write_outputs
+    from .finish import finish_run
     from .replay import script_digest, seed_everything
     from .runner import exec_script, scan_output
 
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
-    run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=write_outputs)
+    written: list[Report] = []  # the typed report, kept: close() returns its JSON form
+
+    def finish(*args: Any) -> dict[str, Any]:
+        written.append(finish_run(*args))
+        return written[-1].to_json()
+
+    run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=finish)
     cwd, started = os.getcwd(), time.time()
     run.set_meta(
         launch={
@@ -98,7 +104,7 @@ def execute(
         closed = run.close(status=status, exit_code=code, json_path=json_path)
     except KeyboardInterrupt:  # a second Ctrl-C: the log is complete, close said so
         return code or 130, None
-    report = Report.from_json(closed) if closed is not None else None
+    report = written[-1] if closed is not None and written else None
     if report is not None and replay is not None:
         replayed = after_run(
             lambda: _replay_if_needed(
