@@ -8,6 +8,7 @@ import pytest
 
 from gradoc.detect import synthetic
 from gradoc.findings import REGISTRY, check_all
+from gradoc.store.meta import RunMeta
 from gradoc.store.reader import Event
 
 NAN, INF = math.nan, math.inf
@@ -262,7 +263,7 @@ def _adam_history(lr: float, weight_norm: float, optimizer: str = "AdamW") -> ob
         shapes={f"l{i}.weight": (10, 10) for i in range(3)},
     )
     h.lr = h.loss.__class__(list(range(60)), [lr * min(1.0, (s + 1) / 30) for s in range(60)])
-    h.meta = {"optimizers": [{"type": optimizer, "lr": lr}]}
+    h.meta = RunMeta.of({"optimizers": [{"type": optimizer, "lr": lr}]})
     return h
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import gradoc
 from gradoc.analysis import Report
-from gradoc.detect.finding import Finding, Fix, Horizon
+from gradoc.detect.finding import CodeLine, Finding, Fix, Horizon
 from gradoc.fix import choose, code_fixes
 from gradoc.fix.remedy import find_definition
 from tests.test_cli import _one_line_error, gradoc_cli
@@ -191,11 +191,9 @@ def test_find_definition_names_the_line_that_creates_a_layer(tmp_path: Path) -> 
         "        self.head = nn.Sequential(nn.Linear(2, 2))\n"
         "        if self.head == 1: pass\n"
     )
-    assert find_definition("encoder", [src]) == {
-        "file": str(src),
-        "line": 4,
-        "code": "self.encoder: nn.Module = nn.Linear(2, 2)",
-    }
+    assert find_definition("encoder", [src]) == CodeLine(
+        str(src), 4, "self.encoder: nn.Module = nn.Linear(2, 2)"
+    )
     found = find_definition("head.0", [src])
-    assert found is not None and found["line"] == 5
+    assert found is not None and found.line == 5
     assert find_definition("missing", [src]) is None

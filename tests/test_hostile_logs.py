@@ -133,6 +133,19 @@ EDITS = [
         "UPDATE events SET data=json_set(data, '$.origin.line', 'x') WHERE kind='nonfinite_origin'",
         None,
     ),
+    ("INSERT OR REPLACE INTO meta VALUES ('optimizers', '[1, \"a\"]')", None),
+    ("INSERT OR REPLACE INTO meta VALUES ('functional_activations', '\"x\"')", "meta 'func"),
+    ("INSERT OR REPLACE INTO meta VALUES ('compiled', '1')", "meta 'compiled' is int"),
+    (
+        "UPDATE events SET data=json_set(data, '$.origin.evidence', json('[1, {\"value\": 2}]')) "
+        "WHERE kind='nonfinite_origin'",
+        None,
+    ),
+    (
+        "UPDATE events SET data=json_set(data, '$.origin.source', json('{\"start\": \"x\"}')) "
+        "WHERE kind='nonfinite_origin'",
+        None,
+    ),
     ("DELETE FROM meta", None),
     ("DROP TABLE steps", "not a readable gradoc run log"),
 ]

@@ -301,12 +301,13 @@ def test_harness_finds_the_seeded_bugs_and_passes_the_fixes() -> None:
     problems = check_numerics(LengthNormalisedEncoding(64), (x, lengths))
     assert [p.variant for p in problems] == ["sequence length 1"]
     origin = problems[0].origin
-    assert origin is not None and origin["op"] == "aten.div.Tensor"
-    assert origin["file"].endswith("nan_posenc.py") and "pos / span" in origin["code"]
+    assert origin is not None and origin.op == "aten.div.Tensor"
+    assert origin.file is not None and origin.file.endswith("nan_posenc.py")
+    assert origin.code is not None and "pos / span" in origin.code
     assert check_numerics(LengthNormalisedEncoding(64, fixed=True), (x, lengths)) == []
     norm = check_numerics(NormNoEps(), x)
     assert {p.variant for p in norm} == {"zeros", "constant rows"}
-    assert norm[0].origin is not None and norm[0].origin["file"] == __file__
+    assert norm[0].origin is not None and norm[0].origin.file == __file__
     assert check_numerics(NormEps(), x) == []
     with pytest.raises(
         AssertionError, match=r"constant rows.*aten.div.Tensor.*test_padding.py:\d+"

@@ -20,6 +20,7 @@ import torch.nn as nn
 import gradoc
 from gradoc.locate.numerics import NumericsError
 from gradoc.runtime.replay import unlocated_step
+from gradoc.store import RunMeta
 
 PROGRAMS = Path(__file__).parent / "programs"
 
@@ -269,6 +270,6 @@ def test_steps_without_an_optimizer_in_process(tmp_path: Path) -> None:
 
 
 def test_a_program_that_printed_a_nan_without_steps_is_replayed_from_the_start() -> None:
-    meta: dict[str, Any] = {"steps": 0, "printed_nonfinite": ["encoding [nan, 0.84]"]}
+    meta = RunMeta.of({"steps": 0, "printed_nonfinite": ["encoding [nan, 0.84]"]})
     assert unlocated_step([], meta, 0, []) == 0
-    assert unlocated_step([], {"steps": 0, "printed_nonfinite": []}, 0, []) is None
+    assert unlocated_step([], RunMeta.of({"steps": 0, "printed_nonfinite": []}), 0, []) is None

@@ -159,7 +159,7 @@ first, over at least ``MIN_STEPS`` (5) steps: a throwaway rule, written by a tes
 
 from __future__ import annotations
 
-from gradoc.detect.finding import MODERATE, Evidence, Family, Finding, Fix, Horizon, Hypothesis
+from gradoc.detect.finding import (Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight)
 from gradoc.detect.history import History
 from gradoc.findings.facts import Facts
 from gradoc.findings.kind import FindingKind
@@ -197,7 +197,7 @@ class SteadyLoss(FindingKind):
             "print the parameters the optimizer holds",
             base=0.3,
         )
-        frozen.seen(f"the loss stood still for {len(h.loss.values)} steps", MODERATE)
+        frozen.seen(f"the loss stood still for {len(h.loss.values)} steps", Weight.MODERATE)
         f.fixes.append(Fix(Horizon.IMMEDIATE, "hand the model's parameters to the optimizer"))
         return [frozen]
 '''

@@ -143,6 +143,23 @@ def test_reader_series_and_errors(tmp_path: Path) -> None:
         log.param("weight", "colour")
 
 
+def test_the_meta_table_reads_typed_and_as_the_table_it_is(tmp_path: Path) -> None:
+    run_dir = _small_run(tmp_path)
+    with sqlite3.connect(run_dir / "run.db") as conn:  # a key of a later gradoc's
+        conn.execute("INSERT INTO meta VALUES ('future_key', '{\"x\": 1}')")
+    meta = gradoc.open_run(run_dir).meta
+    assert (meta.status, meta.steps, meta.exit_code) == ("finished", 3, None)
+    assert meta.optimizer() == "SGD" and meta.optimizers[0]["lr"] == 0.1
+    assert meta.compiled is False and meta.functional_activations == {}
+    assert meta.amp is None and meta.side_effects is None  # not written: the defaults
+    # the run log's table, as it is: every key, the unknown one included
+    assert meta["status"] == "finished" and meta["future_key"] == {"x": 1}
+    assert "amp" not in meta and set(meta) >= {"status", "steps", "future_key"}
+    assert not hasattr(meta, "future_key")
+    after = meta.updated(status="crashed", exit_code=1)
+    assert (after.status, after["exit_code"], meta.status) == ("crashed", 1, "finished")
+
+
 def _nan_poisoned_run(out: Path, tensors: int = 6, steps: int = 24) -> Path:
     """A run whose step 5 has a NaN gradient in one tensor (skipped, as asked, and
     counted)."""

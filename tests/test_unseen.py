@@ -377,7 +377,7 @@ def test_a_nan_at_the_end_of_a_blow_up_is_the_learning_rate_not_the_op() -> None
 
 
 def _ce(h: Any, classes: int) -> Any:
-    h.meta["loss_fn"] = {"node": "NllLossBackward0", "classes": classes}
+    h.meta = h.meta.updated(loss_fn={"node": "NllLossBackward0", "classes": classes})
     return h
 
 

@@ -270,7 +270,7 @@ def _output(path: str | None, flag: str, protect: dict[Path, str] | None = None)
 def _reading(run_dir: str | Path) -> Iterator[None]:
     """Reading a run log someone else may have made or damaged: whatever it holds, the
     answer is a report or one line, never a traceback (GRADOC_DEBUG=1 shows one)."""
-    from .store.reader import DamagedLog
+    from .store.meta import DamagedLog
 
     try:
         yield
@@ -428,14 +428,14 @@ def _replay_command(args: argparse.Namespace) -> int:
     with _reading(run_dir), open_run(run_dir) as log:
         events, meta = log.events, log.meta
         run_dir = log.dir
-    launch = meta.get("launch")
+    launch = meta.launch
     fields = {"script": str, "args": list, "cwd": str, "sha256": str}
     if not isinstance(launch, dict) or not all(
         isinstance(launch.get(k), t) for k, t in fields.items()
     ):
         raise UsageError(f"{one_line(run_dir)} was not made by gradoc run: no script to re-run")
-    clues: list[str] = meta.get("exit_clues") or []
-    step = unlocated_step(events, meta, meta.get("exit_code"), clues)
+    clues = meta.exit_clues
+    step = unlocated_step(events, meta, meta.exit_code, clues)
     if step is None:
         print("gradoc replay: nothing to locate: the run has no NaN/Inf whose origin is unknown")
         return 0

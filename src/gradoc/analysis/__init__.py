@@ -8,9 +8,6 @@ take the :class:`Report` it returns; ``gradoc.report.json`` writes and reads rep
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from ..detect import History
 from ..detect.precision import advice
 from ..detect.signals import clip_factors
@@ -18,7 +15,7 @@ from ..diagnose import diagnose
 from ..findings import check_all
 from ..findings.log_incomplete import LogIncomplete
 from ..guard import GuardSummary
-from ..store import EventKind, RunLog, Stopped
+from ..store import EventKind, RunLog, RunMeta, Stopped
 from .report import (
     REPORT_SCHEMA,
     SERIOUS,
@@ -38,23 +35,22 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
     """
     history = History.load(run)
     findings = diagnose(history, check_all(history))
-    meta: Mapping[str, Any] = run.meta
+    meta = run.meta
     if stopped is not None:
-        meta = {**meta, "status": stopped.status, "exit_code": stopped.exit_code}
+        meta = meta.updated(status=stopped.status, exit_code=stopped.exit_code)
         findings.append(LogIncomplete().stopped(run.num_steps, stopped))
     problems = any(f.severity in SERIOUS for f in findings)
     unwatched = _not_watched(run) if run.num_steps == 0 else None
-    guard = meta.get("guard")
     facts = RunFacts(
-        script=meta.get("script"),
+        script=meta.script,
         steps=run.num_steps,
-        duration_s=meta.get("duration_s"),
-        torch=meta.get("torch"),
-        gradoc=meta.get("gradoc"),
-        status=meta.get("status"),
-        exit_code=meta.get("exit_code"),
-        guard=GuardSummary.from_json(guard) if guard else None,
-        steps_counted_by=list(meta.get("steps_counted_by") or []),
+        duration_s=meta.duration_s,
+        torch=meta.torch,
+        gradoc=meta.gradoc,
+        status=meta.status,
+        exit_code=meta.exit_code,
+        guard=GuardSummary.from_json(meta.guard) if meta.guard else None,
+        steps_counted_by=list(meta.steps_counted_by),
         loss_read=loss_read(meta),
         clipping=clipping(run),
         unwatched=_unwatched(meta),
@@ -64,14 +60,14 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         run=facts,
         findings=findings,
         not_watched=unwatched,
-        amp=advice(meta["amp"]) if meta.get("amp") else None,
+        amp=advice(meta.amp) if meta.amp else None,
     )
 
 
-def loss_read(meta: Mapping[str, Any]) -> str | None:
+def loss_read(meta: RunMeta) -> str | None:
     """How the run's loss was read, in one sentence (None before schema 4's logs)."""
-    read = meta.get("loss_read")
-    if not isinstance(read, dict):
+    read = meta.loss_read
+    if read is None:
         return None
     parts = ["the loss handed to backward()"]
     if read.get("returned"):
@@ -79,8 +75,8 @@ def loss_read(meta: Mapping[str, Any]) -> str | None:
     through = []
     if read.get("unscaled"):
         through.append(f"{read['unscaled']}'s loss scaling undone")
-    division = meta.get("loss_division")
-    if isinstance(division, dict) and division.get("by") is not None:
+    division = meta.loss_division
+    if division and division.get("by") is not None:
         by = f"{division['by']:g}"
         through.append(
             f"the division by {by} micro-batches (gradient accumulation) undone"
@@ -108,8 +104,8 @@ def loss_read(meta: Mapping[str, Any]) -> str | None:
 def clipping(run: RunLog) -> Clipping | None:
     """The program's own gradient clipping: its function and threshold, and how often it
     bit (the norm it measured above the threshold) with the median factor it scaled by."""
-    said = run.meta.get("clipping")
-    if not isinstance(said, dict):
+    said = run.meta.clipping
+    if said is None:
         return None
     factors = [f for _, f in clip_factors(run.scalar("clip_norm"), run.scalar("clip_max"))]
     bit = [f for f in factors if f < 1.0]
@@ -123,10 +119,10 @@ def clipping(run: RunLog) -> Clipping | None:
     )
 
 
-def _unwatched(meta: Mapping[str, Any]) -> list[str]:
+def _unwatched(meta: RunMeta) -> list[str]:
     """What of a run gradoc could not see, though it watched the steps."""
     out = []
-    if meta.get("compiled"):
+    if meta.compiled:
         out.append(
             "the outputs of the modules inside a torch.compile'd model (compiled code runs "
             "no per-module hook; gradoc watches the model's inputs, loss, gradients, "
@@ -140,7 +136,7 @@ def _not_watched(run: RunLog) -> str:
     found = any(e.kind == EventKind.NONFINITE_ORIGIN for e in run.events)
     if found:  # the origin says where the NaN/Inf was born and how it was found
         checked = ""
-    elif run.meta.get("check_numerics"):
+    elif run.meta.check_numerics:
         checked = "; --check numerics checked every operation: none made a NaN/Inf"
     else:
         checked = (

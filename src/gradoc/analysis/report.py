@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .._util.json_types import JsonObject
 from ..detect.finding import SEVERITY_ORDER, Finding
 from ..detect.precision import AmpAdvice
 from ..guard import GuardSummary
@@ -33,8 +34,8 @@ class Clipping:
     median_factor: float | None
     norm_type: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"fn": self.fn, "threshold": self.threshold}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"fn": self.fn, "threshold": self.threshold}
         if self.norm_type is not None:
             out["norm_type"] = self.norm_type
         return out | {"steps": self.steps, "bit": self.bit, "median_factor": self.median_factor}
@@ -58,7 +59,7 @@ class Ranks:
     world_size: int
     merged: list[int]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -83,7 +84,7 @@ class RunFacts:
     """What of the run gradoc could not see, though it watched the steps."""
     ranks: Ranks | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {
             "script": self.script,
             "steps": self.steps,
@@ -155,8 +156,8 @@ class Report:
         run = replace(self.run, ranks=ranks) if ranks is not None else self.run
         return replace(self, status=status, run=run, findings=findings)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": REPORT_SCHEMA, "status": self.status}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"schema": REPORT_SCHEMA, "status": self.status}
         if self.not_watched:
             out["not_watched"] = self.not_watched
         out["run"] = self.run.to_json()

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .._util.json_types import JsonObject
 from .._util.text import one_line, safe
 from ..guard import GuardGaveUp
 from ..locate.replay import own_depth
@@ -99,7 +100,7 @@ def _deferred() -> Iterator[list[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def finish_safely(run: Any, write: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+def finish_safely(run: Any, write: Callable[[], JsonObject]) -> JsonObject | None:
     """``write()`` the closed run's report and sinks; a failure is said, never raised (the
     user's program goes on and keeps its exit code), except Ctrl-C."""
     try:

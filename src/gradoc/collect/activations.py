@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.nn.modules.module import register_module_forward_hook
 from torch.utils.hooks import RemovableHandle
 
+from .._util.json_types import JsonObject
 from .._util.wrappers import compiling
 from ..locate.replay import own_work
 from ..stats import activation_stats, activation_stats_rows, combine, saturation_rule, unit_dim
@@ -289,7 +290,7 @@ class AmpRanges(Probe):
         if activations_seen:
             self._steps[0] += 1  # this step's outputs were probed
 
-    def close(self, step: int) -> dict[str, Any]:
+    def close(self, step: int) -> JsonObject:
         run = self.run
         if run.broken:
             return {}

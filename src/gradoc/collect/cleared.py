@@ -19,10 +19,10 @@ checked: their step ends at the next backward, after any clearing.
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 from torch import Tensor
 
+from .._util.json_types import JsonObject
 from .grads import WatchedOptimizer
 
 
@@ -57,7 +57,7 @@ class Clearing:
         if found is not None:
             self._saved = (found[0], weakref.ref(found[1]), found[1]._version)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         if not self.checked:
             return {}
         kept = {"kept": self.kept, "checked": self.checked, "first_kept": self.first_kept}

@@ -5,9 +5,11 @@ steps a ``GradScaler`` skipped."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch import Tensor
+
+from .._util.json_types import JsonObject
 
 if TYPE_CHECKING:
     from .context import Internal
@@ -23,7 +25,7 @@ class ProgramClipping:
         self.scaler_skips = 0
         self._step: tuple[float, Tensor] | None = None
         """The step's clipping: (threshold, the norm measured before it) on the device."""
-        self._said: dict[str, Any] | None = None
+        self._said: JsonObject | None = None
 
     def clipped(self, kind: str, threshold: float, measured: Tensor, norm_type: float) -> None:
         self.calls += 1

@@ -25,6 +25,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._util.json_types import JsonObject
+from .._util.state import RngState
 from .._util.tree import arguments
 from ..locate.padding import mask_pads
 from ..store import EventKind
@@ -126,7 +128,7 @@ class LengthMonitor:
 
     def observe(
         self, step: int, lo: int, hi: int, total: float, n: int, padded: int | None
-    ) -> dict[str, Any] | None:
+    ) -> JsonObject | None:
         """Account for one batch; an anomaly's description, if this batch is one."""
         anomaly = None
         if self.batches >= WARMUP and self.low is not None and self.high is not None:
@@ -159,7 +161,7 @@ class LengthMonitor:
         self.histogram[bucket] = self.histogram.get(bucket, 0) + 1
         return anomaly
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         mean = self.total / self.samples if self.samples else None
         return {
             "source": self.source,
@@ -195,7 +197,7 @@ class Lengths(Probe):
         self._waiting: list[tuple[int, Batch]] = []
 
     def on_forward(
-        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
+        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: RngState
     ) -> None:
         lengths, source, padded, unmasked = batch_lengths(root, args, kwargs)
         if self.monitor.source is None and source is not None:
@@ -240,5 +242,5 @@ class Lengths(Probe):
                 message = anomaly.pop("message")
                 self.event(EventKind.LENGTH_ANOMALY, message, step=step, **anomaly)
 
-    def close(self, step: int) -> dict[str, Any]:
+    def close(self, step: int) -> JsonObject:
         return {"lengths": self.monitor.summary()} if self.monitor.batches else {}

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch.nn as nn
 from torch import Tensor
 
+from .._util.json_types import JsonObject
+from .._util.state import RngState
 from ..detect.signals import update_ratio
 from ..locate.replay import rerun_closure
 from ..store import EventKind
@@ -35,7 +37,7 @@ class Locate(Probe):
         self._update_ratios: dict[str, tuple[int, float]] = {}
 
     def on_forward(
-        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
+        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: RngState
     ) -> None:
         self.locator.on_forward(root, args, kwargs, rng)
         self.locator.on_output(root, output)
@@ -113,7 +115,7 @@ class Locate(Probe):
             if w.param.dim() >= 2 and rms > 100 and ratio is not None:
                 self._update_ratios[w.name] = (sl.step, ratio)
 
-    def close(self, step: int) -> dict[str, Any]:
+    def close(self, step: int) -> JsonObject:
         """What is still unlocated (a value born outside the model, traced since)."""
         if self.run.broken:
             return {}

@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .._util.state import RngState, rng_state
-from ..locate import ArmedTrace, Origin, check_weights, locate_step, origin_from
+from ..locate import ArmedTrace, Birth, Origin, check_weights, locate_step, origin_from
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -52,7 +52,7 @@ class Locator:
         self.armed = ArmedTrace(names)
         self.armed_left = 0
         self.armed_from: int | None = None
-        self.armed_found: dict[str, Any] | None = None
+        self.armed_found: Birth | None = None
         self.replaying = False
         """True while a step is replayed: the run's own hooks must not see the replay."""
         self.recent: dict[int, list[_Forward]] = {}
@@ -213,7 +213,7 @@ class Locator:
         self.done = True
         return origin
 
-    def _from_armed(self, step: int, found: dict[str, Any]) -> Origin:
+    def _from_armed(self, step: int, found: Birth) -> Origin:
         origin = origin_from(step, found)
         origin.note = (
             f"the model replayed clean at step {self.armed_from}, so the value was born "

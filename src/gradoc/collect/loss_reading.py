@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from .._util.json_types import JsonObject
 from . import losses
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class LossReader:
         """Losses the program read or its model returned, until a ``backward()`` shows
         whether they were backpropagated."""
         self._fn_seen = False
-        self._said: dict[str, Any] = {}
+        self._said: JsonObject = {}
         """How the loss is read (``meta['loss_read']``), said once it is known."""
         self._scaled: dict[int, tuple[Any, Tensor]] = {}
         """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""

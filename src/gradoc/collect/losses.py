@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._util.json_types import JsonObject
 from .._util.tree import output_loss
 
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
@@ -131,7 +132,7 @@ def mean(micros: list[Micro]) -> Tensor:
     return torch.stack([m.value.float() for m in micros]).mean()
 
 
-def kind(node: Any) -> dict[str, Any]:
+def kind(node: Any) -> JsonObject:
     """What the loss function is, from the loss's own node (below a loss scaler and a
     division, never below a multiplication: ``2 * ce`` has no chance level of ln k): ``{"node":
     "NllLossBackward0", "fn": "cross_entropy", "classes": 65}`` for a cross-entropy over 65
@@ -155,8 +156,8 @@ def kind(node: Any) -> dict[str, Any]:
     return {"node": name}
 
 
-def _nll(node: Any) -> dict[str, Any]:
-    facts: dict[str, Any] = {}
+def _nll(node: Any) -> JsonObject:
+    facts: JsonObject = {}
     saved = getattr(node, "_saved_self", None)
     if isinstance(saved, Tensor) and saved.dim() >= 2:
         facts["classes"] = int(saved.shape[1])

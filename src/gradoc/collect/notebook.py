@@ -15,6 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from .._util.json_types import JsonObject
 from .._util.text import number
 from .probe import Probe
 
@@ -87,7 +88,7 @@ class LiveStatus(Probe):
             self.shown = now
             self._show(step + 1)
 
-    def close(self, step: int) -> dict[str, Any]:
+    def close(self, step: int) -> JsonObject:
         if self.handle is not None:
             elapsed = time.monotonic() - self.t0
             self._show(step, f" · done in {number(elapsed)} s: show the run for its report")

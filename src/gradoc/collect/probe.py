@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from .grads import Slices, WatchedOptimizer
     from .layers import WatchedModule
 
+from .._util.json_types import JsonObject
+from .._util.state import RngState
+
 
 class Probe:
     wants_rng = False
@@ -46,7 +49,7 @@ class Probe:
         pass
 
     def on_forward(
-        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: dict[str, Any]
+        self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: RngState
     ) -> None:
         pass
 
@@ -68,5 +71,5 @@ class Probe:
     def end_step(self, step: int, activations_seen: bool) -> None:
         pass
 
-    def close(self, step: int) -> dict[str, Any]:
+    def close(self, step: int) -> JsonObject:
         return {}

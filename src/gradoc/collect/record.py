@@ -17,6 +17,7 @@ from typing import Any
 
 from torch import Tensor
 
+from .._util.json_types import JsonObject
 from ..store import EventKind
 from ..store.writer import insert_rows, real, write_meta
 from . import losses
@@ -185,7 +186,7 @@ class StepRecord:
         return loss
 
     def _first(
-        self, conn: Any, kind: str, step: int, message: str, data: dict[str, Any] | None = None
+        self, conn: Any, kind: str, step: int, message: str, data: JsonObject | None = None
     ) -> None:
         """Record the first occurrence of a kind of non-finite value as an event."""
         if kind in self.seen:

@@ -21,6 +21,7 @@ import torch.nn as nn
 from torch.optim import Optimizer
 
 from .._util.display import Shown
+from .._util.json_types import JsonObject
 from .._util.text import one_line
 from .._version import __version__
 from ..config import WatchConfig
@@ -35,7 +36,7 @@ from .locating import Locator
 from .steps import Steps, probes_for
 from .watched import Watched
 
-Finish = Callable[[Path, "str | Path | None", "Stopped | None", dict[str, str]], "dict[str, Any]"]
+Finish = Callable[[Path, "str | Path | None", "Stopped | None", dict[str, str]], JsonObject]
 """What writes a closed run's report and sinks (see ``Run(finish=...)``)."""
 
 
@@ -157,7 +158,7 @@ class Run(Shown):
         if hooks:
             self._handles += self.steps.hook(optimizer)
 
-    def guard_summary(self) -> dict[str, Any] | None:
+    def guard_summary(self) -> JsonObject | None:
         """What the guard has done so far (skipped, clipped, rollbacks, ...); None without one."""
         guard = self.guard
         return guard.summary().to_json() if guard is not None and guard.every_step else None
@@ -181,7 +182,7 @@ class Run(Shown):
 
     def close(
         self, status: str = "finished", exit_code: int | None = None, json_path: Any = None
-    ) -> dict[str, Any] | None:
+    ) -> JsonObject | None:
         """Stop watching, complete the run log and write ``report.json`` (and ``json_path``).
 
         Returns the report; a second call does nothing and returns None.

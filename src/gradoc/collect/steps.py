@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .._util.json_types import JsonObject
 from .._util.state import RngState, rng_state
 from .._util.text import module_label
 from ..locate import Origin
@@ -106,9 +107,9 @@ class Steps(taps.TapReceiver):
         """The step's vitals, read where that costs no waiting; the guard's decisions."""
         self._clearing = Clearing()
         """Whether the program clears gradients between steps (``cleared``)."""
-        self._optimizers: list[dict[str, Any]] = []
+        self._optimizers: list[JsonObject] = []
         self._counting: list[str] = []
-        self.origins: dict[int, dict[str, Any]] = {}  # step -> where its NaN was born
+        self.origins: dict[int, Origin] = {}  # step -> where its NaN was born
 
     def add(
         self, optimizer: Any, params: list[WatchedParam], manual: bool = False
@@ -140,7 +141,7 @@ class Steps(taps.TapReceiver):
 
     def record_origin(self, origin: Origin) -> None:
         """Log where a step's NaN/Inf was born (an event the report reads)."""
-        self.origins[origin.step] = origin.to_json()
+        self.origins[origin.step] = origin
         where = f" in {module_label(origin.module)}" if origin.module is not None else ""
         at = f" ({origin.file}:{origin.line})" if origin.file else ""
         message = f"{origin.phase}: {origin.op}{where}{at}"
@@ -357,7 +358,7 @@ class Steps(taps.TapReceiver):
     def send_last(self) -> None:
         self.transfers.send_last()
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> JsonObject:
         """The last step ends (a program without an optimizer ends one here), the probes
         close; what they leave for the run log's ``meta``."""
         if self.manual.open:
@@ -365,7 +366,7 @@ class Steps(taps.TapReceiver):
         self.loss.close(self.count)  # backpropagated, but the step never ended: not a step's
         self.activations.arm(False)
         self.send_last()  # what waits reaches the host before the probes sum up
-        meta: dict[str, Any] = self.clipping.meta()
+        meta: JsonObject = self.clipping.meta()
         meta |= self._clearing.summary()
         for probe in self.probes:
             meta |= probe.close(self.count)
@@ -409,10 +410,10 @@ def _one(tensors: Any) -> Any:
     return tensors
 
 
-def _described(optimizer: Any) -> dict[str, Any]:
+def _described(optimizer: Any) -> JsonObject:
     """An optimizer's type and first group's settings, for the run log's ``meta``."""
     group = optimizer.param_groups[0] if optimizer.param_groups else {}
-    said: dict[str, Any] = {"type": type(optimizer).__name__, "groups": len(optimizer.param_groups)}
+    said: JsonObject = {"type": type(optimizer).__name__, "groups": len(optimizer.param_groups)}
     for key in ("lr", "momentum", "betas", "eps", "weight_decay"):
         value = group.get(key)
         if isinstance(value, Tensor):

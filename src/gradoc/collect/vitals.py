@@ -5,11 +5,12 @@ them before the update: skip, clip or roll back (only when a guard was asked for
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch.optim import Optimizer
 
+from ..detect.finding import Origin
 from ..guard import Guard, Vitals, agree
 from . import losses, taps
 
@@ -31,7 +32,7 @@ class Checked(Protocol):
     loss: LossReader
     transfers: Transfers
     watched: InternalWatched
-    origins: dict[int, dict[str, Any]]
+    origins: dict[int, Origin]
 
 
 class StepChecks:

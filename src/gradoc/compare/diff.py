@@ -18,8 +18,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from .._util.json_types import JsonObject
 from ..detect.signals import fmt
 from ..store import RunLog, open_run
 
@@ -53,7 +53,7 @@ class Difference:
     """``output std`` (forward) or ``gradient norm`` (backward)."""
     ratio: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -71,7 +71,7 @@ class Parting:
     def ratio(self) -> float:
         return float(10**self.log10_ratio)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "step": self.step,
             "layer": self.layer,
@@ -99,7 +99,7 @@ class RunDiff:
     loss_a: list[float]
     loss_b: list[float]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "schema": "gradoc.diff/1",
             "run_a": self.run_a,

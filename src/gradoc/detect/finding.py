@@ -11,7 +11,7 @@ each checked against the run and found ``seen``, ``contradicted`` or ``not obser
 
     score = base + sum(weight of seen signs) - sum(weight of contradicted signs)
 
-Signs not observed count 0: absence is never support. The weights are ``DECISIVE`` (3:
+Signs not observed count 0: absence is never support. The weights (``Weight``) are ``DECISIVE`` (3:
 the run shows the cause itself, e.g. the operation that made the NaN), ``STRONG`` (2: a
 sign only this cause predicts, e.g. units dead before any update for an initialisation),
 ``MODERATE`` (1) and ``WEAK`` (0.5: consistent with it, but with others too). ``base``
@@ -23,9 +23,10 @@ shown is ``high`` at a score of 2 or more, ``medium`` at 1 or more, ``low`` belo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, Literal
 
+from .._util.json_types import JsonObject
 from .._util.text import StrEnum
 
 Severity = Literal["error", "warning", "info"]
@@ -79,8 +80,16 @@ class Horizon(StrEnum):
 HORIZONS = tuple(Horizon)
 
 
-DECISIVE, STRONG, MODERATE, WEAK = 3.0, 2.0, 1.0, 0.5
-"""The weights of a sign (the module docstring's rule)."""
+class Weight:
+    """The weights of a sign (the module docstring's rule)."""
+
+    DECISIVE: Final = 3.0
+    """The run shows the cause itself (the operation that made the NaN)."""
+    STRONG: Final = 2.0
+    """A sign only this cause predicts."""
+    MODERATE: Final = 1.0
+    WEAK: Final = 0.5
+    """Consistent with the cause, and with others too."""
 
 
 class State(StrEnum):
@@ -99,11 +108,11 @@ class Evidence:
     value: Any
     step: int | None = None
     type: str = "metric"
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
     """Further typed values (``steps``, ``of``, ``argument``) that renderers may show."""
 
     @classmethod
-    def of(cls, data: Evidence | dict[str, Any]) -> Evidence:
+    def of(cls, data: Evidence | JsonObject) -> Evidence:
         if isinstance(data, Evidence):
             return data
         rest = {k: v for k, v in data.items() if k not in ("signal", "value", "step", "type")}
@@ -111,8 +120,8 @@ class Evidence:
             data["signal"], data.get("value"), data.get("step"), data.get("type", "metric"), rest
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"signal": self.signal, "value": self.value}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"signal": self.signal, "value": self.value}
         if self.step is not None:
             out["step"] = self.step
         return out | self.extra | {"type": self.type}
@@ -135,8 +144,8 @@ class Sign:
             data["claim"], State(data["state"]), data["weight"], data.get("step"), data.get("value")
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"claim": self.claim, "state": str(self.state), "weight": self.weight}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"claim": self.claim, "state": str(self.state), "weight": self.weight}
         if self.step is not None:
             out["step"] = self.step
         if self.value is not None:
@@ -198,7 +207,7 @@ class Hypothesis:
         """Some sign of it was seen in this run."""
         return any(s.state is State.SEEN for s in self.signs)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "cause": self.cause,
             "family": str(self.family),
@@ -226,28 +235,53 @@ def rank(hypotheses: list[Hypothesis]) -> list[Hypothesis]:
 
 
 @dataclass(slots=True)
+class CodeLine:
+    """A line of the user's code: where a code change goes."""
+
+    file: str
+    line: int | None
+    code: str | None
+
+    def to_json(self) -> JsonObject:
+        return {"file": self.file, "line": self.line, "code": self.code}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CodeLine | None:
+        """The line from report.json; None for what gradoc never writes."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("file"), str):
+            return None
+        line, code = data.get("line"), data.get("code")
+        return cls(
+            data["file"],
+            line if isinstance(line, int) else None,
+            code if isinstance(code, str) else None,
+        )
+
+
+@dataclass(slots=True)
 class Fix:
     horizon: Horizon
     action: str
-    apply: dict[str, Any] | None = None
+    apply: JsonObject | None = None
     """What ``gradoc run --fix`` can apply without a code change (``{"lr_scale": 0.1}``)."""
-    code: dict[str, Any] | None = None
-    """Where the code change goes (file, line, code), when the origin names it."""
+    code: CodeLine | None = None
+    """Where the code change goes, when the origin names it."""
 
     def __post_init__(self) -> None:
         self.horizon = Horizon(self.horizon)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"horizon": str(self.horizon), "action": self.action}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"horizon": str(self.horizon), "action": self.action}
         if self.apply is not None:
             out["apply"] = self.apply
         if self.code is not None:
-            out["code"] = self.code
+            out["code"] = self.code.to_json()
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Fix:
-        return cls(Horizon(data["horizon"]), data["action"], data.get("apply"), data.get("code"))
+        code = CodeLine.from_json(data.get("code"))
+        return cls(Horizon(data["horizon"]), data["action"], data.get("apply"), code)
 
 
 @dataclass(slots=True)
@@ -255,12 +289,64 @@ class RuledOut:
     cause: str
     why: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"cause": self.cause, "why": self.why}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RuledOut:
         return cls(data["cause"], data["why"])
+
+
+@dataclass(slots=True)
+class Reading:
+    """A value measured where a NaN/Inf was born (an origin's evidence): the op's
+    arguments, the failing batch's inputs, the optimizer's eps and state."""
+
+    signal: str
+    value: Any
+    extra: JsonObject = field(default_factory=dict)
+    """Named values beside it that diagnoses read: ``argument`` (an input of the batch),
+    ``eps`` and ``dtype`` (an optimizer's eps in the weights' dtype), ``state`` and ``of``
+    (exact zeros of an optimizer's state), ``count``, ``names``."""
+
+    def to_json(self) -> JsonObject:
+        return {"signal": self.signal, "value": self.value} | self.extra
+
+    @classmethod
+    def from_json(cls, data: Any) -> Reading | None:
+        """A reading from report.json or a run log; None for what gradoc never writes."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("signal"), str):
+            return None
+        extra = {k: v for k, v in data.items() if k not in ("signal", "value")}
+        return cls(data["signal"], data.get("value"), extra)
+
+
+@dataclass(slots=True)
+class SourceLines:
+    """The lines of a file around an origin's line, as they were when the run happened."""
+
+    start: int
+    """The number of the first line."""
+    lines: list[str]
+
+    def to_json(self) -> JsonObject:
+        return {"start": self.start, "lines": self.lines}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SourceLines | None:
+        """The lines from report.json or a run log; None for what gradoc never writes."""
+        if not isinstance(data, Mapping):
+            return None
+        start, lines = data.get("start"), data.get("lines")
+        if not isinstance(start, int) or not isinstance(lines, list):
+            return None
+        if not all(isinstance(t, str) for t in lines):
+            return None
+        return cls(start, lines)
+
+    def around(self, line: int) -> bool:
+        """Whether ``line`` is among these lines."""
+        return self.start <= line < self.start + len(self.lines)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -276,20 +362,28 @@ class Origin:
     file: str | None = None
     line: int | None = None
     code: str | None = None
-    evidence: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[Reading] = field(default_factory=list)
     note: str | None = None
     """How it was found, e.g. on the next occurrence with tracing armed."""
-    source: dict[str, Any] | None = None
-    """The lines around ``line`` as they were when the run happened: ``{"start": n,
-    "lines": [...]}``. Reports show these and never open ``file`` (a run directory may
-    come from someone else, and its ``file`` could name anything)."""
+    source: SourceLines | None = None
+    """The lines around ``line`` as they were when the run happened. Reports show these
+    and never open ``file`` (a run directory may come from someone else, and its ``file``
+    could name anything)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> JsonObject:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["evidence"] = [r.to_json() for r in self.evidence]
+        out["source"] = self.source.to_json() if self.source is not None else None
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Origin:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        plain = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        readings = data.get("evidence")
+        readings = readings if isinstance(readings, list) else []
+        plain["evidence"] = [r for r in map(Reading.from_json, readings) if r is not None]
+        plain["source"] = SourceLines.from_json(data.get("source"))
+        return cls(**plain)
 
 
 @dataclass(slots=True)
@@ -301,7 +395,7 @@ class Related:
     layer: str | None
     summary: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "step": self.step, "layer": self.layer, "summary": self.summary}
 
     @classmethod
@@ -335,7 +429,7 @@ class Finding:
     monitoring: list[str] = field(default_factory=list)
     related: list[Related] = field(default_factory=list)
     """Findings folded into this one as its consequences or causes: kind, step, summary."""
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
     """Typed facts the diagnosis reasons with (``{"spikes": 3}``, ``{"peak_loss": 1e5}``):
     rewording a summary or a signal can never change a diagnosis."""
     rank: int | None = None
@@ -344,8 +438,8 @@ class Finding:
     def __post_init__(self) -> None:
         self.evidence = [Evidence.of(e) for e in self.evidence]
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {
             "kind": self.kind,
             "severity": self.severity,
             "step": self.step,

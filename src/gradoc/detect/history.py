@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..store import Layer, RunLog, Series
+from ..store.meta import RunMeta
 from ..store.reader import Event
 
 _EMPTY = Series([], [])
@@ -37,7 +38,7 @@ class History:
     act_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
     units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
     that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,

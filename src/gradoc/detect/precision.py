@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._util.json_types import JsonObject
 from ..stats.precision import FP16_MAX
 from .signals import fmt
 
@@ -43,7 +44,7 @@ class ScaleRow:
     overflow: bool
     underflow_frac: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -63,7 +64,7 @@ class AmpAdvice:
     prefer_bf16: bool
     why: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
@@ -83,8 +84,8 @@ class AmpAdvice:
 def advice(amp: Mapping[str, Any]) -> AmpAdvice:
     """Loss-scale table, the recommended initial scale, modules to keep in fp32, bf16 or not
     (``amp``: the run's ``meta['amp']``)."""
-    grads: dict[str, dict[str, Any]] = amp.get("gradients", {})
-    acts: dict[str, dict[str, Any]] = amp.get("activations", {})
+    grads: dict[str, JsonObject] = amp.get("gradients", {})
+    acts: dict[str, JsonObject] = amp.get("activations", {})
     top = max((g["max_abs"] for g in grads.values()), default=0.0)
     table = []
     for k in SCALES:

@@ -155,20 +155,16 @@ def ce_classes(h: History) -> int | None:
     backward (meta ``loss_fn``, read through a loss scaler and gradient accumulation's
     division); None for any other loss, and when the recorded loss is a cross-entropy
     divided by a constant that was not undone (``loss / 2``: no chance level of ln k)."""
-    loss_fn = h.meta.get("loss_fn")
-    k = loss_fn.get("classes") if isinstance(loss_fn, dict) else None
-    division = h.meta.get("loss_division")
-    if isinstance(division, dict) and division.get("undone") is False:
+    k = h.meta.loss_fn.get("classes") if h.meta.loss_fn else None
+    division = h.meta.loss_division
+    if division and division.get("undone") is False:
         return None
     return k if isinstance(k, int) and k >= 2 else None
 
 
 def optimizer_type(h: History) -> str | None:
     """The first optimizer's class name, as recorded in ``meta['optimizers']``."""
-    optimizers = h.meta.get("optimizers") or []
-    first = optimizers[0] if optimizers and isinstance(optimizers[0], dict) else {}
-    kind = first.get("type")
-    return kind if isinstance(kind, str) else None
+    return h.meta.optimizer()
 
 
 NOISE_WINDOW = 8

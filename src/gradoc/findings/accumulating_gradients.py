@@ -20,19 +20,10 @@ least ``MIN_STEPS`` (3).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ..detect.finding import (
-    DECISIVE,
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-)
+from .._util.json_types import JsonObject
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import fmt
 from .advice import lr_too_high
@@ -58,10 +49,10 @@ class AccumulatingGradients(FindingKind):
 
     name = "accumulating_gradients"
     link = 20
-    example_details: ClassVar[dict[str, Any]] = {"kept": 8, "checked": 8}
+    example_details: ClassVar[JsonObject] = {"kept": 8, "checked": 8}
 
     def check(self, h: History) -> list[Finding]:
-        kept = h.meta.get("grads_kept") or {}
+        kept = h.meta.grads_kept or {}
         n, checked = kept.get("kept", 0), kept.get("checked", 0)
         if n < max(MIN_STEPS, SHARE * checked):
             return []
@@ -119,20 +110,20 @@ class AccumulatingGradients(FindingKind):
         loop.seen(
             f"on {d['kept']} of {d['checked']} steps the .grad the optimizer applied was the "
             "same tensor as the step before, changed only by that step's backward()",
-            DECISIVE,
+            Weight.DECISIVE,
             step=d.get("first_kept"),
         )
         if d.get("growth") is not None:
             loop.seen(
                 f"the gradient norm grew {fmt(d['growth'])}x by step {d['growth_step']}: a running "
                 "sum of similar gradients grows with the steps",
-                MODERATE,
+                Weight.MODERATE,
                 step=d["growth_step"],
             )
         lr.against(
             "the gradients were never cleared: whatever the rate, each update applies the sum of "
             "all the gradients so far",
-            STRONG,
+            Weight.STRONG,
         )
         f.fixes += [
             Fix(

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 from ..detect.finding import (
-    DECISIVE,
-    MODERATE,
-    STRONG,
-    WEAK,
+    CodeLine,
     Evidence,
     Family,
     Finding,
@@ -21,6 +17,7 @@ from ..detect.finding import (
     Origin,
     Related,
     RuledOut,
+    Weight,
 )
 from ..detect.history import History
 from ..detect.signals import ce_classes, fmt
@@ -92,11 +89,11 @@ def lr_fix(factor: float, action: str, horizon: Horizon = Horizon.IMMEDIATE) -> 
     return Fix(horizon, action, apply={"lr_scale": factor})
 
 
-def code_at(origin: Origin) -> dict[str, Any] | None:
+def code_at(origin: Origin) -> CodeLine | None:
     """Where a code fix goes, when the origin names a line of the user's code."""
     if not origin.file:
         return None
-    return {"file": origin.file, "line": origin.line, "code": origin.code}
+    return CodeLine(origin.file, origin.line, origin.code)
 
 
 def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
@@ -113,9 +110,9 @@ def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
         f"max {fmt(peak)}, against {fmt(limit)} that is large for {opt}"
     )
     if peak > limit:
-        lr.seen(claim, STRONG, value=peak)
+        lr.seen(claim, Weight.STRONG, value=peak)
     elif peak < limit / 10:
-        lr.against(claim, MODERATE, value=peak)
+        lr.against(claim, Weight.MODERATE, value=peak)
     else:
         lr.unseen(claim, value=peak)
 
@@ -147,7 +144,7 @@ def clipping(f: Finding, lr: Hypothesis, facts: Facts) -> None:
         lr.seen(
             f"the program's clip at {fmt(threshold)} bit on {bit} of {steps} steps: the "
             "gradients were above it most of the time",
-            WEAK,
+            Weight.WEAK,
         )
 
 
@@ -186,7 +183,7 @@ def at_chance(value: object, h: History) -> int | None:
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         return None
     known = ce_classes(h)
-    candidates = [known] if known else ([] if h.meta.get("loss_fn") else range(2, 1001))
+    candidates = [known] if known else ([] if h.meta.loss_fn else range(2, 1001))
     for k in candidates:
         if abs(value - math.log(k)) < 0.03 * math.log(k):
             return k
@@ -239,7 +236,7 @@ def zero_init(facts: Facts) -> Hypothesis | None:
     h.seen(
         f"{len(names)} weight matrices had norm 0 at their first record "
         f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})",
-        DECISIVE,
+        Weight.DECISIVE,
         step=0,
     )
     return h

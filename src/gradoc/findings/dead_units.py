@@ -15,17 +15,7 @@ that outputs NaN is broken, not dead (the ``nonfinite`` finding's story).
 
 from __future__ import annotations
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import fmt
 from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
@@ -68,7 +58,7 @@ class DeadUnits(FindingKind):
 
     def check(self, h: History) -> list[Finding]:
         flagged = []
-        functional = h.meta.get("functional_activations") or {}
+        functional = h.meta.functional_activations
         for m in h.modules:
             if not relu_family(m.type, m.name, functional):
                 continue
@@ -138,10 +128,10 @@ class DeadUnits(FindingKind):
         if f.step == 0:
             bias.seen(
                 "the units were dead at the first sample (step 0), before training moved them",
-                STRONG,
+                Weight.STRONG,
                 step=0,
             )
-            lr.against("the units were dead before any update", STRONG, step=0)
+            lr.against("the units were dead before any update", Weight.STRONG, step=0)
             f.ruled_out.append(
                 RuledOut(
                     LR_TOO_HIGH,
@@ -152,7 +142,7 @@ class DeadUnits(FindingKind):
             bias.against(
                 f"the units were alive at step {alive} and dead from step {f.step}: they died "
                 "in training",
-                STRONG,
+                Weight.STRONG,
                 step=alive,
             )
         else:
@@ -167,19 +157,20 @@ class DeadUnits(FindingKind):
                     f"the gradient norm jumped {fmt(jump[1])}x its median at step {jump[0]}, "
                     "before "
                     f"the units were found dead at step {f.step}",
-                    STRONG,
+                    Weight.STRONG,
                     step=jump[0],
                 )
             if rise is not None:
                 lr.seen(
                     f"the loss rose {fmt(rise[1])}x its first value by step {rise[0]}, before the "
                     "units were found dead",
-                    MODERATE,
+                    Weight.MODERATE,
                     step=rise[0],
                 )
             if jump is None and rise is None:
                 lr.against(
-                    f"neither the loss nor the gradient norm jumped before step {f.step}", MODERATE
+                    f"neither the loss nor the gradient norm jumped before step {f.step}",
+                    Weight.MODERATE,
                 )
             update_signs(lr, facts, f)
         f.fixes += [

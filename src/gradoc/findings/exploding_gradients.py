@@ -35,18 +35,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    WEAK,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import excursions, finite, fmt, median, weight_params
 from ..detect.zclip import WARMUP, ZClip
@@ -209,9 +198,13 @@ class ExplodingGradients(FindingKind):
             base=0.1,
         )
         if f.step == 0:
-            init.seen("the gradients are too large at step 0, before any update", STRONG, step=0)
+            init.seen(
+                "the gradients are too large at step 0, before any update", Weight.STRONG, step=0
+            )
             lr.against(
-                "the problem is there at step 0, before the learning rate acted", STRONG, step=0
+                "the problem is there at step 0, before the learning rate acted",
+                Weight.STRONG,
+                step=0,
             )
             f.ruled_out.append(
                 RuledOut(
@@ -224,7 +217,7 @@ class ExplodingGradients(FindingKind):
                 init.against(
                     f"the first {f.step} steps trained with ordinary gradients: an initialisation "
                     "that is too large shows from step 0",
-                    STRONG,
+                    Weight.STRONG,
                     step=f.step,
                 )
             else:
@@ -232,20 +225,22 @@ class ExplodingGradients(FindingKind):
             update_signs(lr, facts, f)
         poor = related(f, "poor_initialization")
         if poor:
-            init.seen(poor.summary, STRONG, step=poor.step)
+            init.seen(poor.summary, Weight.STRONG, step=poor.step)
         if related(f, "loss_divergence") or related(f, "loss_blowup"):
-            lr.seen("the loss rose with the gradients", WEAK)
+            lr.seen("the loss rose with the gradients", Weight.WEAK)
         ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
         if ungated:
-            rec.seen(f"the model has ungated recurrent layers ({', '.join(ungated)})", MODERATE)
+            rec.seen(
+                f"the model has ungated recurrent layers ({', '.join(ungated)})", Weight.MODERATE
+            )
         elif facts.recurrent:
-            rec.seen("the model has recurrent layers (gated)", WEAK)
+            rec.seen("the model has recurrent layers (gated)", Weight.WEAK)
         else:
-            rec.against("the model has no recurrent layers", STRONG)
+            rec.against("the model has no recurrent layers", Weight.STRONG)
         if facts.normalised:
-            arch.against("the model has normalisation layers", MODERATE)
+            arch.against("the model has normalisation layers", Weight.MODERATE)
         elif facts.depth >= 6:
-            arch.seen(f"{facts.depth} weight layers and no normalisation layer", MODERATE)
+            arch.seen(f"{facts.depth} weight layers and no normalisation layer", Weight.MODERATE)
         immediate = [clip_fix(facts)]
         if f.step != 0:  # at step 0 the learning rate has not acted yet
             lower = lr_fix(0.1, "lower the learning rate by 10x")

@@ -12,16 +12,7 @@ way. The loss scale the report recommends: ``gradoc.detect.precision``.
 
 from __future__ import annotations
 
-from ..detect.finding import (
-    MODERATE,
-    WEAK,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.precision import advice
 from ..detect.signals import fmt
@@ -46,7 +37,7 @@ class Fp16Overflow(FindingKind):
     name = "fp16_overflow"
 
     def check(self, h: History) -> list[Finding]:
-        amp = h.meta.get("amp")
+        amp = h.meta.amp
         if not amp:
             return []
         order = {m.name: i for i, m in enumerate(h.modules)}
@@ -111,9 +102,9 @@ class Fp16Overflow(FindingKind):
             base=0.2,
         )
         claim = f"{where}'s outputs under fp16 exceed 65504 ({f.summary})"
-        reduce.seen(claim, MODERATE)
-        big.seen(claim, WEAK)
-        adv = advice(h.meta.get("amp") or {})
+        reduce.seen(claim, Weight.MODERATE)
+        big.seen(claim, Weight.WEAK)
+        adv = advice(h.meta.amp or {})
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,

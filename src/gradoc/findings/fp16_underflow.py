@@ -13,7 +13,7 @@ flushing to zero.
 
 from __future__ import annotations
 
-from ..detect.finding import MODERATE, Evidence, Family, Finding, Fix, Horizon, Hypothesis
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.precision import UNDERFLOW, advice, underflow
 from .facts import Facts
@@ -28,7 +28,7 @@ class Fp16Underflow(FindingKind):
     name = "fp16_underflow"
 
     def check(self, h: History) -> list[Finding]:
-        amp = h.meta.get("amp")
+        amp = h.meta.amp
         if not amp:
             return []
         adv = advice(amp)
@@ -77,7 +77,7 @@ class Fp16Underflow(FindingKind):
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         where = f.layer or "(model)"
-        adv = advice(h.meta.get("amp") or {})
+        adv = advice(h.meta.amp or {})
         f.symptom = f"under fp16, values of {where} would flush to zero and stop its learning"
         small = Hypothesis(
             Family.GRADIENTS,
@@ -86,7 +86,9 @@ class Fp16Underflow(FindingKind):
             "print the gradient's exponent range (run.meta['amp']) and the loss value",
             base=0.3,
         )
-        small.seen(f"{where}'s values fall below fp16's smallest normal ({f.summary})", MODERATE)
+        small.seen(
+            f"{where}'s values fall below fp16's smallest normal ({f.summary})", Weight.MODERATE
+        )
         scale = adv.loss_scale
         f.fixes += [
             Fix(

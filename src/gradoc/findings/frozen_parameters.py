@@ -15,18 +15,10 @@ information when it did (fine-tuning a head on a frozen backbone, on purpose).
 from __future__ import annotations
 
 import statistics
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ..detect.finding import (
-    DECISIVE,
-    MODERATE,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-)
+from .._util.json_types import JsonObject
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import finite, fmt, loss_trend, numel_of
 from .facts import Facts
@@ -46,7 +38,7 @@ class FrozenParameters(FindingKind):
 
     name = "frozen_parameters"
     link = 30
-    example_details: ClassVar[dict[str, Any]] = {"share": 0.9}
+    example_details: ClassVar[JsonObject] = {"share": 0.9}
 
     def check(self, h: History) -> list[Finding]:
         if h.num_steps < MIN_STEPS or not h.params:
@@ -116,10 +108,10 @@ class FrozenParameters(FindingKind):
             f"{len(names)} tensors ({fmt(d['share'])} of the parameters) never received a "
             f"gradient, e.g. {', '.join(names[:3])}"
         )
-        off.seen(never, DECISIVE)
-        cut.seen(never, MODERATE)
+        off.seen(never, Weight.DECISIVE)
+        cut.seen(never, Weight.MODERATE)
         if d.get("stalled"):
-            off.seen(f"the loss improved only {d['gain']:.1%} over the run", MODERATE)
+            off.seen(f"the loss improved only {d['gain']:.1%} over the run", Weight.MODERATE)
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,

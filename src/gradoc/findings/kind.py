@@ -12,8 +12,9 @@ reference, the causal stories and the tests read everything from the classes.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from .._util.json_types import JsonObject
 from ..detect.finding import Finding, Hypothesis
 from ..detect.history import History
 from .facts import Facts
@@ -35,7 +36,7 @@ class FindingKind:
     link: ClassVar[int] = LAST_LINK
     """When findings begin at the same step, the lower ``link`` is the first link of the
     causal chain (an exploding gradient before the loss blow-up it causes)."""
-    example_details: ClassVar[dict[str, Any]] = {}
+    example_details: ClassVar[JsonObject] = {}
     """The details the explanation reads unconditionally, for the findings reference's
     finding with no evidence."""
 

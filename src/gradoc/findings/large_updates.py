@@ -29,17 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..detect.finding import (
-    DECISIVE,
-    STRONG,
-    WEAK,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import (
     ADAM_FAMILY,
@@ -100,8 +90,7 @@ def _converging(h: History, step: int) -> bool:
 
 
 def _allowed(h: History) -> list[Finding]:
-    optimizers = h.meta.get("optimizers") or []
-    kind = optimizers[0].get("type") if optimizers and isinstance(optimizers[0], dict) else None
+    kind = h.meta.optimizer()
     lr = [(s, v) for s, v in zip(h.lr.steps, h.lr.values) if math.isfinite(v) and v > 0]
     if kind not in ADAM_FAMILY or not lr:
         return []
@@ -192,21 +181,22 @@ class LargeUpdates(FindingKind):
             lr.seen(
                 f"learning rate {fmt(d['lr'])} against weights of RMS {fmt(d['weight_rms'])}: "
                 "an Adam-family step moves each weight by about the learning rate",
-                DECISIVE,
+                Weight.DECISIVE,
             )
-            grads.against("an Adam-family step does not grow with the gradient", STRONG)
+            grads.against("an Adam-family step does not grow with the gradient", Weight.STRONG)
         else:
             lr.seen(
                 f"a step moved the weights by more than {fmt(0.3)} of their norm",
-                STRONG,
+                Weight.STRONG,
                 step=f.step,
             )
             if facts.grad_median and facts.grad_p99 and facts.grad_p99 > 10 * facts.grad_median:
                 grads.seen(
-                    f"the gradient norm's p99 ({fmt(facts.grad_p99)}) is over 10x its median", WEAK
+                    f"the gradient norm's p99 ({fmt(facts.grad_p99)}) is over 10x its median",
+                    Weight.WEAK,
                 )
             if facts.adam:
-                grads.against("an Adam-family step does not grow with the gradient", STRONG)
+                grads.against("an Adam-family step does not grow with the gradient", Weight.STRONG)
         f.fixes += [
             lr_fix(0.1, "lower the learning rate by 10x"),
             Fix(

@@ -10,7 +10,7 @@ falls on a step with a non-finite value; the diagnosis then folds it into that s
 
 from __future__ import annotations
 
-from ..detect.finding import MODERATE, Evidence, Family, Finding, Fix, Horizon, Hypothesis
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..store import EventKind
 from .facts import Facts
@@ -61,7 +61,7 @@ class LengthAnomaly(FindingKind):
             "run gradoc.testing.check_numerics(model, example) on lengths 1 and 2",
             base=0.3,
         )
-        edge.seen(f.summary, MODERATE, step=f.step)
+        edge.seen(f.summary, Weight.MODERATE, step=f.step)
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,

@@ -35,20 +35,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    WEAK,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from .._util.json_types import JsonObject
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, excursions, fmt, loss_trend, stands_out
 from .advice import (
@@ -84,7 +74,7 @@ class LossBlowup(FindingKind):
         "loss_divergence",
     )
     link = 50
-    example_details: ClassVar[dict[str, Any]] = {"peak_ratio": 100.0}
+    example_details: ClassVar[JsonObject] = {"peak_ratio": 100.0}
 
     def check(self, h: History) -> list[Finding]:
         series, per_sample = loss_trend(h)
@@ -192,7 +182,7 @@ class LossBlowup(FindingKind):
             lr.seen(
                 f"the loss rose within the first {f.step + 1} steps: a workable learning rate "
                 "lowers it from the start",
-                WEAK,
+                Weight.WEAK,
                 step=f.step,
             )
         first = facts.first_update_ratio
@@ -200,44 +190,48 @@ class LossBlowup(FindingKind):
             lr.seen(
                 f"the first update moved a weight matrix by {fmt(first)} of its norm ("
                 f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
-                STRONG,
+                Weight.STRONG,
                 value=first,
             )
         elif first is not None and first < facts.large_ratio / 10:
             lr.against(
                 f"the first update moved the weights by at most {fmt(first)} of their norm",
-                MODERATE,
+                Weight.MODERATE,
             )
         else:
             update_signs(lr, facts, f)
         for r in f.related:
             if r.kind == "dead_units":
-                lr.seen(f"units died after the blow-up ({r.summary})", MODERATE, step=r.step)
+                lr.seen(f"units died after the blow-up ({r.summary})", Weight.MODERATE, step=r.step)
             elif r.kind == "loss_plateau":
-                lr.seen("the loss never got below where the blow-up left it", MODERATE)
+                lr.seen("the loss never got below where the blow-up left it", Weight.MODERATE)
             elif r.kind == "exploding_gradients":
-                lr.seen(f"the gradients grew with it ({r.summary})", WEAK, step=r.step)
+                lr.seen(f"the gradients grew with it ({r.summary})", Weight.WEAK, step=r.step)
         k = at_chance(d.get("end_loss"), h)
         if k is not None:
             f.symptom += f"; it ended at ln({k}), chance level: the model predicts nothing"
-            lr.seen(f"the loss ended at chance level, ln({k}) = {fmt(math.log(k))}", MODERATE)
+            lr.seen(
+                f"the loss ended at chance level, ln({k}) = {fmt(math.log(k))}", Weight.MODERATE
+            )
         start_k = ce_classes(h)
         if start_k and d.get("start_loss", 0) > 1.5 * math.log(start_k):
             init.seen(
                 f"the loss started at {fmt(d['start_loss'])}, above chance (ln({start_k}) = "
                 f"{fmt(math.log(start_k))})",
-                MODERATE,
+                Weight.MODERATE,
                 step=0,
             )
         elif start_k:
             init.against(
                 f"the loss started at {fmt(d['start_loss'])}, near chance (ln({start_k}))",
-                MODERATE,
+                Weight.MODERATE,
                 step=0,
             )
         sustained = came_back is None or came_back - (f.step or 0) >= 3
         if sustained:
-            data.against("the loss stayed up for many steps; one bad batch spikes once", STRONG)
+            data.against(
+                "the loss stayed up for many steps; one bad batch spikes once", Weight.STRONG
+            )
             f.ruled_out.append(
                 RuledOut(
                     "one bad batch",
@@ -246,7 +240,7 @@ class LossBlowup(FindingKind):
                 )
             )
         else:
-            data.seen(f"the loss was back by step {came_back}", STRONG, step=came_back)
+            data.seen(f"the loss was back by step {came_back}", Weight.STRONG, step=came_back)
         noise_note(f, facts)
         f.ruled_out.append(
             RuledOut(

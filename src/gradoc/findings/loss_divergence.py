@@ -32,17 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import diverged, finite, fmt, loss_trend
 from ..store import EventKind
@@ -145,20 +135,22 @@ class LossDivergence(FindingKind):
         )
         update_signs(lr, facts, f)
         if (large := related(f, "large_updates")) is not None:
-            lr.seen(large.summary, STRONG, step=large.step)
+            lr.seen(large.summary, Weight.STRONG, step=large.step)
         if h.lr.values and len(h.lr.values) > 1 and max(h.lr.values) > 1.5 * h.lr.values[0]:
             lr.seen(
                 f"the learning rate rose {max(h.lr.values) / h.lr.values[0]:.3g}x during the run",
-                MODERATE,
+                Weight.MODERATE,
             )
         jump = grad_jump(h, None if f.step is None else f.step + 5, facts)
         if jump is not None:
             rise = f"the gradient norm rose {fmt(jump[1])}x its median by step {jump[0]}"
-            grad.seen(rise, MODERATE, step=jump[0])
+            grad.seen(rise, Weight.MODERATE, step=jump[0])
             if jump[0] > 0 and h.grad_norm.steps and h.grad_norm.steps[0] == 0:
                 # ordinary before any update, too large once updates began: the updates did it
                 lr.seen(
-                    f"{rise}, after the updates began (step 0: ordinary)", MODERATE, step=jump[0]
+                    f"{rise}, after the updates began (step 0: ordinary)",
+                    Weight.MODERATE,
+                    step=jump[0],
                 )
         else:
             grad.unseen("a gradient norm 10x its median around the onset")

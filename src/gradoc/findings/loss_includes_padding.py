@@ -12,7 +12,7 @@ gradient at a padded position means the loss counts it.
 
 from __future__ import annotations
 
-from ..detect.finding import DECISIVE, Family, Finding, Fix, Horizon, Hypothesis
+from ..detect.finding import Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import audited
 from .facts import Facts
@@ -36,7 +36,7 @@ class LossIncludesPadding(FindingKind):
             "per-position loss by the mask before averaging",
             base=0.3,
         )
-        cause.seen("the loss changed when only the padded targets changed", DECISIVE)
+        cause.seen("the loss changed when only the padded targets changed", Weight.DECISIVE)
         if f.details.get("model_loss"):  # the model computed it from labels= (Hugging Face)
             action = (
                 "set the labels to -100 at padded positions, which the model's loss ignores: "

@@ -31,18 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    WEAK,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, finite, fmt, loss_noise, loss_trend
 from .advice import at_chance, lr_fix
@@ -147,29 +136,30 @@ class LossPlateau(FindingKind):
             high.seen(
                 f"the loss rose to {fmt(facts.early_peak_loss)} in the first steps, from "
                 f"{fmt(h.loss.values[0])}",
-                STRONG,
+                Weight.STRONG,
             )
-            low.against("the loss rose in the first steps: the updates were too big", STRONG)
+            low.against("the loss rose in the first steps: the updates were too big", Weight.STRONG)
         first = facts.first_update_ratio
         if first is not None and first > facts.large_ratio:
             high.seen(
                 f"the first update moved a weight matrix by {fmt(first)} of its norm ("
                 f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
-                MODERATE,
+                Weight.MODERATE,
             )
         k = at_chance(f.details.get("late_loss"), h)
         if (
             k is not None
         ):  # learnt nothing: every cause of a plateau predicts it, so it weighs little
             data.seen(
-                f"the loss sits at {fmt(math.log(k))} = ln({k}): chance for {k} classes", WEAK
+                f"the loss sits at {fmt(math.log(k))} = ln({k}): chance for {k} classes",
+                Weight.WEAK,
             )
         if facts.median_update_ratio is not None:
             claim = f"median update/weight ratio {fmt(facts.median_update_ratio)} (healthy ~1e-3)"
             if facts.median_update_ratio < 1e-5:
-                low.seen(claim, STRONG)
+                low.seen(claim, Weight.STRONG)
             elif facts.median_update_ratio > 1e-4:
-                low.against(claim, MODERATE)
+                low.against(claim, Weight.MODERATE)
         causes = [r for r in f.related if r.kind in BLOCKING]
         ungated = sorted(facts.module_types & {"RNN", "RNNCell"})
         through_time = Hypothesis(
@@ -182,7 +172,7 @@ class LossPlateau(FindingKind):
         )
         if ungated:
             through_time.seen(
-                f"the model has ungated recurrent layers ({', '.join(ungated)})", MODERATE
+                f"the model has ungated recurrent layers ({', '.join(ungated)})", Weight.MODERATE
             )
             f.fixes.append(
                 Fix(
@@ -193,9 +183,9 @@ class LossPlateau(FindingKind):
             )
         if causes:
             for r in causes:
-                blocked.seen(str(r.summary), STRONG, step=r.step)
+                blocked.seen(str(r.summary), Weight.STRONG, step=r.step)
         elif not ungated:  # the layer ratio does not see vanishing through time
-            blocked.against("no dead, saturated or vanishing layer was found", MODERATE)
+            blocked.against("no dead, saturated or vanishing layer was found", Weight.MODERATE)
             f.ruled_out.append(
                 RuledOut(
                     "dead ReLUs or vanishing gradients",
@@ -206,7 +196,7 @@ class LossPlateau(FindingKind):
         if not (causes or facts.early_peak_loss or ungated):
             data.seen(
                 "nothing inside the model blocked learning (no dead, saturated or vanishing layer)",
-                WEAK,
+                Weight.WEAK,
             )
         f.fixes += [
             Fix(Horizon.IMMEDIATE, "overfit one batch to check that inputs and labels line up"),

@@ -36,18 +36,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    WEAK,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import excursion, fmt, loss_noise, loss_trend, stands_out
 from .advice import at, clip_fix, noise_note, update_signs
@@ -174,20 +163,20 @@ class LossSpike(FindingKind):
             base=0.1,
         )
         if count == 1:
-            batch.seen("a single spike in the whole run", MODERATE)
-            lr.against("a learning-rate instability repeats; this happened once", MODERATE)
+            batch.seen("a single spike in the whole run", Weight.MODERATE)
+            lr.against("a learning-rate instability repeats; this happened once", Weight.MODERATE)
         elif count >= REPEATS:
-            lr.seen(f"{count} spikes in the run", MODERATE)
-            batch.against(f"{count} spikes: more than one bad batch would explain", WEAK)
+            lr.seen(f"{count} spikes in the run", Weight.MODERATE)
+            batch.against(f"{count} spikes: more than one bad batch would explain", Weight.WEAK)
         if back is not None and back <= 2:
             batch.seen(
                 f"the loss was back at its level {back} step{'s' if back > 1 else ''} later: the "
                 "model was not damaged, the batch was different",
-                STRONG,
+                Weight.STRONG,
                 step=f.step,
             )
         elif back is not None:
-            lr.seen(f"the loss took {back} steps to come back: the weights were moved", WEAK)
+            lr.seen(f"the loss took {back} steps to come back: the weights were moved", Weight.WEAK)
         update_signs(lr, facts, f)
         noise_note(f, facts)
         f.ruled_out.append(

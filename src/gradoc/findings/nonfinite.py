@@ -23,14 +23,9 @@ calibration split, transformer:lr_sgd), so it is a consequence, not a root cause
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from .._util.text import module_label
 from ..detect.finding import (
-    DECISIVE,
-    MODERATE,
-    STRONG,
-    WEAK,
     Evidence,
     Family,
     Finding,
@@ -39,10 +34,11 @@ from ..detect.finding import (
     Hypothesis,
     Origin,
     RuledOut,
+    Weight,
 )
 from ..detect.history import History
 from ..detect.signals import fmt
-from ..store import EventKind
+from ..store import EventKind, RunMeta
 from .advice import LR_TOO_HIGH, at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
 from .facts import Facts
 from .kind import FindingKind
@@ -84,12 +80,12 @@ def _unbacked(h: History) -> tuple[int, str, str] | None:
     return event.step, str(event.data.get("value", "nan")), what
 
 
-def printed_at_the_end(meta: dict[str, Any]) -> int | None:
+def printed_at_the_end(meta: RunMeta) -> int | None:
     """The step of a NaN/Inf the program printed within its last step (``loss nan`` from a
     detached loss, a metric gradoc does not watch) before it ended; None otherwise (a
     ``best = inf`` printed long before the end is not one)."""
-    last, steps = meta.get("printed_nonfinite_last"), meta.get("steps")
-    at = last.get("step") if isinstance(last, dict) else None
+    last, steps = meta.printed_nonfinite_last, meta.steps
+    at = last.get("step") if last else None
     if not isinstance(at, int) or not isinstance(steps, int) or steps == 0:
         return None
     return at if at >= steps - 1 else None
@@ -101,7 +97,7 @@ def _printed(h: History) -> list[Finding]:
     at = printed_at_the_end(h.meta)
     if at is None:
         return []
-    text = str(h.meta["printed_nonfinite_last"].get("text", ""))[:160]
+    text = str((h.meta.printed_nonfinite_last or {}).get("text", ""))[:160]
     return [
         Finding(
             kind="nonfinite",
@@ -138,8 +134,8 @@ def _steady(
             f"the gradient norm was steady before (last 5 steps <= {fmt(last)}, median "
             f"{fmt(facts.grad_median or 0)})"
         )
-        op.seen(claim, WEAK)
-        grow.against(claim, MODERATE)
+        op.seen(claim, Weight.WEAK)
+        grow.against(claim, Weight.MODERATE)
         if rule_out:
             f.ruled_out.append(
                 RuledOut(
@@ -149,7 +145,9 @@ def _steady(
                 )
             )
     else:
-        grow.seen(f"the gradient norm reached {fmt(last)} in the last steps before", MODERATE)
+        grow.seen(
+            f"the gradient norm reached {fmt(last)} in the last steps before", Weight.MODERATE
+        )
 
 
 def _eps_hypothesis(f: Finding, origin: Origin) -> Hypothesis | None:
@@ -157,14 +155,16 @@ def _eps_hypothesis(f: Finding, origin: Origin) -> Hypothesis | None:
     with ``locate.replay.eps_evidence``): its division by the state is x/0 where that
     state is exactly 0, whatever the learning rate."""
     evidence = origin.evidence
-    eps = next((e for e in evidence if "eps" in e), None)
+    eps = next((e for e in evidence if "eps" in e.extra), None)
     if eps is None:
         return None
-    dtype, low = eps["dtype"], eps["dtype"] in ("float16", "bfloat16")
-    zeros = [e for e in evidence if "state" in e]  # counts of exact zeros of a state
+    said = eps.extra
+    dtype = str(said.get("dtype"))
+    low = dtype in ("float16", "bfloat16")
+    zeros = [e for e in evidence if "state" in e.extra]  # counts of exact zeros of a state
     h = Hypothesis(
-        Family.PRECISION if low and eps["eps"] else Family.NUMERICS,
-        f"the optimizer's eps ({fmt(eps['eps'])}) is 0 in {dtype}: its update divides by "
+        Family.PRECISION if low and said["eps"] else Family.NUMERICS,
+        f"the optimizer's eps ({fmt(said['eps'])}) is 0 in {dtype}: its update divides by "
         "sqrt(state) + eps, and where that state is exactly 0 the update is x/0"
         + (
             " (with Adam's defaults, (1 - beta2) * grad**2 is 0 in float16 for |grad| < 8e-3)"
@@ -176,12 +176,12 @@ def _eps_hypothesis(f: Finding, origin: Origin) -> Hypothesis | None:
     )
     h.seen(
         f"the update of step {origin.step} wrote non-finite weights from finite "
-        f"gradients, and eps {fmt(eps['eps'])} is {fmt(eps['value'])} as {dtype}",
-        DECISIVE,
+        f"gradients, and eps {fmt(said['eps'])} is {fmt(eps.value)} as {dtype}",
+        Weight.DECISIVE,
     )
     for e in zeros:
-        if e["value"]:
-            h.seen(f"{e['signal']}: {e['value']} of {e['of']}", MODERATE)
+        if e.value:
+            h.seen(f"{e.signal}: {e.value} of {e.extra.get('of')}", Weight.MODERATE)
     f.ruled_out.append(
         RuledOut(
             LR_TOO_HIGH,
@@ -193,7 +193,7 @@ def _eps_hypothesis(f: Finding, origin: Origin) -> Hypothesis | None:
 
 
 def _fixes(
-    f: Finding, facts: Facts, extra: list[Hypothesis], grew: dict[str, Any], origin: Origin | None
+    f: Finding, facts: Facts, extra: list[Hypothesis], grew: dict[str, float], origin: Origin | None
 ) -> None:
     phase = origin.phase if origin is not None else None
     if extra:
@@ -238,7 +238,7 @@ def _fixes(
         "non-finite loss and gradients on every step (gradoc records them by default)"
     )
     evidence = origin.evidence if origin is not None else []
-    for name in dict.fromkeys(e["argument"] for e in evidence if "argument" in e):
+    for name in dict.fromkeys(e.extra["argument"] for e in evidence if "argument" in e.extra):
         f.monitoring.append(
             f"the range of `{name}` in every batch (min / max), with an alert on values "
             "the model was never tested on"
@@ -371,7 +371,7 @@ class Nonfinite(FindingKind):
                 parts.insert(0, "born in the input data")
             elif origin.module is None:
                 parts.insert(0, f"born outside the model ({origin.phase} pass)")
-        skipped = h.meta.get("skipped_updates")
+        skipped = h.meta.skipped_updates
         if skipped:
             evidence.append(Evidence("non-finite updates not applied", skipped))
         grew = _grew_before(h, step)
@@ -425,9 +425,9 @@ class Nonfinite(FindingKind):
         loss_before(f, h)
         lengths = related(f, "length_anomaly")
         if lengths is not None and lengths.step == f.step:
-            op.seen(f"the failing batch had unusual lengths: {lengths.summary}", MODERATE)
+            op.seen(f"the failing batch had unusual lengths: {lengths.summary}", Weight.MODERATE)
             f.evidence.append(Evidence("length anomaly at the same step", True))
-        facts_of_op = [f"{e['signal']}: {e['value']}" for e in origin.evidence] if origin else []
+        facts_of_op = [f"{e.signal}: {e.value}" for e in origin.evidence] if origin else []
         where = f" in {module_label(origin.module if origin else None)}"
         if origin is not None and origin.file:
             where += f" at {origin.file}:{origin.line}"
@@ -436,18 +436,21 @@ class Nonfinite(FindingKind):
             op.cause = f"{origin.op} ({phase} pass){where}"
             if origin.code:
                 op.cause += f": `{origin.code}`"
-            op.seen(f"the first non-finite value was made by {origin.op} ({phase} pass)", DECISIVE)
+            op.seen(
+                f"the first non-finite value was made by {origin.op} ({phase} pass)",
+                Weight.DECISIVE,
+            )
             for claim in facts_of_op:
-                op.seen(claim, WEAK)
+                op.seen(claim, Weight.WEAK)
             op.check = (
                 "test that code on edge-case inputs (empty, length 1, all-zero, very large) "
                 "and guard it: an epsilon in divisors, log and sqrt arguments, clamp exp inputs"
             )
         elif phase == "input":
-            data.seen("the model's inputs were already non-finite", DECISIVE)
+            data.seen("the model's inputs were already non-finite", Weight.DECISIVE)
             for claim in facts_of_op:
-                data.seen(claim, WEAK)
-            op.against("the model's inputs were already non-finite", STRONG)
+                data.seen(claim, Weight.WEAK)
+            op.against("the model's inputs were already non-finite", Weight.STRONG)
         elif origin is not None and phase == "optimizer":
             grow.cause = (
                 "an optimizer update that wrote non-finite weights (learning rate too high)"
@@ -460,14 +463,14 @@ class Nonfinite(FindingKind):
             )
             if eps is not None:
                 extra.append(eps)
-                grow.seen(finite, STRONG)
-                grow.against(eps.signs[0].claim, DECISIVE)
+                grow.seen(finite, Weight.STRONG)
+                grow.against(eps.signs[0].claim, Weight.DECISIVE)
             else:
-                grow.seen(finite, DECISIVE)
+                grow.seen(finite, Weight.DECISIVE)
                 for claim in facts_of_op:
-                    grow.seen(claim, WEAK)
-            op.against(finite, STRONG)
-            data.against(finite, STRONG)
+                    grow.seen(claim, Weight.WEAK)
+            op.against(finite, Weight.STRONG)
+            data.against(finite, Weight.STRONG)
         else:
             op.unseen("where the first NaN/Inf was made (not located)")
         grew = f.details.get("grew_before") or {}
@@ -478,10 +481,16 @@ class Nonfinite(FindingKind):
             )
             grow.family = Family.LEARNING_RATE
             for k, v in grew.items():
-                grow.seen(f"{k.replace('_', ' ')} rose {fmt(v)}x before", STRONG)
-            op.against("the values were already blowing up before this op overflowed", STRONG)
+                grow.seen(f"{k.replace('_', ' ')} rose {fmt(v)}x before", Weight.STRONG)
+            op.against(
+                "the values were already blowing up before this op overflowed", Weight.STRONG
+            )
         if f.step == 0 and phase != "optimizer":
-            data.seen("non-finite from the very first step: nothing was learnt yet", WEAK, step=0)
-            grow.against("there was no training before step 0 to grow anything", MODERATE, step=0)
+            data.seen(
+                "non-finite from the very first step: nothing was learnt yet", Weight.WEAK, step=0
+            )
+            grow.against(
+                "there was no training before step 0 to grow anything", Weight.MODERATE, step=0
+            )
         _fixes(f, facts, extra, grew, origin)
         return [op, data, grow, *extra]

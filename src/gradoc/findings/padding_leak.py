@@ -11,7 +11,7 @@ that module's inputs had changed already, its parent's own code.
 
 from __future__ import annotations
 
-from ..detect.finding import STRONG, Family, Finding, Fix, Horizon, Hypothesis
+from ..detect.finding import Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import audited
 from .facts import Facts
@@ -87,7 +87,8 @@ class PaddingLeak(FindingKind):
         chosen = {"attention": attn, "pool": pool, "recurrent": rnn, "norm": norm}.get(what)
         if chosen is not None:
             chosen.seen(
-                f"the first module whose real-token output changed is {where} ({what})", STRONG
+                f"the first module whose real-token output changed is {where} ({what})",
+                Weight.STRONG,
             )
         f.fixes += [
             Fix(

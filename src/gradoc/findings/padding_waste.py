@@ -10,7 +10,7 @@ by the model's ``padding_idx`` with no mask argument, it says so and how to audi
 
 from __future__ import annotations
 
-from ..detect.finding import MODERATE, Evidence, Family, Finding, Fix, Horizon, Hypothesis
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import fmt
 from .facts import Facts
@@ -30,7 +30,7 @@ class PaddingWaste(FindingKind):
     name = "padding_waste"
 
     def check(self, h: History) -> list[Finding]:
-        lengths = h.meta.get("lengths") or {}
+        lengths = h.meta.lengths or {}
         ratio = lengths.get("padding_ratio")
         if ratio is None or ratio <= WASTE_INFO:
             return []
@@ -60,7 +60,7 @@ class PaddingWaste(FindingKind):
             "plot the lengths per batch",
             base=0.3,
         )
-        random.seen(f.summary, MODERATE)
+        random.seen(f.summary, Weight.MODERATE)
         f.fixes.append(
             Fix(
                 Horizon.SHORT_TERM,

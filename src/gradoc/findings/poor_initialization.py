@@ -26,17 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, fmt
 from .advice import LR_TOO_HIGH, init_advice
@@ -140,8 +130,8 @@ def _too_confident(f: Finding, facts: Facts) -> list[Hypothesis]:
         base=0.1,
     )
     claim = f"the loss at step 0 is {fmt(d['start_loss'] / d['chance'])}x chance before any update"
-    scale.seen(claim, STRONG, step=0)
-    logit.seen(claim, MODERATE, step=0)
+    scale.seen(claim, Weight.STRONG, step=0)
+    logit.seen(claim, Weight.MODERATE, step=0)
     f.ruled_out.append(
         RuledOut(
             LR_TOO_HIGH,
@@ -191,7 +181,7 @@ class PoorInitialization(FindingKind):
             "sqrt(fan_in)",
             base=0.3,
         )
-        init.seen(f"at step {f.step}: {f.summary}", STRONG, step=f.step)
+        init.seen(f"at step {f.step}: {f.summary}", Weight.STRONG, step=f.step)
         f.fixes += [
             Fix(Horizon.IMMEDIATE, init_advice(facts)),
             Fix(Horizon.LONG_TERM, "add normalisation layers so the scale cannot drift with depth"),

@@ -12,16 +12,7 @@ sigmoid (-23, 17) flag only complete saturation.
 
 from __future__ import annotations
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from .advice import init_advice, loss_jump
 from .facts import Facts
@@ -93,15 +84,17 @@ class SaturatedUnits(FindingKind):
             base=0.15,
         )
         if f.step == 0:
-            init.seen("saturated at the first sample (step 0)", STRONG, step=0)
-            inputs.seen("saturated at the first sample, on the inputs as given", MODERATE, step=0)
+            init.seen("saturated at the first sample (step 0)", Weight.STRONG, step=0)
+            inputs.seen(
+                "saturated at the first sample, on the inputs as given", Weight.MODERATE, step=0
+            )
         else:
             init.unseen("saturation at step 0 (it was found later)")
             if (rise := loss_jump(h, f.step)) is not None:
                 init.against(
                     f"the loss rose {rise[1]:.3g}x by step {rise[0]} before: training drove it "
                     "there",
-                    MODERATE,
+                    Weight.MODERATE,
                 )
         f.fixes += [
             Fix(Horizon.IMMEDIATE, init_advice(facts)),

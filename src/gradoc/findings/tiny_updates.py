@@ -10,16 +10,7 @@ precision, an update below ~6e-8 of a weight is lost entirely, so such a step is
 
 from __future__ import annotations
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import fmt, update_ratios
 from .advice import lr_fix, related
@@ -87,13 +78,13 @@ class TinyUpdates(FindingKind):
         )
         if facts.lr is not None:
             if facts.lr < 1e-6:
-                lr.seen(f"learning rate {fmt(facts.lr)}", STRONG)
+                lr.seen(f"learning rate {fmt(facts.lr)}", Weight.STRONG)
             else:
-                lr.against(f"learning rate {fmt(facts.lr)}", MODERATE)
+                lr.against(f"learning rate {fmt(facts.lr)}", Weight.MODERATE)
         else:
             lr.unseen("the learning rate (not recorded)")
         if related(f, "vanishing_gradients") or related(f, "dead_units"):
-            grad.seen("gradients vanish or units are dead in this run", STRONG)
+            grad.seen("gradients vanish or units are dead in this run", Weight.STRONG)
         f.fixes += [
             lr_fix(10.0, "check the learning rate and the scheduler; raise it (10x to start)"),
             Fix(

@@ -17,17 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..detect.finding import (
-    MODERATE,
-    STRONG,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import fmt, weight_params
 from .advice import init_advice, related
@@ -61,11 +51,13 @@ def _weight_gain(init: Hypothesis, facts: Facts) -> None:
         init.seen(
             f"{scale}; across {depth} matrices that is {fmt(g / keep)}^{depth} = "
             f"{fmt(product)}, enough by itself to lose the gradient",
-            STRONG,
+            Weight.STRONG,
             step=0,
         )
     elif product >= 0.1:
-        init.against(f"{scale}; across {depth} matrices it loses at most 10x", STRONG, step=0)
+        init.against(
+            f"{scale}; across {depth} matrices it loses at most 10x", Weight.STRONG, step=0
+        )
     else:
         init.unseen(f"{scale}; across {depth} matrices {fmt(product)}", step=0)
 
@@ -144,26 +136,26 @@ class VanishingGradients(FindingKind):
         if facts.saturating:
             sat.seen(
                 f"the model uses {', '.join(facts.saturating)} across {facts.depth} layers",
-                MODERATE,
+                Weight.MODERATE,
             )
             sigmoids = sum(1 for m in h.modules if m.type == "Sigmoid")
             if sigmoids >= 3:
                 sat.seen(
                     f"sigmoid's derivative is at most 0.25: {sigmoids} sigmoid layers scale the "
                     f"gradient by at most 0.25^{sigmoids} = {fmt(0.25**sigmoids)}",
-                    STRONG,
+                    Weight.STRONG,
                 )
         else:
-            sat.against("the model has no sigmoid/tanh-family module", STRONG)
+            sat.against("the model has no sigmoid/tanh-family module", Weight.STRONG)
         if (poor := related(f, "poor_initialization")) is not None:
-            init.seen(poor.summary, STRONG, step=poor.step)
+            init.seen(poor.summary, Weight.STRONG, step=poor.step)
         _weight_gain(init, facts)
         if (dying := related(f, "dead_units")) is not None:
-            dead.seen(dying.summary, STRONG, step=dying.step)
+            dead.seen(dying.summary, Weight.STRONG, step=dying.step)
         elif facts.relu_like:
-            dead.against("no ReLU layer has a majority of dead units", MODERATE)
+            dead.against("no ReLU layer has a majority of dead units", Weight.MODERATE)
         else:
-            dead.against("the model has no ReLU-family module", STRONG)
+            dead.against("the model has no ReLU-family module", Weight.STRONG)
         last = [p for p in h.params if p.shape and len(p.shape) >= 2]
         if last:
             g = h.param(last[-1].name, "grad_norm").values

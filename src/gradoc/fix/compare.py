@@ -7,8 +7,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
+from .._util.json_types import JsonObject
 from ..analysis import GuardSummary, Report
 from ..detect.finding import Finding
 from ..store import open_run
@@ -31,7 +31,7 @@ class Side:
     loss: list[float]
     guard: GuardSummary | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -52,8 +52,8 @@ class Comparison:
         """The (kind, layer) of the findings the fix did not cure."""
         return {(f.kind, f.layer) for f in self.remaining + self.new}
 
-    def to_json(self) -> dict[str, Any]:
-        def brief(f: Finding) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
+        def brief(f: Finding) -> JsonObject:
             return {
                 "kind": f.kind,
                 "layer": f.layer,
@@ -62,7 +62,7 @@ class Comparison:
                 "summary": f.summary,
             }
 
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "schema": "gradoc.fix/1",
             "disappeared": [brief(f) for f in self.disappeared],
             "remaining": [brief(f) for f in self.remaining],

@@ -7,8 +7,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .._util.json_types import JsonObject
 from ..analysis import Report
 from ..config import GuardConfig
+from ..detect.finding import CodeLine
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class Remedy:
             what = "skip non-finite steps (roll back when they repeat)"
         return f"{what}, for {self.finding}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**asdict(self), "describe": self.describe()}
 
 
@@ -63,7 +65,7 @@ class CodeFix:
     line: int | None
     code: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -85,23 +87,23 @@ def code_fixes(report: Report, sources: list[Path]) -> list[CodeFix]:
         fix = next((x for x in f.fixes if not x.apply), None)
         if fix is None:
             continue
-        where = fix.code or {}
-        if not where.get("file") and f.layer:
-            where = find_definition(f.layer, sources) or {}
+        where = fix.code
+        if where is None and f.layer:
+            where = find_definition(f.layer, sources)
         out.append(
             CodeFix(
                 f.kind,
                 fix.action,
                 f.layer,
-                where.get("file"),
-                where.get("line"),
-                where.get("code"),
+                where.file if where else None,
+                where.line if where else None,
+                where.code if where else None,
             )
         )
     return out
 
 
-def find_definition(layer: str, sources: list[Path]) -> dict[str, Any] | None:
+def find_definition(layer: str, sources: list[Path]) -> CodeLine | None:
     """The line that creates ``layer`` (``self.fc1 = ...``, ``fc1 = ...``; for ``net.0`` the
     line that creates ``net``), searched in the user's source files."""
     parts = [p for p in layer.split(".") if not p.isdigit()]
@@ -115,7 +117,7 @@ def find_definition(layer: str, sources: list[Path]) -> dict[str, Any] | None:
             continue
         for i, text in enumerate(lines, 1):
             if pattern.search(text):
-                return {"file": str(path), "line": i, "code": text.strip()}
+                return CodeLine(str(path), i, text.strip())
     return None
 
 

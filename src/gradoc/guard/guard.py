@@ -29,7 +29,9 @@ import torch.nn as nn
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .._util.json_types import JsonObject
 from ..config import GuardConfig, WatchConfig
+from ..detect.finding import Origin
 from ..detect.signals import diverged
 from ..detect.zclip import ZClip
 from ..errors import GradocError
@@ -52,7 +54,7 @@ class GuardSummary:
     lr_scale: float = 1.0
     snapshot_bytes: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
@@ -320,15 +322,15 @@ class Guard:
         )
 
     def skipped_step(
-        self, optimizer: Optimizer, step: int, reason: str, origin: dict[str, Any] | None
+        self, optimizer: Optimizer, step: int, reason: str, origin: Origin | None
     ) -> None:
         """Log a skipped step, with where its NaN was born when it was located."""
         lr.tracker(optimizer).skipped = True
         self.skipped += 1
         if not self.every_step and self.skipped > QUIET_EVENTS:
             return
-        where = f" ({origin['phase']}: {origin.get('op')})" if origin else ""
-        data = {"reason": reason, **({"origin": origin} if origin else {})}
+        where = f" ({origin.phase}: {origin.op})" if origin else ""
+        data = {"reason": reason, **({"origin": origin.to_json()} if origin else {})}
         self.event(
             EventKind.SKIPPED_UPDATE, f"step {step} not applied: {reason}{where}", step=step, **data
         )

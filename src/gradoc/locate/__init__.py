@@ -6,6 +6,14 @@ restored, weights as they were before the update) and backward under op-level ch
 """
 
 from ..detect.finding import Origin
-from .replay import ArmedTrace, check_inputs, check_weights, locate_step, origin_from
+from .replay import ArmedTrace, Birth, check_inputs, check_weights, locate_step, origin_from
 
-__all__ = ["ArmedTrace", "Origin", "check_inputs", "check_weights", "locate_step", "origin_from"]
+__all__ = [
+    "ArmedTrace",
+    "Birth",
+    "Origin",
+    "check_inputs",
+    "check_weights",
+    "locate_step",
+    "origin_from",
+]

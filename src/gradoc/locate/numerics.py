@@ -42,7 +42,7 @@ def describe_origin(origin: Origin) -> str:
     """One line: ``forward: aten.log.default in model.head (train.py:12: `...`)``."""
     where = f" in {origin.module}" if origin.module else ""
     at = f" ({origin.file}:{origin.line}: `{origin.code}`)" if origin.file else ""
-    evidence = "; ".join(f"{e['signal']}: {e['value']}" for e in origin.evidence[:3])
+    evidence = "; ".join(f"{e.signal}: {e.value}" for e in origin.evidence[:3])
     return f"{origin.phase}: {origin.op}{where}{at}" + (f" [{evidence}]" if evidence else "")
 
 

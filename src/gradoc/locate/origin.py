@@ -9,11 +9,10 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from ..detect.finding import Origin
+from ..detect.finding import Origin, SourceLines
 
 _GRADOC = str(Path(__file__).resolve().parents[1])
 _DEMO = str(Path(_GRADOC) / "demo")  # the demo's models are user code, not gradoc's
@@ -26,7 +25,11 @@ _FRAME = re.compile(
 )
 
 
-def place(origin: Origin, frame: tuple[str, int, str] | None) -> None:
+Frame = tuple[str, int, str]
+"""A line of the user's code: (file, line number, the code on it)."""
+
+
+def place(origin: Origin, frame: Frame | None) -> None:
     """Put ``origin`` at ``frame`` (file, line, code), with the source around it read now."""
     if frame is not None:
         origin.file, origin.line, origin.code = frame
@@ -39,14 +42,14 @@ MAX_LINE = 240
 """Characters kept of each source line."""
 
 
-def source_context(file: str, line: int, context: int = CONTEXT_LINES) -> dict[str, Any] | None:
+def source_context(file: str, line: int, context: int = CONTEXT_LINES) -> SourceLines | None:
     """The source around ``file:line``, read now, while it is the code that ran (Python's
     ``linecache``, which holds the source of every module it has shown a traceback for)."""
     lines = linecache.getlines(file)
     if not lines or not 1 <= line <= len(lines):
         return None
     lo, hi = max(1, line - context), min(len(lines), line + context)
-    return {"start": lo, "lines": [t.rstrip("\r\n")[:MAX_LINE] for t in lines[lo - 1 : hi]]}
+    return SourceLines(lo, [t.rstrip("\r\n")[:MAX_LINE] for t in lines[lo - 1 : hi]])
 
 
 def _user(file: str) -> bool:
@@ -55,7 +58,7 @@ def _user(file: str) -> bool:
     return not file.startswith(_SKIP) and not file.startswith("<")
 
 
-def user_frame(stack: list[traceback.FrameSummary] | None = None) -> tuple[str, int, str] | None:
+def user_frame(stack: list[traceback.FrameSummary] | None = None) -> Frame | None:
     """The innermost frame of the user's own code (outside torch, gradoc and the stdlib)."""
     frames = stack if stack is not None else traceback.extract_stack(sys._getframe(1))
     for fr in reversed(frames):
@@ -64,7 +67,7 @@ def user_frame(stack: list[traceback.FrameSummary] | None = None) -> tuple[str, 
     return None
 
 
-def frame_from_text(lines: list[str] | str) -> tuple[str, int, str] | None:
+def frame_from_text(lines: list[str] | str) -> Frame | None:
     """The innermost user frame of a formatted stack (anomaly mode's ``traceback_``)."""
     text = "".join(lines) if isinstance(lines, list) else lines
     found = None

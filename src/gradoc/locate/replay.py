@@ -15,6 +15,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,9 +27,9 @@ from .._util.state import Anomaly, RngState, anomaly_state, kept, set_anomaly_st
 from .._util.tree import arguments
 from .._util.tree import floats as _floats
 from .._util.wrappers import unwrap
-from ..detect.finding import Origin
+from ..detect.finding import Origin, Reading
 from .modules import ModuleStack, stance_eager, stance_restore
-from .origin import frame_from_text, place, user_frame
+from .origin import Frame, frame_from_text, place, user_frame
 
 
 def _bad(t: Tensor) -> int:
@@ -86,46 +87,44 @@ def own_work() -> Iterator[None]:
         own_depth[0] -= 1
 
 
-def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[dict[str, Any]]:
+def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[Reading]:
     """Evidence about the operands of the op that produced a non-finite value."""
     name = getattr(getattr(func, "overloadpacket", func), "__name__", str(func))
     tensors = [a for a in args if isinstance(a, Tensor)]
-    ev: list[dict[str, Any]] = [
-        {"signal": "non-finite values in the output", "value": sum(_bad(t) for t in out)}
-    ]
+    ev: list[Reading] = [Reading("non-finite values in the output", sum(_bad(t) for t in out))]
     first = tensors[0] if tensors else None
     second = args[1] if len(args) > 1 else None
     if name in ("div", "div_", "true_divide", "reciprocal") and isinstance(second, Tensor):
         zeros = second == 0
-        ev.append({"signal": "zeros in the denominator", "value": int(zeros.sum())})
+        ev.append(Reading("zeros in the denominator", int(zeros.sum())))
         if first is not None:
             with contextlib.suppress(RuntimeError):  # shapes that do not broadcast
                 both = zeros & (first == 0)
-                ev.append({"signal": "0/0 positions", "value": int(both.sum())})
+                ev.append(Reading("0/0 positions", int(both.sum())))
     elif name in ("log", "log2", "log10", "log1p") and first is not None:
         edge = -1.0 if name == "log1p" else 0.0
-        ev.append({"signal": f"{name} argument min", "value": float(first.min())})
-        ev.append({"signal": f"arguments <= {edge:g}", "value": int((first <= edge).sum())})
+        ev.append(Reading(f"{name} argument min", float(first.min())))
+        ev.append(Reading(f"arguments <= {edge:g}", int((first <= edge).sum())))
     elif name in ("sqrt", "rsqrt") and first is not None:
-        ev.append({"signal": "sqrt argument min", "value": float(first.min())})
-        ev.append({"signal": "negative arguments", "value": int((first < 0).sum())})
+        ev.append(Reading("sqrt argument min", float(first.min())))
+        ev.append(Reading("negative arguments", int((first < 0).sum())))
     elif name in ("exp", "exp2", "expm1") and first is not None:
-        ev.append({"signal": f"{name} argument max", "value": float(first.max())})
+        ev.append(Reading(f"{name} argument max", float(first.max())))
     elif name == "pow" and first is not None:
         exponent = second if isinstance(second, (int, float)) else None
-        ev.append({"signal": "negative bases", "value": int((first < 0).sum())})
+        ev.append(Reading("negative bases", int((first < 0).sum())))
         if exponent is not None:
-            ev.append({"signal": "exponent", "value": exponent})
+            ev.append(Reading("exponent", exponent))
     elif name == "mul" and isinstance(second, Tensor) and first is not None:
         try:
             zero_inf = (first == 0) & second.isinf() | first.isinf() & (second == 0)
-            ev.append({"signal": "0 * inf positions", "value": int(zero_inf.sum())})
+            ev.append(Reading("0 * inf positions", int(zero_inf.sum())))
         except RuntimeError:
             pass
     elif first is not None:
-        ev.append({"signal": "largest |input|", "value": float(first.abs().max())})
+        ev.append(Reading("largest |input|", float(first.abs().max())))
     if first is not None and first.dtype in (torch.float16, torch.bfloat16):
-        ev.append({"signal": "dtype", "value": str(first.dtype).replace("torch.", "")})
+        ev.append(Reading("dtype", str(first.dtype).replace("torch.", "")))
     return ev
 
 
@@ -139,12 +138,12 @@ def _bad_rows(t: Tensor, limit: int = 16) -> tuple[int, list[int]]:
 
 def batch_evidence(
     root: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], rows: tuple[int, list[int]]
-) -> list[dict[str, Any]]:
+) -> list[Reading]:
     """What the failing batch's per-sample integer inputs (lengths, counts, ids) looked like,
     and their values for the samples where the value was born: "the short posts"."""
     bound = arguments(root, args, kwargs)
     size, bad = rows
-    ev: list[dict[str, Any]] = []
+    ev: list[Reading] = []
     for name, value in bound.items():
         if not (isinstance(value, Tensor) and value.dim() == 1 and value.numel() > 1):
             continue
@@ -152,21 +151,37 @@ def batch_evidence(
             continue
         v = value.detach().cpu()
         ev.append(
-            {
-                "signal": f"`{name}` in the failing batch (min / median / max)",
-                "value": f"{int(v.min())} / {int(v.median())} / {int(v.max())}",
-                "argument": name,
-            }
+            Reading(
+                f"`{name}` in the failing batch (min / median / max)",
+                f"{int(v.min())} / {int(v.median())} / {int(v.max())}",
+                {"argument": name},
+            )
         )
         if bad and size == v.numel():
             ev.append(
-                {
-                    "signal": f"`{name}` of the samples where the value was born",
-                    "value": [int(v[i]) for i in bad],
-                    "argument": name,
-                }
+                Reading(
+                    f"`{name}` of the samples where the value was born",
+                    [int(v[i]) for i in bad],
+                    {"argument": name},
+                )
             )
     return ev
+
+
+@dataclass(slots=True)
+class Birth:
+    """The first op a :class:`Tracer` saw make a NaN/Inf from finite inputs."""
+
+    op: str
+    module: str | None
+    """The innermost module running (its qualified name), None outside the model."""
+    node: Any
+    """The autograd node running it in a backward (None in a forward)."""
+    frame: Frame | None
+    """The user's line that ran it (file, line, code)."""
+    evidence: list[Reading]
+    rows: tuple[int, list[int]]
+    """The output's size along dim 0 and the first rows holding the NaN/Inf."""
 
 
 class Tracer(TorchDispatchMode):
@@ -184,7 +199,7 @@ class Tracer(TorchDispatchMode):
         self.replays = replays
         self.modules = modules if modules is not None else []
         self.node: Any = None
-        self.found: dict[str, Any] | None = None
+        self.found: Birth | None = None
         self.on_found = on_found
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -204,14 +219,14 @@ class Tracer(TorchDispatchMode):
                 if born:
                     # in a backward the engine runs this thread's ops inside a node: name it
                     node = self.node or torch._C._current_autograd_node()
-                    self.found = {
-                        "op": str(func),
-                        "module": self.modules[-1] if self.modules else None,
-                        "node": node,
-                        "frame": user_frame(),
-                        "evidence": describe(func, args, outs),
-                        "rows": _bad_rows(next(t for t in outs if _bad(t))),
-                    }
+                    self.found = Birth(
+                        op=str(func),
+                        module=self.modules[-1] if self.modules else None,
+                        node=node,
+                        frame=user_frame(),
+                        evidence=describe(func, args, outs),
+                        rows=_bad_rows(next(t for t in outs if _bad(t))),
+                    )
                     if self.on_found is not None:
                         self.on_found()
         return out
@@ -236,22 +251,17 @@ def check_inputs(step: int, inputs: Any) -> Origin | None:
         n = int(bad.sum())
         if not n:
             continue
-        ev: list[dict[str, Any]] = [{"signal": "non-finite values in the input batch", "value": n}]
+        ev: list[Reading] = [Reading("non-finite values in the input batch", n)]
         if t.dim() >= 2:
             per_feature = bad.reshape(-1, t.shape[-1]).sum(0)
             ev.append(
-                {
-                    "signal": "feature with the most",
-                    "value": int(per_feature.argmax()),
-                    "count": int(per_feature.max()),
-                }
+                Reading(
+                    "feature with the most",
+                    int(per_feature.argmax()),
+                    {"count": int(per_feature.max())},
+                )
             )
-            ev.append(
-                {
-                    "signal": "samples affected",
-                    "value": int(bad.reshape(t.shape[0], -1).any(1).sum()),
-                }
-            )
+            ev.append(Reading("samples affected", int(bad.reshape(t.shape[0], -1).any(1).sum())))
         return Origin(phase="input", step=step, evidence=ev)
     return None
 
@@ -274,17 +284,17 @@ def check_weights(
     if not bad:
         return _large_update(step, params, update_ratios or {})
     name, module, n, param = bad[0]
-    ev: list[dict[str, Any]] = [
-        {
-            "signal": f"weights already non-finite after the step {step - 1} update",
-            "value": len(bad),
-            "names": [b[0] for b in bad][:10],
-        },
-        {"signal": f"non-finite values in {name}", "value": n},
+    ev: list[Reading] = [
+        Reading(
+            f"weights already non-finite after the step {step - 1} update",
+            len(bad),
+            {"names": [b[0] for b in bad][:10]},
+        ),
+        Reading(f"non-finite values in {name}", n),
     ]
     for key, value in last_update.items():
         if value is not None and math.isfinite(value):
-            ev.append({"signal": key, "value": value})
+            ev.append(Reading(key, value))
     if optimizer is not None:
         ev += eps_evidence(optimizer, name, param)
     return Origin(
@@ -303,9 +313,7 @@ DENOMINATORS = ("exp_avg_sq", "square_avg", "sum", "exp_inf")
 Adagrad, Adamax): ``sqrt(state) + eps``."""
 
 
-def eps_evidence(
-    optimizer: torch.optim.Optimizer, name: str, param: Tensor
-) -> list[dict[str, Any]]:
+def eps_evidence(optimizer: torch.optim.Optimizer, name: str, param: Tensor) -> list[Reading]:
     """Why an update could write NaN/Inf from finite gradients: the ``eps`` that keeps its
     division finite is 0 in the weights' dtype (Adam's 1e-8 in float16, whose smallest
     value is 6e-8, or an eps set to 0), so where the state it divides by is exactly 0 (a
@@ -317,13 +325,8 @@ def eps_evidence(
     if not isinstance(eps, (int, float)) or float(torch.tensor(eps, dtype=param.dtype)) != 0:
         return []
     dtype = str(param.dtype).removeprefix("torch.")
-    ev: list[dict[str, Any]] = [
-        {
-            "signal": f"eps of {type(optimizer).__name__} as {dtype}",
-            "value": 0.0,
-            "eps": eps,
-            "dtype": dtype,
-        }
+    ev: list[Reading] = [
+        Reading(f"eps of {type(optimizer).__name__} as {dtype}", 0.0, {"eps": eps, "dtype": dtype})
     ]
     state = optimizer.state.get(param, {})
     for key in DENOMINATORS:
@@ -331,12 +334,9 @@ def eps_evidence(
         if isinstance(held, Tensor) and held.is_floating_point():
             zeros = int((held == 0).sum())
             ev.append(
-                {
-                    "signal": f"exact zeros in {key} of {name}",
-                    "value": zeros,
-                    "of": held.numel(),
-                    "state": key,
-                }
+                Reading(
+                    f"exact zeros in {key} of {name}", zeros, {"of": held.numel(), "state": key}
+                )
             )
     return ev
 
@@ -355,8 +355,7 @@ def _large_update(
         op="optimizer.step",
         module=modules.get(name) or None,
         evidence=[
-            {"signal": f"update norm / weight norm of {n} at step {s}", "value": -r}
-            for s, r, n in big[:10]
+            Reading(f"update norm / weight norm of {n} at step {s}", -r) for s, r, n in big[:10]
         ],
         note=f"the update of step {at} moved {name} by {-big[0][1]:.3g} of its norm (healthy "
         f"~1e-3); the weights it produced overflow later: the non-finite values from "
@@ -396,7 +395,7 @@ def locate_step(
             out = root(*args, **kwargs)
         if tracer.found is not None:
             origin = origin_from(step, tracer.found, "forward")
-            origin.evidence += batch_evidence(root, args, kwargs, tracer.found["rows"])
+            origin.evidence += batch_evidence(root, args, kwargs, tracer.found.rows)
             return origin
         first = _floats(out)
         params = [p for r in roots for p in r.parameters() if p.requires_grad]
@@ -409,10 +408,9 @@ def locate_step(
                     step=step,
                     module=None,
                     evidence=[
-                        {
-                            "signal": "non-finite gradient values reaching the model output",
-                            "value": _bad(out_grad),
-                        }
+                        Reading(
+                            "non-finite gradient values reaching the model output", _bad(out_grad)
+                        )
                     ],
                     note="the loss's backward produced it, outside the model",
                 )
@@ -431,25 +429,21 @@ def locate_step(
     return None
 
 
-def origin_from(step: int, found: dict[str, Any], phase: str | None = None) -> Origin:
+def origin_from(step: int, found: Birth, phase: str | None = None) -> Origin:
     """The Origin of a Tracer's record; the phase is backward when an autograd node was
     running, unless the caller knows it."""
-    node = found.get("node")
+    node = found.node
     phase = phase or ("backward" if node is not None else "forward")
     origin = Origin(
-        phase=phase,
-        step=step,
-        op=found["op"],
-        module=found["module"],
-        evidence=list(found.get("evidence", [])),
+        phase=phase, step=step, op=found.op, module=found.module, evidence=list(found.evidence)
     )
     if phase == "backward" and node is not None:
         origin.op = node.name()
-        origin.evidence.insert(0, {"signal": "aten op inside the backward", "value": found["op"]})
+        origin.evidence.insert(0, Reading("aten op inside the backward", found.op))
         origin.module = node.metadata.get("gradoc_module")
         place(origin, frame_from_text(node.metadata.get("traceback_", [])))
     else:
-        place(origin, found["frame"])
+        place(origin, found.frame)
     return origin
 
 
@@ -481,7 +475,7 @@ class ArmedTrace:
             self.tracer.__enter__()
             self.active = True
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> Birth | None:
         if self.active:
             self.tracer.__exit__(None, None, None)
             self.modules.__exit__()

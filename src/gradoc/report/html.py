@@ -87,20 +87,13 @@ def _source(origin: Origin) -> str:
     file, line, source = origin.file, origin.line, origin.source
     if not file or not isinstance(line, int):
         return ""
-    start = source.get("start") if isinstance(source, dict) else None
-    lines = source.get("lines") if isinstance(source, dict) else None
-    if not (
-        isinstance(start, int)
-        and isinstance(lines, list)
-        and all(isinstance(t, str) for t in lines)
-        and start <= line < start + len(lines)
-    ):
+    if source is None or not source.around(line):
         code = origin.code
         return (
             f'<pre class="src"><span class="hit">{line:>5}  {_e(code)}</span></pre>' if code else ""
         )
     rows = []
-    for n, text in enumerate(lines, start):
+    for n, text in enumerate(source.lines, source.start):
         row = f"{n:>5}  {_e(text)}"
         rows.append(f'<span class="hit">{row}</span>' if n == line else row)
     return (
@@ -115,7 +108,7 @@ def _origin(origin: Origin) -> str:
         f"<code>{_e(origin.op)}</code>" if origin.op else "",
         f"in <code>{_e(where)}</code>" if where else _e(f"in {module_label(where)}"),
     ]
-    ev = "".join(f"<li>{_e(e['signal'])}: <b>{_num(e['value'])}</b></li>" for e in origin.evidence)
+    ev = "".join(f"<li>{_e(e.signal)}: <b>{_num(e.value)}</b></li>" for e in origin.evidence)
     note = f"<p class='note'>{_e(origin.note)}</p>" if origin.note else ""
     return (
         f"<div class='origin'><h4>Where it was born</h4><p>{' '.join(p for p in parts if p)}</p>"
@@ -169,7 +162,7 @@ def _finding(f: Finding) -> str:
     if f.fixes:
         rows = "".join(
             f"<tr><td class='hz'>{_e(x.horizon)}</td><td>{_e(x.action)}"
-            + (f" <code>{_e(x.code['file'])}:{_e(x.code['line'])}</code>" if x.code else "")
+            + (f" <code>{_e(x.code.file)}:{_e(x.code.line)}</code>" if x.code else "")
             + "</td></tr>"
             for x in f.fixes
         )
@@ -307,7 +300,7 @@ def _activation_charts(log: RunLog) -> list[str]:
         m for m in log.modules if acts.get(m.name, {}).get("numel") and acts[m.name]["numel"].steps
     ]
     steps = _even(sorted({s for m in modules for s in acts[m.name]["numel"].steps}), MAX_COLS)
-    functional = log.meta.get("functional_activations") or {}
+    functional = log.meta.functional_activations
     relu = [m for m in modules if units.get(m.name) and relu_family(m.type, m.name, functional)]
     dead_rows = _even(relu, MAX_ROWS)
     dead = [

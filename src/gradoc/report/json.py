@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._util.json_types import JsonObject
 from .._util.text import safe
 from ..analysis import Report, analyze
 from ..store import RunLog, Stopped, open_run
 
 
-def build_report(run: RunLog, stopped: Stopped | None = None) -> dict[str, Any]:
+def build_report(run: RunLog, stopped: Stopped | None = None) -> JsonObject:
     """The report of a run log as report.json holds it (:func:`gradoc.analysis.analyze`)."""
     return analyze(run, stopped).to_json()
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._util.json_types import JsonObject
+
 
 @dataclass(slots=True)
 class PlanRow:
@@ -25,7 +27,7 @@ class PlanRow:
     time_ratio: float | None = None
     """Its step time over the step time without checkpointing."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -39,7 +41,7 @@ class BlockCost:
     fwd_s: float | None
     bwd_s: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -65,7 +67,7 @@ class Plan:
         ok = [r for r in self.rows if r.step_s <= 1.5 * base]
         return min(ok, key=lambda r: r.peak_bytes) if ok else self.rows[0]
 
-    def to_json(self, budget_bytes: float | None = None) -> dict[str, Any]:
+    def to_json(self, budget_bytes: float | None = None) -> JsonObject:
         best = self.recommend(budget_bytes)
         return {
             "blocks_name": self.blocks_name,
@@ -85,7 +87,7 @@ class LayerError:
     layer: str
     rel_error: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -126,7 +128,7 @@ class AmpComparison:
         fp32, amp = self.fp32.step_s, self.amp.step_s
         return fp32 / amp if fp32 and amp else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         fp16 = self.dtype == "fp16"
         scaler = {"skipped_steps": self.scaler_skipped, "scale_history": self.scale_history}
         return {

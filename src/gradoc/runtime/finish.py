@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._util.json_types import JsonObject
 from .._util.text import safe
 from ..store import Stopped
 
@@ -23,7 +24,7 @@ def write_outputs(
     json_path: str | Path | None,
     stopped: Stopped | None,
     sinks: dict[str, str],
-) -> dict[str, Any]:
+) -> JsonObject:
     """:func:`finish_run`, returning the report as report.json holds it (what
     ``Run.close()`` returns)."""
     return finish_run(run_dir, json_path, stopped, sinks).to_json()

@@ -23,9 +23,13 @@ import random
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..store import EventKind
+from ..detect.finding import Origin
+from ..store import EventKind, RunMeta
+
+if TYPE_CHECKING:
+    from ..locate import Birth
 
 SEED = 0
 
@@ -45,7 +49,7 @@ def seed_everything(seed: int = SEED) -> None:
 
 
 def unlocated_step(
-    events: list[Any], meta: dict[str, Any], exit_code: int | None, clues: list[str]
+    events: list[Any], meta: RunMeta, exit_code: int | None, clues: list[str]
 ) -> int | None:
     """The step to replay: the first non-finite step of a run whose origin was not found,
     or the step a script stopped in with a NaN/Inf in hand (``clues``), or step 0 (every
@@ -59,9 +63,9 @@ def unlocated_step(
     bad = [s for s in bad if isinstance(s, int)]
     if bad:
         return int(min(bad))
-    if meta.get("ended_mid_step") and exit_code and clues:
-        return int(meta.get("steps") or 0)  # stopped inside this step, at a NaN
-    if not meta.get("steps") and (clues or meta.get("printed_nonfinite")):
+    if meta.ended_mid_step and exit_code and clues:
+        return meta.steps or 0  # stopped inside this step, at a NaN
+    if not meta.steps and (clues or meta.printed_nonfinite):
         return 0  # no step seen, a NaN/Inf printed or raised: check the whole program
     from ..findings.nonfinite import printed_at_the_end
 
@@ -79,7 +83,7 @@ def replay(
     step: int,
     budget: float,
     whole: bool = False,
-) -> dict[str, Any] | None:
+) -> Origin | None:
     """Run the script again in a fresh process up to ``step``, traced there (``whole``: no
     step was seen, every operation is checked from the start); record the origin found in
     ``out``'s log. Returns the origin (None if none was found)."""
@@ -109,18 +113,21 @@ def replay(
             result = json.loads(result_path.read_text()) if result_path.exists() else {}
         except ValueError:
             result = {}
-    origin: dict[str, Any] | None = result.get("origin")
-    if not isinstance(origin, dict):
+    said = result.get("origin")
+    if not isinstance(said, dict):
         return None
-    origin["note"] = (
+    origin = Origin.from_json(said)
+    origin.note = (
         "gradoc saw no training step, but the program printed or raised a NaN/Inf; gradoc "
         "re-ran it with every RNG seeded and every operation checked from the start"
         if whole
         else f"gradoc could not locate the NaN/Inf of step {step} in the run; it re-ran it "
         f"with every RNG seeded and tracing armed at step {step}"
     )
-    message = f"{origin['phase']}: {origin['op']} ({origin['file']}:{origin['line']}) [replayed]"
-    append_event(out / "run.db", step, EventKind.NONFINITE_ORIGIN, message, {"origin": origin})
+    message = f"{origin.phase}: {origin.op} ({origin.file}:{origin.line}) [replayed]"
+    append_event(
+        out / "run.db", step, EventKind.NONFINITE_ORIGIN, message, {"origin": origin.to_json()}
+    )
     return origin
 
 
@@ -154,14 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     armed = run.locator.armed
     written = [False]
 
-    def write(found: dict[str, Any] | None) -> None:
+    def write(found: Birth | None) -> None:
         if written[0]:
             return
         written[0] = True
         origin = origin_from(ns.step, found).to_json() if found is not None else None
         Path(ns.result).write_text(json.dumps({"origin": origin}, default=str))
 
-    def finish(found: dict[str, Any] | None) -> None:
+    def finish(found: Birth | None) -> None:
         write(found)
         sys.stdout.flush()
         os._exit(0)  # the step is traced: nothing more to learn from the script

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..analysis import Report
 
@@ -65,7 +66,7 @@ def execute(
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
     written: list[Report] = []  # the typed report, kept: close() returns its JSON form
 
-    def finish(*args: Any) -> dict[str, Any]:
+    def finish(*args: Any) -> JsonObject:
         written.append(finish_run(*args))
         return written[-1].to_json()
 
@@ -220,7 +221,7 @@ def _replay_if_needed(
 
     with open_run(out) as log:
         step = unlocated_step(log.events, log.meta, code, clues)
-        whole = not log.meta.get("steps")
+        whole = not log.meta.steps
     if step is None:
         return None
     command = f"gradoc replay {shell(out)}"

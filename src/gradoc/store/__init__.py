@@ -1,6 +1,8 @@
 """The run log: one SQLite database per run directory, the seam between collection and
 everything that reads a run (detectors, reports, the CLI, users with ``sqlite3``)."""
 
+from .._util.json_types import JsonObject
+from .meta import RunMeta
 from .reader import Layer, RunLog, Series, open_run
 from .schema import SCHEMA_VERSION, EventKind
 from .writer import RunWriter, Stopped
@@ -8,8 +10,10 @@ from .writer import RunWriter, Stopped
 __all__ = [
     "SCHEMA_VERSION",
     "EventKind",
+    "JsonObject",
     "Layer",
     "RunLog",
+    "RunMeta",
     "RunWriter",
     "Series",
     "Stopped",

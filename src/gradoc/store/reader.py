@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from .._util.display import Shown
+from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..errors import RunLogError
+from .meta import DamagedLog, RunMeta
+from .meta import check as _check
 from .schema import PARAM_STATS, READABLE
 
 _STEP_COLUMNS = (
@@ -39,10 +42,6 @@ _PARAM_STATS = PARAM_STATS
 _ACT_STATS = ("mean", "std", "zero_frac", "sat_frac", "nonfinite", "numel", "calls", "positions")
 
 
-class DamagedLog(RunLogError):
-    """A value in the run log that gradoc never writes (a damaged or hand-edited log)."""
-
-
 def _value(x: Any) -> float:
     """A statistic as stored: a number, or the text 'NaN' (SQLite has no NaN)."""
     if type(x) is float or type(x) is int:
@@ -59,49 +58,6 @@ def _json(text: Any, what: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):
         raise DamagedLog(f"{what} is not valid JSON") from None
-
-
-def _check(value: Any, types: type | tuple[type, ...], what: str) -> Any:
-    if not isinstance(value, types):
-        raise DamagedLog(f"{what} is {type(value).__name__}, not what gradoc writes")
-    return value
-
-
-_META_TYPES: dict[str, tuple[type, ...]] = {
-    "schema_version": (int,),
-    "gradoc": (str,),
-    "torch": (str,),
-    "python": (str,),
-    "script": (str, type(None)),
-    "argv": (list,),
-    "started_at": (int, float),
-    "ended_at": (int, float),
-    "duration_s": (int, float, type(None)),
-    "status": (str,),
-    "exit_code": (int, type(None)),
-    "steps": (int,),
-    "skipped_updates": (int,),
-    "ended_mid_step": (bool,),
-    "config": (dict,),
-    "lr_scale": (int, float),
-    "guard": (dict, type(None)),
-    "amp": (dict, type(None)),
-    "lengths": (dict, type(None)),
-    "launch": (dict,),
-    "exit_clues": (list,),
-    "printed_nonfinite_last": (dict, type(None)),
-    "printed_nonfinite": (list,),
-    "loss_read": (dict,),
-    "loss_division": (dict,),
-    "clipping": (dict,),
-    "clip_calls": (int,),
-    "scaler_skipped_steps": (int,),
-    "optimizers": (list,),
-    "side_effects": (dict,),
-    "loss_fn": (dict,),
-    "functional_activations": (dict,),
-}
-"""The type of every meta value gradoc writes; a log holding another is refused."""
 
 
 def _connect(path: Path) -> tuple[sqlite3.Connection, tempfile.TemporaryDirectory[str] | None]:
@@ -326,7 +282,7 @@ class Event:
     time: float
     kind: str
     message: str
-    data: dict[str, Any]
+    data: JsonObject
 
 
 def _resolve(path: str | Path) -> Path:
@@ -410,7 +366,8 @@ class RunLog(Shown):
                 )
             self.version: int = version
             """The schema version the log was written with (``SCHEMA_VERSION`` now)."""
-            self.meta: dict[str, Any] = self._read_meta()
+            self.meta: RunMeta = self._read_meta()
+            """The ``meta`` table, typed (and a read-only mapping of it)."""
             self.layers = [_layer_of(r) for r in self._query("SELECT * FROM layers ORDER BY id")]
         except BaseException:
             self.close()
@@ -424,14 +381,12 @@ class RunLog(Shown):
     def _unreadable(self, exc: BaseException) -> str:
         return f"{one_line(self.path)} is not a readable gradoc run log: {one_line(exc)}"
 
-    def _read_meta(self) -> dict[str, Any]:
-        meta = {}
+    def _read_meta(self) -> RunMeta:
+        table = {}
         for key, value in self._query("SELECT key, value FROM meta"):
             _check(key, str, "a meta key")
-            meta[key] = _json(value, f"meta {key!r}")
-            if key in _META_TYPES:
-                _check(meta[key], _META_TYPES[key], f"meta {key!r}")
-        return meta
+            table[key] = _json(value, f"meta {key!r}")
+        return RunMeta.of(table)
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..errors import UsageError
 from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
@@ -291,9 +292,7 @@ def write_meta(conn: sqlite3.Connection, **items: Any) -> None:
     conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", rows)
 
 
-def append_event(
-    path: Path, step: int | None, kind: str, message: str, data: dict[str, Any]
-) -> None:
+def append_event(path: Path, step: int | None, kind: str, message: str, data: JsonObject) -> None:
     """Add an event to a closed run log (what ``gradoc run`` learns after the script ended)."""
     conn = sqlite3.connect(path)
     try:

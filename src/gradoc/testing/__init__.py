@@ -23,6 +23,7 @@ from torch import Tensor
 
 from .._util.state import kept
 from .._util.tree import floats as _floats
+from ..detect.finding import Origin
 
 __all__ = ["NumericsProblem", "assert_finite", "check_numerics"]
 
@@ -35,16 +36,16 @@ class NumericsProblem:
     where: str
     """``output``, ``gradient`` or ``raised``."""
     detail: str
-    origin: dict[str, Any] | None = None
+    origin: Origin | None = None
 
     def message(self) -> str:
         text = f"variant {self.variant!r}: {self.detail}"
         o = self.origin
         if o:
-            where = f" in {o['module']}" if o.get("module") else ""
-            line = f" at {o['file']}:{o['line']}" if o.get("file") else ""
-            code = f" `{o['code']}`" if o.get("code") else ""
-            text += f"; born in the {o['phase']} pass: {o.get('op')}{where}{line}{code}"
+            where = f" in {o.module}" if o.module else ""
+            line = f" at {o.file}:{o.line}" if o.file else ""
+            code = f" `{o.code}`" if o.code else ""
+            text += f"; born in the {o.phase} pass: {o.op}{where}{line}{code}"
         return text
 
 
@@ -156,7 +157,7 @@ def check_numerics(
                 name,
                 "output" if bad_out else "gradient",
                 "non-finite output" if bad_out else "non-finite gradient",
-                origin.to_json() if origin is not None else None,
+                origin,
             )
         )
     return problems

@@ -1,0 +1,129 @@
+"""The run log's ``meta`` table, typed: what gradoc records about a run as a whole.
+
+The table is a key/value store of JSON values (``docs/run-log.md``), written a key at a time
+while the run goes (:meth:`gradoc.store.RunWriter.set_meta`). :class:`RunMeta` is how it is
+read: one attribute per key gradoc writes, each checked against its type when the log is
+opened (a log holding another value is damaged or hand-edited, and refused). It is also the
+table itself, a read-only mapping (``log.meta["status"]``), keys gradoc does not know
+included: the run log's contract.
+
+Values that are records of their own (the amp check, the batch lengths, the guard's summary,
+how the loss was read) stay JSON objects: the detector that reads one owns its shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from .._util.json_types import JsonObject
+from ..errors import RunLogError
+
+
+class DamagedLog(RunLogError):
+    """A value in the run log that gradoc never writes (a damaged or hand-edited log)."""
+
+
+def check(value: Any, kinds: type | tuple[type, ...], what: str) -> Any:
+    """``value``, if it is of one of ``kinds``; otherwise the log is damaged."""
+    if not isinstance(value, kinds):
+        raise DamagedLog(f"{what} is {type(value).__name__}, not what gradoc writes")
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class RunMeta(Mapping[str, Any]):
+    """What the run log records about the run as a whole (absent keys: the defaults)."""
+
+    schema_version: int | None = None
+    gradoc: str | None = None
+    torch: str | None = None
+    python: str | None = None
+    script: str | None = None
+    """The script ``gradoc run`` ran (None under ``gradoc.watch``)."""
+    argv: list[str] = field(default_factory=list)
+    started_at: float | None = None
+    ended_at: float | None = None
+    duration_s: float | None = None
+    status: str | None = None
+    """running, finished, crashed, interrupted, gave_up, ... (None: never written)."""
+    exit_code: int | None = None
+    steps: int | None = None
+    """Steps counted when the run closed (None: it never closed)."""
+    skipped_updates: int | None = None
+    ended_mid_step: bool = False
+    config: JsonObject | None = None
+    lr_scale: float | None = None
+    guard: JsonObject | None = None
+    amp: JsonObject | None = None
+    """The mixed-precision check's record (``gradoc.detect.precision``)."""
+    lengths: JsonObject | None = None
+    """The batch lengths' summary (``gradoc.collect.lengths``)."""
+    launch: JsonObject | None = None
+    exit_clues: list[str] = field(default_factory=list)
+    printed_nonfinite_last: JsonObject | None = None
+    printed_nonfinite: list[Any] = field(default_factory=list)
+    loss_read: JsonObject | None = None
+    loss_division: JsonObject | None = None
+    loss_fn: JsonObject | None = None
+    clipping: JsonObject | None = None
+    clip_calls: int | None = None
+    scaler_skipped_steps: int | None = None
+    optimizers: list[JsonObject] = field(default_factory=list)
+    side_effects: JsonObject | None = None
+    functional_activations: dict[str, str] = field(default_factory=dict)
+    steps_counted_by: list[str] = field(default_factory=list)
+    grads_kept: JsonObject | None = None
+    compiled: bool = False
+    check_numerics: bool = False
+    table: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The table as read, keys gradoc does not know included."""
+
+    @classmethod
+    def of(cls, table: Mapping[str, Any]) -> RunMeta:
+        """The typed meta of a table read from a run log; raises :class:`DamagedLog` where
+        a value is not of the type gradoc writes."""
+        known = {}
+        for key, kinds in _KINDS.items():
+            if key in table:
+                known[key] = check(table[key], kinds, f"meta {key!r}")
+        return cls(**known, table=dict(table))
+
+    def updated(self, **items: Any) -> RunMeta:
+        """This meta with ``items`` set (what the run knew in memory when its log stopped)."""
+        return RunMeta.of({**self.table, **items})
+
+    def optimizer(self) -> str | None:
+        """The first optimizer's class name (``optimizers``), None when none was recorded."""
+        first = self.optimizers[0] if self.optimizers else None
+        kind = first.get("type") if isinstance(first, dict) else None
+        return kind if isinstance(kind, str) else None
+
+    # the run log's table, as a read-only mapping
+    def __getitem__(self, key: str) -> Any:
+        return self.table[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def _runtime(hint: Any) -> tuple[type, ...]:
+    """The run-time types a field's annotation admits (a JSON number may be an int)."""
+    if get_origin(hint) in (Union, types.UnionType):
+        return tuple(t for arg in get_args(hint) for t in _runtime(arg))
+    if hint is float:
+        return (int, float)
+    return (get_origin(hint) or hint,)
+
+
+_HINTS = get_type_hints(RunMeta)
+_KINDS: dict[str, tuple[type, ...]] = {
+    f.name: _runtime(_HINTS[f.name]) for f in dataclasses.fields(RunMeta) if f.name != "table"
+}
+"""The type of every meta value gradoc writes; a log holding another is refused."""
