@@ -8,6 +8,7 @@ import pytest
 
 from gradoc.detect import synthetic
 from gradoc.findings import REGISTRY, check_all
+from gradoc.findings.large_updates import AdamRate
 from gradoc.store.meta import RunMeta
 from gradoc.store.reader import Event
 
@@ -271,7 +272,9 @@ def test_an_adam_learning_rate_as_large_as_the_weights_is_a_large_update() -> No
     """Weights of RMS 0.07 (norm 0.7 over 100 values): lr 0.1 is 1.4x them, as nanoGPT at
     lr 0.1; lr 1e-3 (its recipe) is 0.014x; SGD's step scales with the gradient instead."""
     (f,) = [f for f in check_all(_adam_history(0.1, 0.7)) if f.kind == "large_updates"]  # type: ignore[arg-type]
-    assert f.details["rule"] == "adam_lr" and f.details["ratio"] == pytest.approx(0.1 / 0.07)
+    d = AdamRate.in_(f)
+    assert d is not None and d.ratio == pytest.approx(0.1 / 0.07)
+    assert f.to_json()["details"]["rule"] == "adam_lr"
     assert f.step == 20  # the warm-up crossed lr = weight RMS there: 0.1 * 21 / 30
     assert "large_updates" not in kinds(_adam_history(1e-3, 0.7))
     assert "large_updates" not in kinds(_adam_history(0.1, 0.7, optimizer="SGD"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from gradoc.detect import Finding
 from gradoc.detect.finding import FAMILIES, Origin
 from gradoc.diagnose import merge, order
 from gradoc.findings import REGISTRY
+from gradoc.findings.poor_initialization import ChanceInit
 from gradoc.report import Report, build_report, print_summary, to_json_text
 from tests.scenarios import HEALTHY, PATHOLOGIES
 
@@ -235,12 +237,12 @@ def test_an_adam_rate_as_large_as_the_weights_joins_the_story_it_caused() -> Non
 def test_a_loss_at_init_far_above_chance_heads_the_explosion_it_starts() -> None:
     """nanoGPT with init std 1.0: loss 35 against ln 65, gradient norm 2,200 at step 0."""
     init = _finding("poor_initialization", 0)
-    init.details = {"rule": "chance"}
+    init.details = ChanceInit(start_loss=35.0, chance=math.log(65), classes=65)
     (story,) = order(merge([_finding("exploding_gradients", 0, "error"), init]))
     assert story.kind == "poor_initialization" and story.severity == "error"
     assert {r.kind for r in story.related} == {"exploding_gradients"}
     drift = _finding("poor_initialization", 0)  # activations growing layer by layer
-    drift.details = {"rule": "drift"}
+    drift.details = {"rule": "drift", "factor_per_layer": 3.0, "grows": True}  # from JSON
     (story,) = order(merge([_finding("exploding_gradients", 0, "error"), drift]))
     assert story.kind == "exploding_gradients"
 

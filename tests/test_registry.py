@@ -27,6 +27,7 @@ from gradoc.detect import synthetic
 from gradoc.detect.finding import Finding
 from gradoc.diagnose import causes, diagnose
 from gradoc.findings import KINDS, REGISTRY, FindingKind, check_all, register, unregister
+from gradoc.findings.loss_plateau import Plateau
 from gradoc.report import reference
 from gradoc.report.json import write_report
 
@@ -126,7 +127,9 @@ def test_a_hypothesis_without_a_seen_sign_is_never_called_confirmed() -> None:
     """Absence is not support: a plateau on a run that shows none of its causes gets its
     most common cause, said to be unconfirmed."""
     h = synthetic(loss=[1.0] * 150)
-    (story,) = diagnose(h, [_finding("loss_plateau", 100)])
+    plateau = _finding("loss_plateau", 100)
+    plateau.details = Plateau(early_loss=1.0, late_loss=1.0, gain=0.0)
+    (story,) = diagnose(h, [plateau])
     for hyp in story.hypotheses:
         seen = [s for s in hyp.signs if s.state == "seen"]
         assert hyp.confirmed == bool(seen)
@@ -159,13 +162,23 @@ first, over at least ``MIN_STEPS`` (5) steps: a throwaway rule, written by a tes
 
 from __future__ import annotations
 
-from gradoc.detect.finding import (Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight)
+from dataclasses import dataclass
+
+from gradoc.detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from gradoc.detect.history import History
 from gradoc.findings.facts import Facts
-from gradoc.findings.kind import FindingKind
+from gradoc.findings.kind import Details, FindingKind
 
 TOLERANCE = 1e-3
 MIN_STEPS = 5
+
+
+@dataclass(slots=True)
+class Steady(Details):
+    """Where the loss stood and for how long."""
+
+    level: float
+    steps: int
 
 
 class SteadyLoss(FindingKind):
@@ -173,6 +186,7 @@ class SteadyLoss(FindingKind):
 
     name = "steady_loss"
     caused_by = ("tiny_updates",)
+    example_details = Steady(level=1.0, steps=8)
 
     def check(self, h: History) -> list[Finding]:
         losses = h.loss.values
@@ -186,6 +200,7 @@ class SteadyLoss(FindingKind):
                 layer=None,
                 summary=f"the loss stood at {losses[0]:.3g} for {len(losses)} steps",
                 evidence=[Evidence("steps without a change in the loss", len(losses))],
+                details=Steady(losses[0], len(losses)),
             )
         ]
 
@@ -197,7 +212,8 @@ class SteadyLoss(FindingKind):
             "print the parameters the optimizer holds",
             base=0.3,
         )
-        frozen.seen(f"the loss stood still for {len(h.loss.values)} steps", Weight.MODERATE)
+        d = Steady.of(f.details)
+        frozen.seen(f"the loss stood at {d.level:.3g} for {d.steps} steps", Weight.MODERATE)
         f.fixes.append(Fix(Horizon.IMMEDIATE, "hand the model's parameters to the optimizer"))
         return [frozen]
 '''
@@ -240,6 +256,8 @@ def test_a_new_kind_reaches_the_registry_the_report_and_the_reference(
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     (found,) = [f for f in report["findings"] if f["kind"] == "steady_loss"]
     assert found["summary"].startswith("the loss stood at")
+    assert list(found["details"]) == ["level", "steps"] and found["details"]["steps"] == 8
+    assert found["hypotheses"][0]["signs"][0]["claim"].endswith("for 8 steps")
     assert (
         found["hypotheses"][0]["cause"] == "optimizer.step() is never reached with these parameters"
     )
@@ -250,9 +268,14 @@ def test_a_new_kind_reaches_the_registry_the_report_and_the_reference(
     # written again from the log, as gradoc report does
     again = write_report(tmp_path / "run", html=False)
     assert [f.kind for f in again.findings] == [f["kind"] for f in report["findings"]]
+    steady = next(f for f in again.findings if f.kind == "steady_loss")
+    steady_details = sys.modules["steady_loss"].Steady
+    assert steady_details.of(steady.details).steps == 8  # typed again, read back from JSON
     # its cause folds into its story: tiny updates at the same step head it
     tiny = _finding("tiny_updates", 0)
-    (story,) = diagnose(synthetic(loss=[1.0] * 8), [_finding("steady_loss", 0), tiny])
+    steady = _finding("steady_loss", 0)
+    steady.details = {"level": 1.0, "steps": 8}  # as report.json holds them
+    (story,) = diagnose(synthetic(loss=[1.0] * 8), [steady, tiny])
     assert story.kind == "tiny_updates" and story.related[0].kind == "steady_loss"
     # the reference: a row, and a section with its rule, evidence, cause and fix
     text = reference.reference()
@@ -285,3 +308,34 @@ def test_a_kind_whose_cause_is_unknown_or_whose_name_is_taken_is_refused() -> No
     with pytest.raises(ValueError, match="no_such_kind"):
         register(Orphan)
     assert type(REGISTRY["nonfinite"]).__name__ == "Nonfinite" and "orphan" not in REGISTRY
+
+
+def test_every_kinds_details_read_back_from_their_json() -> None:
+    """A kind's typed details become report.json's ``details`` and come back the same: a
+    field added to the class without its key in the JSON (or the reverse) fails here."""
+    from gradoc.findings.large_updates import AdamRate
+    from gradoc.findings.loss_includes_padding import PaddingScored
+    from gradoc.findings.nonfinite import NonfiniteFacts
+    from gradoc.findings.poor_initialization import ChanceInit, Drift
+
+    examples = [k.example_details for k in REGISTRY.values() if k.example_details is not None]
+    assert len(examples) >= 6
+    for details in [
+        *examples,
+        AdamRate(lr=0.1, weight_rms=0.02, ratio=5.0),
+        ChanceInit(start_loss=35.0, chance=4.17, classes=65),
+        Drift(factor_per_layer=3.0, grows=True),
+        NonfiniteFacts(grew_before={"loss": 12.0}),
+        NonfiniteFacts(printed="loss nan"),
+        PaddingScored(model_loss=True),
+    ]:
+        assert details is not None
+        text = json.dumps(details.to_json())
+        back = type(details).of(json.loads(text))
+        assert json.dumps(back.to_json()) == text, text  # NaN included
+    # a kind with several rules tells their details apart by the rule
+    init = Finding(kind="poor_initialization", severity="warning", step=0, layer=None, summary="")
+    init.details = Drift(factor_per_layer=3.0, grows=True).to_json()
+    assert ChanceInit.in_(init) is None and Drift.in_(init) == Drift(
+        factor_per_layer=3.0, grows=True
+    )

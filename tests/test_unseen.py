@@ -19,6 +19,7 @@ import gradoc
 from gradoc.detect import History
 from gradoc.detect.finding import Finding
 from gradoc.diagnose import diagnose
+from gradoc.findings.loss_plateau import Plateau
 
 UNSEEN = Path(__file__).parent / "unseen"
 
@@ -389,7 +390,7 @@ def test_back_at_chance_after_a_blow_up_is_a_plateau_that_names_the_learning_rat
         math.log(4) * (1 + 0.01 * (-1) ** i) for i in range(94)
     ]
     top = _serious(_ce(synthetic(loss=loss), 4))[0]
-    assert top.kind == "loss_plateau" and top.details["classes"] == 4
+    assert top.kind == "loss_plateau" and Plateau.of(top.details).classes == 4
     assert top.root_cause_family == "learning_rate", top.root_cause
     assert any(f.apply == {"lr_scale": 0.1} for f in top.fixes)
 

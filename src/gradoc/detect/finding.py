@@ -23,8 +23,8 @@ shown is ``high`` at a score of 2 or more, ``medium`` at 1 or more, ``low`` belo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Final, Literal
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Final, Literal, TypeVar
 
 from .._util.json_types import JsonObject
 from .._util.text import StrEnum
@@ -403,6 +403,47 @@ class Related:
         return cls(data["kind"], data.get("step"), data.get("layer"), data["summary"])
 
 
+class Details:
+    """A finding kind's typed details: what its rule measured and its explanation reasons
+    with, written as report.json's ``details``. Each kind with details declares its own
+    dataclass on this one, in its module; its fields, in order, are the JSON's keys."""
+
+    def to_json(self) -> JsonObject:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls: type[D], details: Details | Mapping[str, Any]) -> D:
+        """These details, typed: as the rule made them, or read back from report.json or a
+        run log's event (the keys this class has; a missing one raises ``TypeError``)."""
+        if isinstance(details, cls):
+            return details
+        if isinstance(details, Details):
+            raise TypeError(f"{type(details).__name__} are not {cls.__name__}")
+        known = fields(cls)  # type: ignore[arg-type]
+        missing = [
+            f.name
+            for f in known
+            if f.name not in details and f.default is MISSING and f.default_factory is MISSING
+        ]
+        if missing:
+            raise TypeError(f"details without {', '.join(missing)} are not {cls.__name__}")
+        return cls(**{f.name: details[f.name] for f in known if f.name in details})
+
+    @classmethod
+    def in_(cls: type[D], f: Finding) -> D | None:
+        """``f``'s details when they are of this class, None otherwise: a kind with several
+        rules has a class for each, told apart in JSON by their field ``rule``'s default."""
+        if isinstance(f.details, cls):
+            return f.details
+        rule = next((x.default for x in fields(cls) if x.name == "rule"), None)  # type: ignore[arg-type]
+        if isinstance(f.details, dict) and rule is not None and f.details.get("rule") == rule:
+            return cls.of(f.details)
+        return None
+
+
+D = TypeVar("D", bound=Details)
+
+
 @dataclass(kw_only=True, slots=True)
 class Finding:
     kind: Kind
@@ -429,9 +470,11 @@ class Finding:
     monitoring: list[str] = field(default_factory=list)
     related: list[Related] = field(default_factory=list)
     """Findings folded into this one as its consequences or causes: kind, step, summary."""
-    details: JsonObject = field(default_factory=dict)
-    """Typed facts the diagnosis reasons with (``{"spikes": 3}``, ``{"peak_loss": 1e5}``):
-    rewording a summary or a signal can never change a diagnosis."""
+    details: Details | JsonObject = field(default_factory=dict)
+    """Typed facts the diagnosis reasons with, the kind's own :class:`Details` (a spike's
+    ratio, a blow-up's peak): rewording a summary or a signal can never change a diagnosis.
+    A finding read back from JSON holds the JSON object, which its kind reads with
+    :meth:`Details.of`; a kind with nothing to add leaves it empty."""
     rank: int | None = None
     """Under torchrun, the rank that saw it when rank 0 did not (the merged report)."""
 
@@ -454,7 +497,9 @@ class Finding:
             "root_cause_family": str(self.root_cause_family) if self.root_cause_family else None,
             "monitoring": list(self.monitoring),
             "related": [r.to_json() for r in self.related],
-            "details": dict(self.details),
+            "details": (
+                self.details.to_json() if isinstance(self.details, Details) else dict(self.details)
+            ),
         }
         if self.origin is not None:
             data["origin"] = self.origin.to_json()

@@ -20,7 +20,7 @@ least ``MIN_STEPS`` (3).
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from dataclasses import dataclass
 
 from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
@@ -28,7 +28,7 @@ from ..detect.history import History
 from ..detect.signals import fmt
 from .advice import lr_too_high
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 SHARE = 0.5
 MIN_STEPS = 3
@@ -44,12 +44,30 @@ def _growth(h: History) -> tuple[int, float] | None:
     return steps[-1], values[-1] / values[0]
 
 
+@dataclass(slots=True)
+class Accumulated(Details):
+    """Steps whose gradient was the previous step's plus its own, and the norm's growth."""
+
+    kept: int
+    checked: int
+    first_kept: int | None
+    growth: float | None = None
+    """The global gradient norm at step ``growth_step`` over the first (when measured)."""
+    growth_step: int | None = None
+
+    def to_json(self) -> JsonObject:
+        out = Details.to_json(self)
+        if self.growth is None:  # not measured: not written
+            del out["growth"], out["growth_step"]
+        return out
+
+
 class AccumulatingGradients(FindingKind):
     """Each step's gradient is the running sum of the earlier ones."""
 
     name = "accumulating_gradients"
     link = 20
-    example_details: ClassVar[JsonObject] = {"kept": 8, "checked": 8}
+    example_details = Accumulated(kept=8, checked=8, first_kept=None)
 
     def check(self, h: History) -> list[Finding]:
         kept = h.meta.grads_kept or {}
@@ -64,13 +82,13 @@ class AccumulatingGradients(FindingKind):
             ),
             Evidence("first step that added to the previous gradient", first),
         ]
-        details: dict[str, object] = {"kept": n, "checked": checked, "first_kept": first}
+        details = Accumulated(n, checked, first)
         growth = _growth(h)
         if growth is not None:
             evidence.append(
                 Evidence(f"global gradient norm at step {growth[0]} / at the first", fmt(growth[1]))
             )
-            details |= {"growth": growth[1], "growth_step": growth[0]}
+            details.growth, details.growth_step = growth[1], growth[0]
         return [
             Finding(
                 kind=self.name,
@@ -93,7 +111,7 @@ class AccumulatingGradients(FindingKind):
         ]
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        d = f.details
+        d = Accumulated.of(f.details)
         f.symptom = (
             "the gradient the optimizer applies grows step after step: gradients are added up "
             "across steps instead of cleared"
@@ -108,17 +126,17 @@ class AccumulatingGradients(FindingKind):
         )
         lr = lr_too_high(0.1)
         loop.seen(
-            f"on {d['kept']} of {d['checked']} steps the .grad the optimizer applied was the "
+            f"on {d.kept} of {d.checked} steps the .grad the optimizer applied was the "
             "same tensor as the step before, changed only by that step's backward()",
             Weight.DECISIVE,
-            step=d.get("first_kept"),
+            step=d.first_kept,
         )
-        if d.get("growth") is not None:
+        if d.growth is not None:
             loop.seen(
-                f"the gradient norm grew {fmt(d['growth'])}x by step {d['growth_step']}: a running "
+                f"the gradient norm grew {fmt(d.growth)}x by step {d.growth_step}: a running "
                 "sum of similar gradients grows with the steps",
                 Weight.MODERATE,
-                step=d["growth_step"],
+                step=d.growth_step,
             )
         lr.against(
             "the gradients were never cleared: whatever the rate, each update applies the sum of "

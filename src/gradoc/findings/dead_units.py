@@ -15,12 +15,14 @@ that outputs NaN is broken, not dead (the ``nonfinite`` finding's story).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import fmt
 from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 ACTIVE = 0.01
 LAYER_SHARE = 0.5
@@ -39,6 +41,14 @@ def relu_family(module_type: str | None, name: str, functional: dict[str, str]) 
     return module_type in RELU_FAMILY or functional.get(name) == "relu"
 
 
+@dataclass(slots=True)
+class Timing(Details):
+    """When the layer's units were seen: its first sample, the last one they were alive at."""
+
+    first_sample: int
+    alive_until: int | None
+
+
 class DeadUnits(FindingKind):
     """Most units of a ReLU layer output 0 for every input.
 
@@ -55,6 +65,8 @@ class DeadUnits(FindingKind):
     )
     considers_zero_init = True
     link = 80
+
+    example_details = Timing(first_sample=0, alive_until=None)
 
     def check(self, h: History) -> list[Finding]:
         flagged = []
@@ -77,7 +89,7 @@ class DeadUnits(FindingKind):
                 if all(dead_share(samples[t]) > LAYER_SHARE for t in steps[i:])
             )
             alive = [t for t in steps if t < first]
-            timing = {"first_sample": steps[0], "alive_until": alive[-1] if alive else None}
+            timing = Timing(steps[0], alive[-1] if alive else None)
             flagged.append(
                 (m.name, first, dead_share(samples[steps[-1]]), len(samples[steps[-1]]), timing)
             )
@@ -123,8 +135,8 @@ class DeadUnits(FindingKind):
             "re-run with a lower learning rate and watch the dead share over time",
             base=0.15,
         )
-        first = f.details.get("first_sample")
-        alive = f.details.get("alive_until")
+        d = Timing.of(f.details)
+        first, alive = d.first_sample, d.alive_until
         if f.step == 0:
             bias.seen(
                 "the units were dead at the first sample (step 0), before training moved them",

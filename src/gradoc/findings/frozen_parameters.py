@@ -15,14 +15,13 @@ information when it did (fine-tuning a head on a frozen backbone, on purpose).
 from __future__ import annotations
 
 import statistics
-from typing import ClassVar
+from dataclasses import dataclass
 
-from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import finite, fmt, loss_trend, numel_of
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 SHARE = 0.5
 MIN_STEPS = 10
@@ -33,12 +32,24 @@ def _frozen(h: History, name: str) -> bool:
     return not h.param(name, "grad_norm").steps
 
 
+@dataclass(slots=True)
+class Frozen(Details):
+    """The share of the parameters that never trained, and whether the loss stalled."""
+
+    share: float
+    frozen: list[str]
+    """The frozen tensors' names (the first 50)."""
+    gain: float | None
+    """The loss's relative improvement over the run (None: not measured)."""
+    stalled: bool
+
+
 class FrozenParameters(FindingKind):
     """Most of the model's parameters never train."""
 
     name = "frozen_parameters"
     link = 30
-    example_details: ClassVar[JsonObject] = {"share": 0.9}
+    example_details = Frozen(share=0.9, frozen=[], gain=None, stalled=False)
 
     def check(self, h: History) -> list[Finding]:
         if h.num_steps < MIN_STEPS or not h.params:
@@ -77,15 +88,15 @@ class FrozenParameters(FindingKind):
                     if gain is not None
                     else []
                 ),
-                details={"share": share, "frozen": names[:50], "gain": gain, "stalled": stalled},
+                details=Frozen(share, names[:50], gain, stalled),
             )
         ]
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        d = f.details
-        names = d.get("frozen") or []
+        d = Frozen.of(f.details)
+        names = d.frozen
         f.symptom = (
-            f"{d['share']:.0%} of the model's parameters never change, so the model cannot learn "
+            f"{d.share:.0%} of the model's parameters never change, so the model cannot learn "
             "with them"
         )
         off = Hypothesis(
@@ -105,13 +116,13 @@ class FrozenParameters(FindingKind):
             base=0.1,
         )
         never = (
-            f"{len(names)} tensors ({fmt(d['share'])} of the parameters) never received a "
+            f"{len(names)} tensors ({fmt(d.share)} of the parameters) never received a "
             f"gradient, e.g. {', '.join(names[:3])}"
         )
         off.seen(never, Weight.DECISIVE)
         cut.seen(never, Weight.MODERATE)
-        if d.get("stalled"):
-            off.seen(f"the loss improved only {d['gain']:.1%} over the run", Weight.MODERATE)
+        if d.stalled:
+            off.seen(f"the loss improved only {d.gain or 0:.1%} over the run", Weight.MODERATE)
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .._util.json_types import JsonObject
-from ..detect.finding import Finding, Hypothesis
+from ..detect.finding import Details, Finding, Hypothesis
 from ..detect.history import History
 from .facts import Facts
+
+__all__ = ["LAST_LINK", "Details", "FindingKind"]
+"""A kind's module builds on these: its class on ``FindingKind``, its details on ``Details``."""
 
 LAST_LINK = 1000
 """The ``link`` of a kind that never heads a story begun at the same step as another."""
@@ -36,9 +38,9 @@ class FindingKind:
     link: ClassVar[int] = LAST_LINK
     """When findings begin at the same step, the lower ``link`` is the first link of the
     causal chain (an exploding gradient before the loss blow-up it causes)."""
-    example_details: ClassVar[JsonObject] = {}
-    """The details the explanation reads unconditionally, for the findings reference's
-    finding with no evidence."""
+    example_details: ClassVar[Details | None] = None
+    """Details for the findings reference's finding with no evidence: a kind whose
+    explanation reads its details sets them."""
 
     def check(self, h: History) -> list[Finding]:
         """The findings of this kind in a run's history; a kind that is found while the run

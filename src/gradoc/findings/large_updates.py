@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
@@ -42,7 +43,7 @@ from ..detect.signals import (
 )
 from .advice import at, clip_advice, clipping, lr_fix, lr_too_high
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 RATIO = 0.3
 CONVERGED = 10.0
@@ -87,6 +88,18 @@ def _converging(h: History, step: int) -> bool:
         return False
     end = statistics.median(at[-max(3, len(at) // 10) :])
     return 0 < end * CONVERGED <= statistics.median(at[:3])
+
+
+@dataclass(slots=True, kw_only=True)
+class AdamRate(Details):
+    """Rule ``adam_lr``: an Adam-family learning rate against the weights it moves."""
+
+    rule: str = "adam_lr"
+    lr: float
+    """The learning rate at its peak."""
+    weight_rms: float
+    """The median RMS of the weight matrices then."""
+    ratio: float
 
 
 def _allowed(h: History) -> list[Finding]:
@@ -135,7 +148,7 @@ def _allowed(h: History) -> list[Finding]:
                 if measured
                 else []
             ),
-            details={"rule": "adam_lr", "lr": peak, "weight_rms": typical, "ratio": ratio},
+            details=AdamRate(lr=peak, weight_rms=typical, ratio=ratio),
         )
     ]
 
@@ -156,7 +169,7 @@ class LargeUpdates(FindingKind):
     def standing(self, f: Finding) -> bool:
         """An Adam learning rate as large as the weights (rule ``adam_lr``) is a setting: it
         joins the story of what it caused."""
-        return f.details.get("rule") == "adam_lr"
+        return AdamRate.in_(f) is not None
 
     def check(self, h: History) -> list[Finding]:
         return _measured(h) or _allowed(h)
@@ -172,14 +185,14 @@ class LargeUpdates(FindingKind):
             "plot the global gradient norm at the steps of the large updates",
             base=0.1,
         )
-        d = f.details
-        if d.get("rule") == "adam_lr":  # the rate itself, against the weights it moves
+        d = AdamRate.in_(f)
+        if d is not None:  # the rate itself, against the weights it moves
             f.symptom = (
-                f"the learning rate ({fmt(d['lr'])}) is {fmt(d['ratio'])}x the weights' typical "
+                f"the learning rate ({fmt(d.lr)}) is {fmt(d.ratio)}x the weights' typical "
                 "size, so each optimizer step can rewrite them"
             )
             lr.seen(
-                f"learning rate {fmt(d['lr'])} against weights of RMS {fmt(d['weight_rms'])}: "
+                f"learning rate {fmt(d.lr)} against weights of RMS {fmt(d.weight_rms)}: "
                 "an Adam-family step moves each weight by about the learning rate",
                 Weight.DECISIVE,
             )

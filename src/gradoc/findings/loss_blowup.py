@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import ClassVar
+from dataclasses import dataclass
 
-from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, excursions, fmt, loss_trend, stands_out
@@ -52,7 +51,7 @@ from .advice import (
     update_signs,
 )
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 START = 3
 SMOOTH = 3
@@ -61,6 +60,21 @@ SUSTAIN = 3
 FLOOR = 100.0
 BACK = 1.5
 """The loss has come back once the smoothed loss is below 1.5x the start level again."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Blowup(Details):
+    """The loss's rise: where it started, its peak, whether and when it came back."""
+
+    start_loss: float
+    peak_loss: float
+    peak_step: int
+    peak_ratio: float
+    came_back_at: int | None
+    end_loss: float
+    """The median of the last 10% of the steps."""
+    per_sample: bool
+    """Read from the per-sample losses (the batch mean's noise is not the loss's)."""
 
 
 class LossBlowup(FindingKind):
@@ -74,7 +88,15 @@ class LossBlowup(FindingKind):
         "loss_divergence",
     )
     link = 50
-    example_details: ClassVar[JsonObject] = {"peak_ratio": 100.0}
+    example_details = Blowup(
+        start_loss=1.0,
+        peak_loss=100.0,
+        peak_step=0,
+        peak_ratio=100.0,
+        came_back_at=None,
+        end_loss=math.nan,  # not at any chance level
+        per_sample=False,
+    )
 
     def check(self, h: History) -> list[Finding]:
         series, per_sample = loss_trend(h)
@@ -119,15 +141,15 @@ class LossBlowup(FindingKind):
         tail = values[-max(3, len(values) // 10) :]
         end = statistics.median(tail)
         ratio = values[peak_i] / start
-        details = {
-            "start_loss": start,
-            "peak_loss": values[peak_i],
-            "peak_step": steps[peak_i],
-            "peak_ratio": ratio,
-            "came_back_at": steps[back_i] if back_i is not None else None,
-            "end_loss": end,
-            "per_sample": per_sample,
-        }
+        details = Blowup(
+            start_loss=start,
+            peak_loss=values[peak_i],
+            peak_step=steps[peak_i],
+            peak_ratio=ratio,
+            came_back_at=steps[back_i] if back_i is not None else None,
+            end_loss=end,
+            per_sample=per_sample,
+        )
         came = (
             f", came back by step {steps[back_i]}"
             if back_i is not None
@@ -156,11 +178,10 @@ class LossBlowup(FindingKind):
         ]
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        d = f.details
-        came_back = d.get("came_back_at")
-        f.symptom = (
-            f"the loss rose {fmt(d['peak_ratio'])}x above where it started, from {at(f)}"
-            + (f", and came back by step {came_back}" if came_back is not None else "")
+        d = Blowup.of(f.details)
+        came_back = d.came_back_at
+        f.symptom = f"the loss rose {fmt(d.peak_ratio)}x above where it started, from {at(f)}" + (
+            f", and came back by step {came_back}" if came_back is not None else ""
         )
         lr = lr_too_high(
             0.3,
@@ -207,23 +228,23 @@ class LossBlowup(FindingKind):
                 lr.seen("the loss never got below where the blow-up left it", Weight.MODERATE)
             elif r.kind == "exploding_gradients":
                 lr.seen(f"the gradients grew with it ({r.summary})", Weight.WEAK, step=r.step)
-        k = at_chance(d.get("end_loss"), h)
+        k = at_chance(d.end_loss, h)
         if k is not None:
             f.symptom += f"; it ended at ln({k}), chance level: the model predicts nothing"
             lr.seen(
                 f"the loss ended at chance level, ln({k}) = {fmt(math.log(k))}", Weight.MODERATE
             )
         start_k = ce_classes(h)
-        if start_k and d.get("start_loss", 0) > 1.5 * math.log(start_k):
+        if start_k and d.start_loss > 1.5 * math.log(start_k):
             init.seen(
-                f"the loss started at {fmt(d['start_loss'])}, above chance (ln({start_k}) = "
+                f"the loss started at {fmt(d.start_loss)}, above chance (ln({start_k}) = "
                 f"{fmt(math.log(start_k))})",
                 Weight.MODERATE,
                 step=0,
             )
         elif start_k:
             init.against(
-                f"the loss started at {fmt(d['start_loss'])}, near chance (ln({start_k}))",
+                f"the loss started at {fmt(d.start_loss)}, near chance (ln({start_k}))",
                 Weight.MODERATE,
                 step=0,
             )

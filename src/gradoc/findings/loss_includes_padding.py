@@ -12,11 +12,20 @@ gradient at a padded position means the loss counts it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..detect.finding import Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import audited
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
+
+
+@dataclass(slots=True)
+class PaddingScored(Details):
+    """Whether the model computed the loss itself, from ``labels=`` (Hugging Face)."""
+
+    model_loss: bool = False
 
 
 class LossIncludesPadding(FindingKind):
@@ -37,7 +46,7 @@ class LossIncludesPadding(FindingKind):
             base=0.3,
         )
         cause.seen("the loss changed when only the padded targets changed", Weight.DECISIVE)
-        if f.details.get("model_loss"):  # the model computed it from labels= (Hugging Face)
+        if PaddingScored.of(f.details).model_loss:  # the model computed it from labels= (HF)
             action = (
                 "set the labels to -100 at padded positions, which the model's loss ignores: "
                 "labels = input_ids.masked_fill(attention_mask == 0, -100)"

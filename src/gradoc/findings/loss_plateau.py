@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
+from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, finite, fmt, loss_noise, loss_trend
 from .advice import at_chance, lr_fix
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 MIN_STEPS = 100
 MIN_GAIN = 0.02
@@ -46,6 +48,26 @@ NOISY = 3.0
 
 
 BLOCKING = ("dead_units", "vanishing_gradients", "saturated_units", "tiny_updates")
+
+
+@dataclass(slots=True)
+class Plateau(Details):
+    """The loss early and late, the run's relative gain, and its chance level if at it."""
+
+    early_loss: float
+    """The median of the first 10% of the steps."""
+    late_loss: float
+    """The median of the last 25%."""
+    gain: float
+    chance: float | None = None
+    """ln(classes), when the loss sits at the chance level of a cross-entropy."""
+    classes: int | None = None
+
+    def to_json(self) -> JsonObject:
+        out = Details.to_json(self)
+        if self.chance is None:  # not at chance: not written
+            del out["chance"], out["classes"]
+        return out
 
 
 class LossPlateau(FindingKind):
@@ -65,6 +87,8 @@ class LossPlateau(FindingKind):
     )
     considers_zero_init = True
     link = 150
+
+    example_details = Plateau(math.nan, math.nan, 0.0)  # at no chance level
 
     def check(self, h: History) -> list[Finding]:
         steps, values = finite(loss_trend(h)[0])
@@ -99,8 +123,9 @@ class LossPlateau(FindingKind):
                     Evidence("median loss, last 25% of steps", fmt(late)),
                     Evidence("relative improvement", round(gain, 4)),
                 ],
-                details={"early_loss": early, "late_loss": late, "gain": gain}
-                | ({"chance": math.log(k), "classes": k} if at_chance and k else {}),
+                details=Plateau(early, late, gain)
+                if not (at_chance and k)
+                else Plateau(early, late, gain, math.log(k), k),
             )
         ]
 
@@ -146,7 +171,7 @@ class LossPlateau(FindingKind):
                 f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
                 Weight.MODERATE,
             )
-        k = at_chance(f.details.get("late_loss"), h)
+        k = at_chance(Plateau.of(f.details).late_loss, h)
         if (
             k is not None
         ):  # learnt nothing: every cause of a plateau predicts it, so it weighs little

@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import excursion, fmt, loss_noise, loss_trend, stands_out
 from .advice import at, clip_fix, noise_note, update_signs
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 WINDOW = 128
 Z = 6.0
@@ -67,6 +68,19 @@ REPEATS = 3
 """Spikes in a run from which they are the optimizer's pattern, not a batch's accident."""
 
 
+@dataclass(slots=True, kw_only=True)
+class Spikes(Details):
+    """The run's loss spikes: how many, where, how soon the loss came back, how high."""
+
+    spikes: int
+    spike_steps: list[int]
+    """The steps of the first 10."""
+    back_after: int | None
+    """Steps the loss took to come back (None: not measured)."""
+    ratio: float | None
+    """The first spike's loss over the recent median (None: not measured)."""
+
+
 class LossSpike(FindingKind):
     """The loss jumped and came back. One spike that returns at once is first of
     all the batch it was computed on; spikes that repeat are the optimizer's."""
@@ -74,6 +88,8 @@ class LossSpike(FindingKind):
     name = "loss_spike"
     caused_by = ("accumulating_gradients", "nonfinite", "loss_blowup")
     link = 140
+
+    example_details = Spikes(spikes=1, spike_steps=[], back_after=None, ratio=None)
 
     def check(self, h: History) -> list[Finding]:
         trend, _ = loss_trend(h)
@@ -125,12 +141,12 @@ class LossSpike(FindingKind):
                     "spikes in the run", len(spikes), extra={"steps": [s[0] for s in spikes[:10]]}
                 )
             )
-        details = {
-            "spikes": len(spikes),
-            "spike_steps": [s[0] for s in spikes[:10]],
-            "back_after": back,
-            "ratio": value / med if med > 0 else math.inf,
-        }
+        details = Spikes(
+            spikes=len(spikes),
+            spike_steps=[s[0] for s in spikes[:10]],
+            back_after=back,
+            ratio=value / med if med > 0 else math.inf,
+        )
         return [
             Finding(
                 kind=self.name,
@@ -148,8 +164,8 @@ class LossSpike(FindingKind):
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         f.symptom = f"the loss jumped at {at(f)} and came back"
-        d = f.details
-        count, back = d.get("spikes", 1), d.get("back_after")
+        d = Spikes.of(f.details)
+        count, back = d.spikes, d.back_after
         batch = Hypothesis(
             Family.DATA,
             "one bad batch (corrupted, mislabelled or extreme inputs)",
@@ -182,7 +198,7 @@ class LossSpike(FindingKind):
         f.ruled_out.append(
             RuledOut("loss divergence", "the loss came back to its earlier level within 50 steps")
         )
-        if (ratio := d.get("ratio")) is not None and facts.loss_noise is not None:
+        if (ratio := d.ratio) is not None and facts.loss_noise is not None:
             f.ruled_out.append(
                 RuledOut(
                     "the loss's ordinary noise",

@@ -23,7 +23,9 @@ calibration split, transformer:lr_sgd), so it is a consequence, not a root cause
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from .._util.json_types import JsonObject
 from .._util.text import module_label
 from ..detect.finding import (
     Evidence,
@@ -41,9 +43,23 @@ from ..detect.signals import fmt
 from ..store import EventKind, RunMeta
 from .advice import LR_TOO_HIGH, at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 GROWTH = 100.0
+
+
+@dataclass(slots=True, kw_only=True)
+class NonfiniteFacts(Details):
+    """What a non-finite finding's explanation reads besides its origin (only what is
+    known is written)."""
+
+    printed: str | None = None
+    """The NaN/Inf the program printed before it ended, in nothing gradoc watched."""
+    grew_before: dict[str, float] | None = None
+    """How much the loss and the gradient norm grew in the steps before (x their start)."""
+
+    def to_json(self) -> JsonObject:
+        return {k: v for k, v in Details.to_json(self).items() if v is not None}
 
 
 def _grew_before(h: History, step: int) -> dict[str, float]:
@@ -110,7 +126,7 @@ def _printed(h: History) -> list[Finding]:
                 "metric): the loss and gradients it watched were finite"
             ),
             evidence=[Evidence("printed", text, step=at)],
-            details={"printed": text},
+            details=NonfiniteFacts(printed=text),
         )
     ]
 
@@ -267,7 +283,7 @@ def born_in_user_code(f: Finding) -> bool:
     """A NaN/Inf whose birth was located in the user's forward, backward or data, and not
     an overflow of values that were already blowing up (``details["grew_before"]``)."""
     origin = f.origin
-    if f.kind != "nonfinite" or origin is None or f.details.get("grew_before"):
+    if f.kind != "nonfinite" or origin is None or NonfiniteFacts.of(f.details).grew_before:
         return False
     return origin.phase == "input" or (origin.phase in ("forward", "backward") and bool(origin.op))
 
@@ -386,14 +402,14 @@ class Nonfinite(FindingKind):
                 summary="; ".join(parts),
                 evidence=evidence,
                 origin=origin,
-                details={"grew_before": grew} if grew else {},
+                details=NonfiniteFacts(grew_before=grew or None),
             )
         ]
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         f.symptom = (
             f"the program printed a NaN/Inf at {at(f)} and ended"
-            if f.details.get("printed")
+            if NonfiniteFacts.of(f.details).printed
             else f"the loss or the gradients became NaN/Inf at {at(f)}"
         )
         origin = f.origin
@@ -473,7 +489,7 @@ class Nonfinite(FindingKind):
             data.against(finite, Weight.STRONG)
         else:
             op.unseen("where the first NaN/Inf was made (not located)")
-        grew = f.details.get("grew_before") or {}
+        grew = NonfiniteFacts.of(f.details).grew_before or {}
         if grew and phase != "input":
             grow.cause = (
                 "values that blew up before they overflowed: a learning rate too high for "

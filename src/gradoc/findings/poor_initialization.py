@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, fmt
 from .advice import LR_TOO_HIGH, init_advice
 from .facts import Facts
-from .kind import FindingKind
+from .kind import Details, FindingKind
 
 CHAIN = ("Linear", "Conv1d", "Conv2d", "Conv3d", "LazyLinear")
 MIN_LAYERS = 4
@@ -40,6 +41,26 @@ TOTAL = 100.0
 
 
 CHANCE_RATIO = 1.5
+
+
+@dataclass(slots=True, kw_only=True)
+class ChanceInit(Details):
+    """Rule ``chance``: the loss at step 0 against the chance level of its classes."""
+
+    rule: str = "chance"
+    start_loss: float
+    chance: float
+    """ln(classes): the loss of a model that predicts the uniform distribution."""
+    classes: int
+
+
+@dataclass(slots=True, kw_only=True)
+class Drift(Details):
+    """Rule ``drift``: the activations' scale changes by a factor layer after layer."""
+
+    rule: str = "drift"
+    factor_per_layer: float
+    grows: bool
 
 
 def _chance(h: History) -> list[Finding]:
@@ -66,7 +87,7 @@ def _chance(h: History) -> list[Finding]:
                 Evidence(f"chance level ln({k})", fmt(chance)),
                 Evidence("loss at step 0 / chance", fmt(start / chance)),
             ],
-            details={"rule": "chance", "start_loss": start, "chance": chance, "classes": k},
+            details=ChanceInit(start_loss=start, chance=chance, classes=k),
         )
     ]
 
@@ -104,17 +125,16 @@ def _drift(h: History) -> list[Finding]:
                 Evidence(f"output std of {n}", fmt(v), step=s, type="distribution")
                 for n, s, v in chain
             ],
-            details={"rule": "drift", "factor_per_layer": factor, "grows": grows},
+            details=Drift(factor_per_layer=factor, grows=grows),
         )
     ]
 
 
-def _too_confident(f: Finding, facts: Facts) -> list[Hypothesis]:
-    d = f.details
+def _too_confident(f: Finding, d: ChanceInit, facts: Facts) -> list[Hypothesis]:
     head = f.layer or "the output layer"
     f.symptom = (
-        f"the model starts out confidently wrong: its first loss is {fmt(d['start_loss'])} "
-        f"where a fresh {d['classes']}-class model gives ~{fmt(d['chance'])}"
+        f"the model starts out confidently wrong: its first loss is {fmt(d.start_loss)} "
+        f"where a fresh {d.classes}-class model gives ~{fmt(d.chance)}"
     )
     scale = Hypothesis(
         Family.INITIALIZATION,
@@ -129,7 +149,7 @@ def _too_confident(f: Finding, facts: Facts) -> list[Hypothesis]:
         "look for a multiplication of the logits before the loss",
         base=0.1,
     )
-    claim = f"the loss at step 0 is {fmt(d['start_loss'] / d['chance'])}x chance before any update"
+    claim = f"the loss at step 0 is {fmt(d.start_loss / d.chance)}x chance before any update"
     scale.seen(claim, Weight.STRONG, step=0)
     logit.seen(claim, Weight.MODERATE, step=0)
     f.ruled_out.append(
@@ -165,14 +185,15 @@ class PoorInitialization(FindingKind):
         # a loss at step 0 far above its chance level: logits too large at initialisation,
         # which is what makes the first gradients explode (nanoGPT with init std 1.0: loss 35
         # against ln 65 = 4.2, gradient norm 2,200 before the program's clip): the first link
-        return 0 if f.details.get("rule") == "chance" else self.link
+        return 0 if ChanceInit.in_(f) else self.link
 
     def check(self, h: History) -> list[Finding]:
         return _chance(h) + _drift(h)
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        if f.details.get("rule") == "chance":
-            return _too_confident(f, facts)
+        chance = ChanceInit.in_(f)
+        if chance is not None:
+            return _too_confident(f, chance, facts)
         f.symptom = "activations change scale layer after layer from the first step"
         init = Hypothesis(
             Family.INITIALIZATION,

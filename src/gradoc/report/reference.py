@@ -85,7 +85,7 @@ def explained(kind: FindingKind) -> Finding:
         step=5,
         layer="0",
         summary=kind.name,
-        details=dict(kind.example_details),
+        details=kind.example_details or {},
     )
     [story] = diagnose(history, [finding])
     return story
