@@ -234,6 +234,37 @@ def test_an_adam_rate_as_large_as_the_weights_joins_the_story_it_caused() -> Non
     assert [f.kind for f in merge([alone])] == ["large_updates"]
 
 
+def test_a_late_nan_is_not_folded_into_a_blowup_that_came_back_long_before() -> None:
+    """A loss that jumped at step 2 and was back by step 21, then NaN at step 37,686: two
+    stories, and the NaN, which lasted to the end, is the headline. A NaN while the loss
+    was still up (or soon after) is still the blow-up's."""
+    from gradoc.findings.loss_blowup import Blowup
+
+    def blowup() -> Finding:
+        f = _finding("loss_blowup", 2, "error")
+        f.details = Blowup(
+            start_loss=0.69,
+            peak_loss=9.5,
+            peak_step=3,
+            peak_ratio=13.8,
+            came_back_at=21,
+            end_loss=0.3,
+            per_sample=False,
+        )
+        return f
+
+    late = order(merge([blowup(), _finding("nonfinite", 37_686, "error")]))
+    assert [(s.kind, s.step) for s in late] == [("nonfinite", 37_686), ("loss_blowup", 2)]
+    assert not late[0].related and not late[1].related
+    (soon,) = order(merge([blowup(), _finding("nonfinite", 40, "error")]))
+    assert soon.kind == "loss_blowup" and [r.kind for r in soon.related] == ["nonfinite"]
+    # a blow-up that never came back explains a NaN whenever it came
+    lasting = blowup()
+    lasting.details = {**Blowup.of(lasting.details).to_json(), "came_back_at": None}
+    (story,) = order(merge([lasting, _finding("nonfinite", 37_686, "error")]))
+    assert story.kind == "loss_blowup"
+
+
 def test_a_loss_at_init_far_above_chance_heads_the_explosion_it_starts() -> None:
     """nanoGPT with init std 1.0: loss 35 against ln 65, gradient norm 2,200 at step 0."""
     init = _finding("poor_initialization", 0)

@@ -7,7 +7,9 @@ wrong, each as a script of our own in tests/shapes/ run unchanged under ``gradoc
 - a model frozen by mistake: frozen parameters, not "labels carry no relation";
 - LBFGS at lr 80: the learning rate;
 - noisy losses that are healthy (batch 1, a policy gradient, one-weight regression): no
-  warning at all.
+  warning at all;
+- a NaN at step 600 after a blow-up that came back by step 25: the NaN heads the report,
+  not folded into the blow-up.
 """
 
 from __future__ import annotations
@@ -88,3 +90,11 @@ def test_a_frozen_model_folds_its_plateau_into_the_cause(tmp_path: Path) -> None
 def test_a_noisy_healthy_loss_raises_nothing(tmp_path: Path, script: str) -> None:
     report = gradoc_run(tmp_path, script)
     assert not serious(report), [f["summary"] for f in report["findings"]]
+
+
+def test_a_late_nan_heads_the_report_apart_from_an_early_blowup(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "late_nan_after_blowup.py")
+    top, *rest = serious(report)
+    assert (top["kind"], top["step"]) == ("nonfinite", 600), top["summary"]
+    blowup = next(f for f in rest if f["kind"] == "loss_blowup")
+    assert blowup["step"] < 10 and "nonfinite" not in {r["kind"] for r in blowup["related"]}

@@ -415,19 +415,31 @@ class Details:
     def of(cls: type[D], details: Details | Mapping[str, Any]) -> D:
         """These details, typed: as the rule made them, or read back from report.json or a
         run log's event (the keys this class has; a missing one raises ``TypeError``)."""
+        made = cls.known(details)
+        if made is None:
+            missing = ", ".join(cls._missing(details)) or type(details).__name__
+            raise TypeError(f"details of {missing} are not {cls.__name__}")
+        return made
+
+    @classmethod
+    def known(cls: type[D], details: Details | Mapping[str, Any]) -> D | None:
+        """:meth:`of`, or None where ``details`` are not these (a finding made by hand)."""
         if isinstance(details, cls):
             return details
+        if isinstance(details, Details) or cls._missing(details):
+            return None
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        return cls(**{name: details[name] for name in names if name in details})
+
+    @classmethod
+    def _missing(cls, details: Details | Mapping[str, Any]) -> list[str]:
         if isinstance(details, Details):
-            raise TypeError(f"{type(details).__name__} are not {cls.__name__}")
-        known = fields(cls)  # type: ignore[arg-type]
-        missing = [
+            return []
+        return [
             f.name
-            for f in known
+            for f in fields(cls)  # type: ignore[arg-type]
             if f.name not in details and f.default is MISSING and f.default_factory is MISSING
         ]
-        if missing:
-            raise TypeError(f"details without {', '.join(missing)} are not {cls.__name__}")
-        return cls(**{f.name: details[f.name] for f in known if f.name in details})
 
     @classmethod
     def in_(cls: type[D], f: Finding) -> D | None:

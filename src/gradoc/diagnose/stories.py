@@ -1,15 +1,16 @@
 """Stories: findings that are one story become one, on the run's timeline.
 
-A finding is folded into (explained by) another only if that one could cause it (each
-kind's ``caused_by``, as data) and began at or before it: a consequence is
-never blamed on something that came later. A NaN/Inf born in the user's own code (located
-in a forward or backward pass, or in the input data) is a root cause in itself: never
-folded into another finding, and the divergence, plateau, spikes or odd updates that
+A finding is folded into (explained by) another only if that one could cause it (each kind's
+``caused_by``, as data), began at or before it, and was not over long before it began
+(``LINGER`` steps after a loss that came back): a consequence is never blamed on something
+that came later, nor on a transient that had ended. A NaN/Inf born in the user's own code
+(located in a forward or backward pass, or in the input data) is a root cause in itself:
+never folded into another finding, and the divergence, plateau, spikes or odd updates that
 follow it are its consequences. Chains are followed to their first link: a learning rate
-that blows the loss up, which kills units, which leaves the loss on a plateau at chance,
-is one story headlined by the blow-up. A standing condition (an Adam learning rate as
-large as the weights) is a setting rather than an event: it joins the story of what it
-caused, whenever that began.
+that blows the loss up, which kills units, which leaves the loss on a plateau at chance, is
+one story headlined by the blow-up. A standing condition (an Adam learning rate as large as
+the weights) is a setting rather than an event: it joins the story of what it caused,
+whenever that began.
 """
 
 from __future__ import annotations
@@ -58,7 +59,23 @@ def _explains(cause: Finding, f: Finding) -> bool:
         return False  # a root cause in itself
     if cause.kind not in kind.caused_by or not by.can_cause(cause):
         return False
-    return _when(cause) < _when(f)
+    return _when(cause) < _when(f) and _near(cause, by, f, kind)
+
+
+LINGER = 100
+"""Steps after a problem was over within which what began may still be its consequence
+(a unit that died in a blow-up is seen dead at the next activation sample)."""
+
+
+def _near(cause: Finding, by: FindingKind, f: Finding, kind: FindingKind) -> bool:
+    """``f`` may have begun before ``cause`` was over, or soon after: a NaN thousands of
+    steps after a loss that came back is not that blow-up's (a mechanism links them only
+    while it lasts)."""
+    over = by.until(cause)
+    if over is None:
+        return True
+    began = kind.earliest(f)
+    return began is None or began <= over + LINGER
 
 
 def merge(findings: list[Finding]) -> list[Finding]:
@@ -88,5 +105,15 @@ def merge(findings: list[Finding]) -> list[Finding]:
 
 
 def order(stories: list[Finding]) -> list[Finding]:
-    """Most important first: errors, warnings, information; then the earlier onset."""
-    return sorted(stories, key=lambda f: (SEVERITY_ORDER[f.severity], _onset(f), -len(f.related)))
+    """Most important first: errors, warnings, information; then what lasted to the end of
+    the run before what was over (a NaN that ended the run heads a blow-up that came back
+    long before it); then the earlier onset."""
+    return sorted(
+        stories,
+        key=lambda f: (SEVERITY_ORDER[f.severity], _over(f), _onset(f), -len(f.related)),
+    )
+
+
+def _over(f: Finding) -> bool:
+    kind = _kind(f)
+    return kind is not None and kind.until(f) is not None

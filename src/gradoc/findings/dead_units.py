@@ -68,6 +68,10 @@ class DeadUnits(FindingKind):
 
     example_details = Timing(first_sample=0, alive_until=None)
 
+    def earliest(self, f: Finding) -> int | None:
+        d = Timing.known(f.details)
+        return d.alive_until + 1 if d is not None and d.alive_until is not None else None
+
     def check(self, h: History) -> list[Finding]:
         flagged = []
         functional = h.meta.functional_activations

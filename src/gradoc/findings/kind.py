@@ -72,3 +72,15 @@ class FindingKind:
     def can_cause(self, f: Finding) -> bool:
         """This finding may head the story of what it can cause (``caused_by`` of others)."""
         return True
+
+    def until(self, f: Finding) -> int | None:
+        """The step this finding's problem was over by, when it ended before the run did (a
+        loss that came back); None while it lasted to the end. What began long after it
+        ended is not its consequence."""
+        return None
+
+    def earliest(self, f: Finding) -> int | None:
+        """The earliest step this finding may have begun at: its step, or before it when it
+        is read from samples (units dead at a sample died after the last one they were
+        alive at)."""
+        return f.step

@@ -98,6 +98,10 @@ class LossBlowup(FindingKind):
         per_sample=False,
     )
 
+    def until(self, f: Finding) -> int | None:
+        d = Blowup.known(f.details)
+        return d.came_back_at if d is not None else None
+
     def check(self, h: History) -> list[Finding]:
         series, per_sample = loss_trend(h)
         pairs = [(s, v) for s, v in zip(series.steps, series.values) if math.isfinite(v)]

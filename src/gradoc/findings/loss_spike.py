@@ -91,6 +91,13 @@ class LossSpike(FindingKind):
 
     example_details = Spikes(spikes=1, spike_steps=[], back_after=None, ratio=None)
 
+    def until(self, f: Finding) -> int | None:
+        d = Spikes.known(f.details)
+        if d is None:
+            return None
+        last = max(d.spike_steps, default=f.step if f.step is not None else 0)
+        return last + (d.back_after or 0)
+
     def check(self, h: History) -> list[Finding]:
         trend, _ = loss_trend(h)
         steps, values = trend.steps, trend.values
