@@ -90,6 +90,11 @@ class LossPlateau(FindingKind):
 
     example_details = Plateau(math.nan, math.nan, 0.0)  # at no chance level
 
+    def earliest(self, f: Finding) -> int | None:
+        """A plateau is the whole run's trend (its first 10% against its last 25%): it may
+        have begun at any step, so a blow-up that left the loss at chance explains it."""
+        return None
+
     def check(self, h: History) -> list[Finding]:
         steps, values = finite(loss_trend(h)[0])
         if len(values) < MIN_STEPS:
