@@ -266,16 +266,16 @@ def test_run_attaches_to_every_optimizer_with_stable_unique_names(tmp_path: Path
     done = gradoc_cli("run", "--out", str(tmp_path / "run"), str(script))
     assert done.returncode == 0, done.stderr
     log = gradoc.open_run(tmp_path / "run")
-    # the critic's optimizer stepped first: its model keeps plain names; the generator,
-    # found at the second optimizer's first step, is prefixed with its class name
+    # two optimizers: each model is named as the program holds it (its global), the
+    # critic's first (its optimizer stepped first), the generator's at its first step
     assert [p.name for p in log.params] == [
-        "fc.weight",
-        "fc.bias",
-        "generator.fc.weight",
-        "generator.fc.bias",
+        "critic.fc.weight",
+        "critic.fc.bias",
+        "gen.fc.weight",
+        "gen.fc.bias",
     ]
     assert [p.optimizer for p in log.params] == [0, 0, 1, 1]
-    assert log.param("generator.fc.weight", "grad_norm").steps == [0, 1, 2, 3, 4]  # its own count
+    assert log.param("gen.fc.weight", "grad_norm").steps == [0, 1, 2, 3, 4]  # its own count
     assert log.num_steps == 5
 
 

@@ -9,7 +9,9 @@ wrong, each as a script of our own in tests/shapes/ run unchanged under ``gradoc
 - noisy losses that are healthy (batch 1, a policy gradient, one-weight regression): no
   warning at all;
 - a NaN at step 600 after a blow-up that came back by step 25: the NaN heads the report,
-  not folded into the blow-up.
+  not folded into the blow-up;
+- two objectives judged by their own kind of training: a PPO-style actor and critic (each
+  with its own Adam) and a GAN, healthy and broken.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ import pytest
 SHAPES = Path(__file__).parent / "shapes"
 
 
-def gradoc_run(tmp_path: Path, script: str) -> dict[str, Any]:
+def gradoc_run(tmp_path: Path, script: str, *args: str) -> dict[str, Any]:
     out = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", str(out), str(SHAPES / script)],
+        [sys.executable, "-m", "gradoc", "run", "--out", str(out), str(SHAPES / script), *args],
         capture_output=True,
         timeout=300,
         cwd=tmp_path,
@@ -98,3 +100,62 @@ def test_a_late_nan_heads_the_report_apart_from_an_early_blowup(tmp_path: Path) 
     assert (top["kind"], top["step"]) == ("nonfinite", 600), top["summary"]
     blowup = next(f for f in rest if f["kind"] == "loss_blowup")
     assert blowup["step"] < 10 and "nonfinite" not in {r["kind"] for r in blowup["related"]}
+
+
+def objectives(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {o["name"]: (o["training"], o["role"]) for o in report["run"]["objectives"]}
+
+
+def test_an_actor_and_a_critic_are_two_objectives_judged_as_reinforcement(tmp_path: Path) -> None:
+    """The critic's loss grows with the returns (1 -> ~250) while the agent improves: no
+    alarm, and each part is named as the program calls it."""
+    report = gradoc_run(tmp_path, "ppo_actor_critic.py")
+    assert not serious(report), [f["summary"] for f in report["findings"]]
+    assert objectives(report) == {
+        "actor": ("reinforcement", "policy"),
+        "critic": ("reinforcement", "critic"),
+    }
+    critic = next(o for o in report["run"]["objectives"] if o["name"] == "critic")
+    assert (
+        critic["steps"] == report["run"]["steps"]
+        and critic["loss_last"] > 50 * critic["loss_first"]
+    )
+    layers = {f["layer"] for f in report["findings"] if f["layer"]}
+    assert not any(layer.startswith("sequential") for layer in layers), layers
+
+
+def test_a_one_sample_advantage_std_is_the_headline_nan(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "ppo_actor_critic.py", "--one-sample")
+    top = serious(report)[0]
+    assert (top["kind"], top["step"]) == ("nonfinite", 80), top["summary"]
+    assert top["root_cause_family"] == "numerics", top["root_cause"]
+    assert top["origin"]["phase"] == "forward", top["origin"]
+    assert report["run"]["exit_code"] == 1
+
+
+def test_a_healthy_gan_is_a_game_not_a_plateau(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "gan.py")
+    assert not serious(report), [f["summary"] for f in report["findings"]]
+    assert objectives(report) == {
+        "discriminator": ("adversarial", "discriminator"),
+        "generator": ("adversarial", "generator"),
+    }
+
+
+def test_a_discriminator_at_100x_the_rate_wins_and_starves_the_generator(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "gan.py", "--d-lr-x100")
+    top = serious(report)[0]
+    assert top["kind"] == "adversarial_imbalance", [f["summary"] for f in report["findings"]]
+    assert top["objective"] == "generator" and top["root_cause_family"] == "learning_rate"
+    assert "100x" in top["root_cause"], top["root_cause"]
+
+
+def test_autograd_grad_twice_an_iteration_is_one_step(tmp_path: Path) -> None:
+    """A data term's gradient and a penalty's, each by ``torch.autograd.grad``: 200
+    iterations are 200 steps, the NaN is at iteration 150, and the hand-written update is
+    not "tiny" (it was measured between the two calls when each call was a step)."""
+    report = gradoc_run(tmp_path, "grad_twice.py")
+    assert report["run"]["steps"] == 200
+    top = serious(report)[0]
+    assert (top["kind"], top["step"]) == ("nonfinite", 150), top["summary"]
+    assert "tiny_updates" not in {f["kind"] for f in serious(report)}

@@ -20,6 +20,7 @@ from .report import (
     REPORT_SCHEMA,
     SERIOUS,
     Clipping,
+    ObjectiveFacts,
     Ranks,
     Report,
     RunFacts,
@@ -54,6 +55,7 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         loss_read=loss_read(meta),
         clipping=clipping(run),
         unwatched=_unwatched(meta),
+        objectives=[ObjectiveFacts.from_json(o.to_json()) for o in history.objectives],
     )
     return Report(
         status="problems" if problems else ("not_watched" if unwatched else "healthy"),
@@ -156,6 +158,7 @@ __all__ = [
     "REPORT_SCHEMA",
     "Clipping",
     "GuardSummary",
+    "ObjectiveFacts",
     "Ranks",
     "Report",
     "RunFacts",

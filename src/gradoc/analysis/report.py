@@ -64,6 +64,39 @@ class Ranks:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectiveFacts:
+    """One objective of the run (``detect.training``): what it trains, the kind of training
+    it was judged as and why, and its loss at the first and last step."""
+
+    id: int
+    name: str
+    training: str
+    role: str
+    why: str
+    optimizers: list[int]
+    steps: int
+    loss_first: float | None
+    loss_last: float | None
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ObjectiveFacts:
+        return cls(
+            int(data["id"]),
+            str(data["name"]),
+            str(data["training"]),
+            str(data.get("role") or "loss"),
+            str(data.get("why") or ""),
+            [int(i) for i in data.get("optimizers") or []],
+            int(data.get("steps") or 0),
+            data.get("loss_first"),
+            data.get("loss_last"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RunFacts:
     """report.json's ``run``: what the run was and how it ended."""
 
@@ -83,6 +116,8 @@ class RunFacts:
     unwatched: list[str] = field(default_factory=list)
     """What of the run gradoc could not see, though it watched the steps."""
     ranks: Ranks | None = None
+    objectives: list[ObjectiveFacts] = field(default_factory=list)
+    """Each objective and the kind of training it was judged as (one for most runs)."""
 
     def to_json(self) -> JsonObject:
         out = {
@@ -98,6 +133,7 @@ class RunFacts:
             "loss_read": self.loss_read,
             "clipping": self.clipping.to_json() if self.clipping is not None else None,
             "unwatched": list(self.unwatched),
+            "objectives": [o.to_json() for o in self.objectives],
         }
         if self.ranks is not None:
             out["ranks"] = self.ranks.to_json()
@@ -120,6 +156,7 @@ class RunFacts:
             clipping=Clipping.from_json(clipping) if clipping else None,
             unwatched=[str(u) for u in data.get("unwatched") or []],
             ranks=Ranks(ranks["world_size"], list(ranks["merged"])) if ranks else None,
+            objectives=[ObjectiveFacts.from_json(o) for o in data.get("objectives") or []],
         )
 
 

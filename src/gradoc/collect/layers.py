@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,17 +40,21 @@ class WatchedModule:
     saturation: SaturationRule | None
 
 
-def assign_prefixes(prefixes: dict[nn.Module, str], new_roots: Sequence[nn.Module]) -> None:
+def assign_prefixes(
+    prefixes: dict[nn.Module, str], new_roots: Sequence[nn.Module], several: bool = False
+) -> None:
     """Give each new root a name prefix, kept for the whole run so names never change.
 
     A run that watches one model names things exactly as ``model.named_modules()`` does;
-    when there are several, each is prefixed with its class name (``generator.fc1``), with
-    an index where class names repeat (``linear0.``, ``linear1.``).
+    when there are several (or ``several``: other optimizers will bring theirs), each is
+    prefixed with the name the program calls it by (``critic.3``, ``generator.0``: the
+    attribute or global that holds it, see :func:`program_name`), else its class name,
+    with an index where names repeat (``linear0.``, ``linear1.``).
     """
-    if not prefixes and len(new_roots) == 1:
+    if not prefixes and len(new_roots) == 1 and not several:
         prefixes[new_roots[0]] = ""
         return
-    names = [type(r).__name__.lower() for r in new_roots]
+    names = [program_name(r) or type(r).__name__.lower() for r in new_roots]
     taken = set(prefixes.values())
     for root, name in zip(new_roots, names):
         prefix, i = (f"{name}." if names.count(name) == 1 else f"{name}0."), 0
@@ -58,6 +63,29 @@ def assign_prefixes(prefixes: dict[nn.Module, str], new_roots: Sequence[nn.Modul
             prefix = f"{name}{i}."
         prefixes[root] = prefix
         taken.add(prefix)
+
+
+def program_name(module: nn.Module) -> str | None:
+    """The name the program holds ``module`` by: the attribute of the module or object that
+    holds it (``self.critic``, ``agent.actor``, a LightningModule's ``generator``), else the
+    global (``discriminator = nn.Sequential(...)``); None when it has none of these (a local
+    variable, an item of a list). Read once when the module is first watched: the objects
+    that refer to it, by ``gc.get_referrers`` (one pass over the tracked objects)."""
+    found: dict[int, str] = {}  # preference (0 best) -> name
+    for referrer in gc.get_referrers(module):
+        # an object's attributes are a dict, or held inline (Python 3.11+: the object)
+        holder = referrer if isinstance(referrer, dict) else getattr(referrer, "__dict__", None)
+        if not isinstance(holder, dict) or isinstance(referrer, type):
+            continue
+        for key, value in holder.items():
+            if value is not module or not isinstance(key, str):
+                continue
+            if key.startswith("_") or not key.isidentifier():
+                continue
+            # a parent module's child or an object's attribute before a module's global
+            rank = 2 if "__name__" in holder else 1
+            found.setdefault(rank, key)
+    return found[min(found)].lower() if found else None
 
 
 def qualified(prefix: str, name: str) -> str:

@@ -158,7 +158,10 @@ def kind(node: Any) -> JsonObject:
 
 def _nll(node: Any) -> JsonObject:
     facts: JsonObject = {}
-    saved = getattr(node, "_saved_self", None)
+    try:
+        saved = getattr(node, "_saved_self", None)
+    except RuntimeError:  # read after its backward freed what it saved
+        saved = None
     if isinstance(saved, Tensor) and saved.dim() >= 2:
         facts["classes"] = int(saved.shape[1])
     ignore = getattr(node, "_saved_ignore_index", None)

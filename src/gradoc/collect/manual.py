@@ -5,7 +5,9 @@ code that calls ``torch.autograd.grad`` and moves tensors itself, input optimisa
 optimizer step to count. When no ``torch.optim`` optimizer exists, a step is one direct
 ``backward()`` or ``torch.autograd.grad`` call; its statistics are read when that call
 returns, and the step ends at the next call (or at the end of the program), when the
-tensors' change since is the step's update. The tensors that receive gradients are the
+tensors' change since is the step's update. An iteration that calls twice (a data term's
+gradient, then a penalty's) is one step: a call from a line that has not called yet in the
+open step joins it. The tensors that receive gradients are the
 step's parameters: those the call names (``inputs``), else the leaves of the loss's
 autograd graph; they are named after the module owning them, else after the variable of
 the user's code that holds them, else by order and shape.
@@ -138,6 +140,14 @@ def _held(name: str, value: Any) -> Iterable[tuple[str, Tensor]]:
                 yield f"{name}[{k!r}]", v
 
 
+def _call_site() -> tuple[str, int] | None:
+    """The line of the user's code that made the current backward()/autograd.grad call."""
+    frame = sys._getframe(2)
+    while frame is not None and not _user(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+
+
 def fallback_name(index: int, t: Tensor) -> str:
     """A tensor nobody named: by its order of first use and its shape (``tensor0[784x10]``)."""
     return f"tensor{index}[{'x'.join(map(str, t.shape))}]"
@@ -158,6 +168,9 @@ class ManualSteps:
         self._stable = 0
         self._grads_before: dict[int, int] = {}
         self._probe: list[Tensor] = []
+        self._sites: set[tuple[str, int]] = set()
+        """The lines of the user's code that called backward()/autograd.grad in the open
+        step."""
 
     def stop(self) -> None:
         """An optimizer stepped after all: from now on it counts the steps."""
@@ -168,8 +181,11 @@ class ManualSteps:
         self.run.event(EventKind.STEPS_COUNTED, "an optimizer stepped: steps counted at its step()")
 
     def on_backward(self, tensors: Any, inputs: Any) -> None:
-        """A direct call begins: the previous step ends (its update is done by now)."""
+        """A direct call begins: the previous step ends (its update is done by now), unless
+        the call is another of the same iteration (see :meth:`_same_iteration`)."""
         leaves = self._step_leaves(tensors, inputs) if self._maybe() else None
+        if leaves is not None and self._same_iteration():
+            return  # its loss is the step's too; its gradients are not the step's statistics
         if leaves is not None and self.target is None:  # decided when the call returns
             self._grads_before = taps.optimizer_grads()
             # what an optimizer may hold: the graph's leaves too, not only the ``inputs``
@@ -185,6 +201,19 @@ class ManualSteps:
                 self.end(matched)
                 watched.forward_seen, watched.samples = seen, samples
             self._leaves = leaves
+
+    def _same_iteration(self) -> bool:
+        """An iteration may call ``autograd.grad`` (or ``backward()``) more than once (a
+        data term's gradient and a penalty's): a call from a line of the user's code that
+        has not called yet in the open step belongs to that step. A call from the line
+        that opened the step, or from one that already called in it, begins the next
+        step. One frame walk a call, in programs without an optimizer only."""
+        site = _call_site()
+        if self.open and site is not None and site not in self._sites:
+            self._sites.add(site)
+            return True
+        self._sites = {site} if site is not None else set()
+        return False
 
     def after_backward(self, grads: Any) -> None:
         leaves, self._leaves = self._leaves, None

@@ -61,6 +61,9 @@ class Layout:
     unused: list[tuple[Seen, slice | None]]
     """Losses the program read and never backpropagated, with where their value lies (None:
     a value known on the host)."""
+    objectives: list[tuple[int, int, slice]]
+    """The losses of objectives other than the primary optimizer's: (step, objective id,
+    where the value lies) (see ``objectives``)."""
     later: bool = False
     """Its steps' vitals were not read at their statistics points (an accelerator's): they
     are checked when it is read."""
@@ -141,6 +144,13 @@ class StepRecord:
                     "value": repr(value).lower(),
                 }
                 self._first(conn, EventKind.NONFINITE_LOSS, seen.step, message, data)
+        objective_rows = []
+        for step, k, at in layout.objectives:
+            value = values[at][0]
+            objective_rows.append((step, k, real(value)))
+            if not math.isfinite(value):
+                message = f"loss is {value} at step {step} (objective {k})"
+                self._first(conn, EventKind.NONFINITE_LOSS, step, message, {"objective": k})
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
             [
@@ -161,6 +171,8 @@ class StepRecord:
                 f"{total} non-finite gradient values at step {first}",
             )
         insert_rows(conn, "steps", step_rows)
+        if objective_rows:
+            insert_rows(conn, "objective_losses", objective_rows)
         insert_rows(conn, "param_arrays", param_rows)
         insert_rows(conn, "act_stats", act_rows)
         return max([layout.step, *(sl.step for sl in layout.targets)])

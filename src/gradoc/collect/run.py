@@ -136,7 +136,8 @@ class Run(Shown):
             raise RuntimeError("this gradoc run is closed")
         if optimizer in self.steps.targets:
             return
-        new_roots = self.watched.roots([models] if isinstance(models, nn.Module) else list(models))
+        several = self.attach_early is not None and len(taps.live_optimizers()) > 1  # to come
+        new_roots = self.watched.roots(models if isinstance(models, list) else [models], several)
         if optimizer is None:
             self.watched.watch_modules(new_roots)
             return

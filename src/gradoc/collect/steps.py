@@ -56,6 +56,7 @@ from .locate_probe import Locate
 from .loss_reading import LossReader
 from .manual import ManualSteps
 from .notebook import LiveStatus, in_notebook
+from .objectives import Objectives
 from .padding import PaddingAudit
 from .probe import Probe
 from .record import StepRow
@@ -108,6 +109,8 @@ class Steps(taps.TapReceiver):
         self._clearing = Clearing()
         """Whether the program clears gradients between steps (``cleared``)."""
         self._optimizers: list[JsonObject] = []
+        self.several = False  # several optimizers train (or will): see ``objectives``
+        self.objectives = Objectives()
         self._counting: list[str] = []
         self.origins: dict[int, Origin] = {}  # step -> where its NaN was born
 
@@ -119,8 +122,11 @@ class Steps(taps.TapReceiver):
         if not manual:  # what the updates are expected to look like depends on it
             self._optimizers.append(_described(optimizer))
             self.run.set_meta(optimizers=self._optimizers)
+            # gradoc run attaches one at a time: others alive will be attached at their step
+            alive = self.run.attach_early is not None and len(taps.live_optimizers()) > 1
+            self.several = len(self._optimizers) > 1 or alive
         if self.primary is None:
-            self.primary = optimizer
+            self.primary = self.objectives.primary = optimizer
             self.activations.arm(self.activations.wanted(self.count))
         if self.device is None and params:
             self.device = params[0].param.device
@@ -319,18 +325,21 @@ class Steps(taps.TapReceiver):
         target.ready = False
         if self.guard is not None:
             self.guard.stepped(optimizer)
+        calls, micros = self.loss.backward_calls, self.loss.take()
+        if self.several:  # whose losses these were (one optimizer: its own)
+            micros = self.objectives.credit(target, micros, self)
         if optimizer is not self.primary:
             return
         self._clearing.after_step(target)
-        calls = self.loss.backward_calls
-        micros = self.loss.take()
         loss, divisors = losses.step_values(micros) if micros else (None, None)
         lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
         samples = self.watched.samples or None
         t = time.monotonic() - self.run.t0
         clip = self.clipping.take()
         row = StepRow(self.count, t, calls, samples, lrs, loss, divisors, clip)
-        self.watched.forward_seen, self.watched.samples = False, 0
+        # several optimizers: a forward before another's step feeds the next loss
+        self.watched.forward_seen = self.several and self.watched.forward_seen
+        self.watched.samples = 0
         self.transfers.step_ended(row)
         for probe in self.probes:
             probe.end_step(self.count, self.activations.armed)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .grads import WatchedOptimizer
     from .lengths import Lengths
     from .loss_reading import LossReader
+    from .objectives import Objectives
     from .probe import Probe
 
 
@@ -45,6 +46,7 @@ class Stepping(Protocol):
     activations: Activations
     lengths: Lengths
     loss: LossReader
+    objectives: Objectives
     probes: list[Probe]
     guard: Guard | None
 
@@ -120,6 +122,7 @@ class Transfers:
             for i, lr in enumerate(r.lrs)
             if isinstance(lr, Tensor)
         }
+        objectives = [(step, k, pack.add(v)) for step, k, v in steps.objectives.take()]
         targets = [
             sl
             for t in steps.targets.values()
@@ -129,7 +132,9 @@ class Transfers:
         self.pack_activations()
         steps.lengths.pack(pack)
         later = not self.checks_now()
-        layout = Layout(steps.count, rows, lrs, targets, self._acts, clips, unused, later)
+        layout = Layout(
+            steps.count, rows, lrs, targets, self._acts, clips, unused, objectives, later
+        )
         self.pending, self._acts = [], []
         self._last = time.monotonic()
         pack.on_read(lambda host: self._received(host, layout))
@@ -177,7 +182,11 @@ class Transfers:
         )
 
     def _to_transfer(self) -> bool:
-        return bool(self.pending or self.steps.loss.unbacked.unused) or self._collected()
+        steps = self.steps
+        return (
+            bool(self.pending or steps.loss.unbacked.unused or steps.objectives.pending)
+            or self._collected()
+        )
 
     def unsent(self) -> bool:
         return self._to_transfer() or len(self.packet) > 0 or self.packet.poll() > 0

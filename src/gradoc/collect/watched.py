@@ -52,13 +52,14 @@ class Watched:
         self.forward_seen = False
         self.samples = 0
 
-    def roots(self, given: list[nn.Module]) -> list[nn.Module]:
-        """Name the new roots' modules and watch their forwards; the new roots."""
+    def roots(self, given: list[nn.Module], several: bool = False) -> list[nn.Module]:
+        """Name the new roots' modules and watch their forwards; the new roots (``several``:
+        other models will follow, each root is named by its prefix)."""
         # a compiled model's forward is seen where the user calls it (its wrapper runs
         # eagerly, the inside not)
         callee = {unwrap(r): (r if compiled(r) else unwrap(r)) for r in given}
         new_roots = [r for r in callee if r not in self.prefixes]
-        assign_prefixes(self.prefixes, new_roots)
+        assign_prefixes(self.prefixes, new_roots, several)
         for root in new_roots:
             for name, m in root.named_modules():
                 self.names.setdefault(m, qualified(self.prefixes[root], name))

@@ -489,6 +489,9 @@ class Finding:
     :meth:`Details.of`; a kind with nothing to add leaves it empty."""
     rank: int | None = None
     """Under torchrun, the rank that saw it when rank 0 did not (the merged report)."""
+    objective: str | None = None
+    """In a run with several objectives, the one whose loss this finding judged (its name,
+    ``critic``); None for the run's only objective or a finding about the whole run."""
 
     def __post_init__(self) -> None:
         self.evidence = [Evidence.of(e) for e in self.evidence]
@@ -517,6 +520,8 @@ class Finding:
             data["origin"] = self.origin.to_json()
         if self.rank is not None:
             data["rank"] = self.rank
+        if self.objective is not None:
+            data["objective"] = self.objective
         return data
 
     @classmethod
@@ -542,4 +547,5 @@ class Finding:
             related=[Related.from_json(r) for r in data.get("related", [])],
             details=dict(data.get("details") or {}),
             rank=data.get("rank"),
+            objective=data.get("objective"),
         )

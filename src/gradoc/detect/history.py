@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..store import Layer, RunLog, Series
 from ..store.meta import RunMeta
 from ..store.reader import Event
+from .training import Objective, judge
 
 _EMPTY = Series([], [])
 
@@ -39,6 +40,9 @@ class History:
     units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     meta: RunMeta = field(default_factory=RunMeta)
+    objective_losses: dict[int, Series] = field(default_factory=dict)
+    """The losses of a run's objectives other than the first (whose loss is ``loss``), by
+    ``meta.objectives`` id."""
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
     that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,
@@ -63,7 +67,26 @@ class History:
             units=run.unit_table(),
             events=run.events,
             meta=run.meta,
+            objective_losses={
+                int(o["id"]): run.objective_loss(int(o["id"]))
+                for o in run.meta.objectives
+                if int(o["id"]) != 0
+            },
         )
+
+    @property
+    def objectives(self) -> list[Objective]:
+        """The run's objectives, each judged as its kind of training (``training``)."""
+        found = self.derived.get("objectives")
+        if found is None:
+            found = self.derived["objectives"] = judge(
+                self.meta, lambda k: self.loss if k == 0 else self.objective_losses.get(k, _EMPTY)
+            )
+        return found  # type: ignore[no-any-return]
+
+    def of_objective(self, objective: Objective) -> History:
+        """This history as one objective's: its loss series in place of the run's."""
+        return replace(self, loss=objective.loss, derived={})
 
     def param(self, name: str, stat: str) -> Series:
         return self.param_stats.get(name, {}).get(stat, _EMPTY)

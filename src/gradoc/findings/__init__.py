@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..detect.finding import SEVERITY_ORDER, Finding
 from ..detect.history import History
 from .accumulating_gradients import AccumulatingGradients
+from .adversarial_imbalance import AdversarialImbalance
 from .dead_units import DeadUnits
 from .exploding_gradients import ExplodingGradients
 from .fp16_overflow import Fp16Overflow
@@ -44,6 +45,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     LossBlowup,
     LossDivergence,
     LossPlateau,
+    AdversarialImbalance,
     PoorInitialization,
     LargeUpdates,
     TinyUpdates,
@@ -82,8 +84,29 @@ def unregister(name: str) -> None:
 
 def check_all(h: History) -> list[Finding]:
     """Every registered kind's findings in a run's history, most severe first, then by step."""
-    found = [f for kind in REGISTRY.values() for f in kind.check(h)]
+    objectives = h.objectives
+    if len(objectives) == 1 and objectives[0].falls:
+        found = [f for kind in REGISTRY.values() for f in kind.check(h)]
+    else:
+        found = []
+        for kind in REGISTRY.values():
+            if not kind.judges_trend:
+                found += kind.check(h)
+                continue
+            for o in objectives:
+                if o.falls:  # judged by its own loss, named after it
+                    found += [
+                        _of(f, o.name, len(objectives)) for f in kind.check(h.of_objective(o))
+                    ]
     return sorted(found, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
+
+
+def _of(f: Finding, objective: str, count: int) -> Finding:
+    """A finding about one of several objectives says which."""
+    if count > 1:
+        f.objective = objective
+        f.summary = f"{objective}: {f.summary}"
+    return f
 
 
 def _step(f: Finding) -> int:

@@ -11,6 +11,16 @@ output goes through a functional ``F.relu`` (``meta['functional_activations']``)
 units that are never > 0 are that function's dead units. For other outputs "not > 0" is
 not "dead". Samples whose outputs held NaN/Inf are left out: NaN is never > 0, and a unit
 that outputs NaN is broken, not dead (the ``nonfinite`` finding's story).
+
+Harm before alarm: a layer whose inactive share has not changed since the first sample
+(within ``STABLE``, 0.1) and stays at most ``AS_BORN`` (75%) is reported as information: the
+architecture meeting its data, not units that died (a healthy agent's critic kept 52-55% of a
+ReLU layer inactive from its first sample to its last, on states from a narrow
+distribution). Units that were alive at a sample and dead later died; a share beyond 75% from
+the start is a layer that barely passes anything (biases of -4 in front of the ReLUs left
+every unit inactive: ``benchmarks/accuracy.py``'s ``neg_bias``). Both stay warnings. The
+dormant-neuron work in reinforcement learning reads the same way: a dormant share that grows
+over training is the harm (Sokar et al., ICML 2023, "The dormant neuron phenomenon").
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from .kind import Details, FindingKind
 ACTIVE = 0.01
 LAYER_SHARE = 0.5
 SAMPLES = 3
+STABLE = 0.1
+AS_BORN = 0.75
 RELU_FAMILY = ("ReLU", "ReLU6", "Threshold")
 
 
@@ -47,6 +59,34 @@ class Timing(Details):
 
     first_sample: int
     alive_until: int | None
+
+
+def _as_born(samples: dict[int, list[float]], timing: Timing) -> bool:
+    """The layer's share of inactive units is what it was at the first sample, within
+    ``STABLE``, and leaves most of a layer's units (at most ``AS_BORN``) inactive: the
+    architecture meeting its data (a narrow input distribution, a ReLU after a layer whose
+    outputs are half negative), not units that died. Harm is a share that grows, or one so
+    large that the layer barely passes anything (a negative bias at initialisation)."""
+    if timing.alive_until is not None:
+        return False  # alive at some sample, dead later: they died
+    shares = [dead_share(u) for u in samples.values() if u]
+    return bool(shares) and max(shares) - min(shares) <= STABLE and max(shares) <= AS_BORN
+
+
+def _information(flagged: tuple[str, int, float, int, Timing], h: History) -> Finding:
+    name, first, share, width, timing = flagged
+    return Finding(
+        kind="dead_units",
+        severity="info",
+        step=first,
+        layer=name,
+        summary=(
+            f"{share:.0%} of the {width} units of {name} are inactive, as they were at the "
+            "first sample: the architecture meeting its data, not units that died"
+        ),
+        evidence=[Evidence("share of units active on < 1% of positions", round(share, 3))],
+        details=timing,
+    )
 
 
 class DeadUnits(FindingKind):
@@ -99,6 +139,10 @@ class DeadUnits(FindingKind):
             )
         if not flagged:
             return []
+        harmful = [f for f in flagged if not _as_born(h.units[f[0]], f[4])]
+        if not harmful:
+            return [_information(flagged[0], h)]
+        flagged = harmful
         name, first, share, width, timing = flagged[0]
         others = [f[0] or "(model)" for f in flagged[1:]]
         behind = " (its output goes through F.relu)" if functional.get(name) == "relu" else ""
@@ -126,6 +170,11 @@ class DeadUnits(FindingKind):
         ]
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        if f.severity == "info":
+            f.symptom = (
+                f"{f.layer}'s share of inactive units has not changed since the first sample"
+            )
+            return []
         f.symptom = f"most units of {f.layer} output 0 for every input, so they never learn"
         bias = Hypothesis(
             Family.INITIALIZATION,

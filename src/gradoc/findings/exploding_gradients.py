@@ -136,7 +136,12 @@ class ExplodingGradients(FindingKind):
     """Gradients far too large, from the start or growing in training."""
 
     name = "exploding_gradients"
-    caused_by = ("accumulating_gradients", "loss_blowup", "poor_initialization")
+    caused_by = (
+        "accumulating_gradients",
+        "adversarial_imbalance",
+        "loss_blowup",
+        "poor_initialization",
+    )
     link = 40
 
     def check(self, h: History) -> list[Finding]:

@@ -38,6 +38,9 @@ class FindingKind:
     link: ClassVar[int] = LAST_LINK
     """When findings begin at the same step, the lower ``link`` is the first link of the
     causal chain (an exploding gradient before the loss blow-up it causes)."""
+    judges_trend: ClassVar[bool] = False
+    """Its rule judges the loss's trend (it should fall): with several objectives it reads
+    each one whose kind of training expects that (``detect.training``), and none other."""
     example_details: ClassVar[Details | None] = None
     """Details for the findings reference's finding with no evidence: a kind whose
     explanation reads its details sets them."""

@@ -81,6 +81,7 @@ class LossBlowup(FindingKind):
     """The loss rose far above where it started and stayed up for a while."""
 
     name = "loss_blowup"
+    judges_trend = True
     caused_by = (
         "accumulating_gradients",
         "nonfinite",

@@ -112,6 +112,7 @@ class LossDivergence(FindingKind):
     """The loss climbs and does not come back."""
 
     name = "loss_divergence"
+    judges_trend = True
     caused_by = (
         "accumulating_gradients",
         "nonfinite",

@@ -74,6 +74,7 @@ class LossPlateau(FindingKind):
     """The loss does not go down: the model is not learning."""
 
     name = "loss_plateau"
+    judges_trend = True
     caused_by = (
         "accumulating_gradients",
         "nonfinite",

@@ -86,6 +86,7 @@ class LossSpike(FindingKind):
     all the batch it was computed on; spikes that repeat are the optimizer's."""
 
     name = "loss_spike"
+    judges_trend = True
     caused_by = ("accumulating_gradients", "nonfinite", "loss_blowup")
     link = 140
 

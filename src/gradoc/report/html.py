@@ -201,15 +201,39 @@ def _marks(log: RunLog, report: Report) -> dict[str, list[int]]:
     }
 
 
+def _loss_figures(log: RunLog, report: Report) -> list[str]:
+    """The loss chart; with several objectives, one per objective, each with the kind of
+    training it was judged as."""
+    objectives = report.run.objectives
+    if len(objectives) < 2:
+        loss = log.scalar("loss")
+        chart = (
+            charts.loss_chart(loss.steps, loss.values, _marks(log, report)) if loss.steps else None
+        )
+        said = "with the run's events: NaN/Inf, loss spikes, skipped and clipped steps, rollbacks."
+        if objectives and objectives[0].training != "supervised":
+            o = objectives[0]
+            said = f"judged {o.training} ({o.role}): {o.why}. " + said
+        return [_figure("chart-loss", "Loss", chart, said)]
+    out = []
+    for k, o in enumerate(objectives):
+        loss = log.objective_loss(o.id)
+        chart = charts.loss_chart(loss.steps, loss.values, _marks(log, report) if o.id == 0 else {})
+        out.append(
+            _figure(
+                "chart-loss" if k == 0 else f"chart-loss-{o.id}",
+                f"Loss of {o.name}",
+                chart if loss.steps else None,
+                f"judged {o.training} ({o.role}): {o.why}.",
+            )
+        )
+    return out
+
+
 def _charts(log: RunLog, report: Report) -> list[str]:
-    loss, norm = log.scalar("loss"), log.scalar("grad_norm")
+    norm = log.scalar("grad_norm")
     out = [
-        _figure(
-            "chart-loss",
-            "Loss",
-            charts.loss_chart(loss.steps, loss.values, _marks(log, report)) if loss.steps else None,
-            "with the run's events: NaN/Inf, loss spikes, skipped and clipped steps, rollbacks.",
-        ),
+        *_loss_figures(log, report),
         _figure(
             "chart-grad-norm",
             "Global gradient norm",

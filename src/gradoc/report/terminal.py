@@ -130,7 +130,16 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
         if clip.median_factor is not None:
             said += f" (median factor {clip.median_factor:.3g})"
         console.print(_t(said + "; the gradient norms below are before it", style="dim"))
-    for name in ("loss", "grad_norm"):
+    several = len(info.objectives) > 1 or any(o.training != "supervised" for o in info.objectives)
+    for o in info.objectives if several else []:
+        said = f"objective {o.name}: judged {o.training} ({o.role}), {o.why}"
+        console.print(_t(said, style="dim"))
+    if len(info.objectives) > 1:  # one series each, named after what it trains
+        for o in info.objectives:
+            line = _series_line(o.name[:10], run.objective_loss(o.id))
+            if line is not None:
+                console.print(line)
+    for name in ("grad_norm",) if len(info.objectives) > 1 else ("loss", "grad_norm"):
         line = _series_line(name, run.scalar(name))
         if line is not None:
             console.print(line)

@@ -73,6 +73,9 @@ class RunMeta(Mapping[str, Any]):
     clip_calls: int | None = None
     scaler_skipped_steps: int | None = None
     optimizers: list[JsonObject] = field(default_factory=list)
+    objectives: list[JsonObject] = field(default_factory=list)
+    """A run with several objectives (``gradoc.collect.objectives``): each one's id, name,
+    optimizers, loss function and the objectives its loss reaches; empty with one."""
     side_effects: JsonObject | None = None
     functional_activations: dict[str, str] = field(default_factory=dict)
     steps_counted_by: list[str] = field(default_factory=list)

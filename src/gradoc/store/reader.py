@@ -431,6 +431,19 @@ class RunLog(Shown):
         rows = self._query(f"SELECT step, {name} FROM steps WHERE {name} IS NOT NULL ORDER BY step")
         return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
 
+    def objective_loss(self, objective: int) -> Series:
+        """One objective's loss per step (``meta['objectives']``; 0 is ``steps.loss``)."""
+        if objective == 0:
+            return self.scalar("loss")
+        if self.version < 5:
+            return Series([], [])
+        rows = self._query(
+            "SELECT step, loss FROM objective_losses WHERE objective = ? AND loss IS NOT NULL"
+            " ORDER BY step",
+            (objective,),
+        )
+        return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
+
     def lr(self, group: int = 0) -> Series:
         """The learning rate of one param group (of the first optimizer) per step."""
         rows = self._query("SELECT step, lr FROM steps WHERE lr IS NOT NULL ORDER BY step")

@@ -1,4 +1,4 @@
-"""The run log's tables (schema version 4).
+"""The run log's tables (schema version 5).
 
 Readable with the ``sqlite3`` tool::
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .._util.text import StrEnum
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class EventKind(StrEnum):
@@ -53,12 +53,13 @@ class EventKind(StrEnum):
     CRASH = "crash"
 
 
-"""4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
+"""5: ``objective_losses`` (a run with several optimizers: each objective's loss);
+4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
 ``steps.loss`` with gradient accumulation and loss scaling undone;
 3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
 2: ``steps.samples``. Versions 1 to 3 (1 and 2: one ``param_stats`` row per parameter and
 step) are read too."""
-READABLE = (1, 2, 3, 4)
+READABLE = (1, 2, 3, 4, 5)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -92,6 +93,13 @@ CREATE TABLE IF NOT EXISTS steps (
                                    -- |grad| for clip_grad_value_); NULL: no clipping
     clip_max    REAL               -- its threshold (meta 'clipping' says which function)
 );
+CREATE TABLE IF NOT EXISTS objective_losses (
+    step       INTEGER NOT NULL,   -- the steps table's step in progress when it trained
+    objective  INTEGER NOT NULL,   -- meta 'objectives' id (0, the first optimizer's, is
+                                   -- steps.loss and not repeated here)
+    loss       REAL,               -- its loss, as steps.loss is read
+    PRIMARY KEY (step, objective)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS param_arrays (
     step           INTEGER NOT NULL,
     part           INTEGER NOT NULL, -- the first layer id of the row (one row per optimizer)

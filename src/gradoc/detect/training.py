@@ -1,0 +1,182 @@
+"""The kind of training each objective is, observed from what the run shows.
+
+A run is not always one supervised loss that should fall. Each objective (one per group of
+optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one of:
+
+- **supervised**: its loss is expected to fall (a classifier, a regressor, a language model,
+  a generator's reconstruction). The loss-trend rules (spike, blow-up, divergence, plateau)
+  judge it.
+- **adversarial**: it plays a game against another objective. Seen in the autograd graph:
+  its loss runs through parameters another optimizer trains against it (a generator's loss
+  through the discriminator), and that other objective is the discriminator. A
+  discriminator's loss rising while the generator improves is the game working, so the trend
+  rules do not judge either; what still means harm is a side that wins outright
+  (``adversarial_imbalance``), and non-finite values or gradients beyond any healthy run.
+- **reinforcement**: it follows returns. A policy-gradient surrogate is no measure of
+  progress: seen as a loss of no known supervised function that takes both signs (the
+  advantage is centred: a healthy surrogate sits around 0, above and below it); in a run with
+  such a policy, an objective that regresses onto targets (squared, L1 or Huber error: a value
+  function, a critic) follows the returns, which grow as the agent improves. Neither is judged
+  by its trend.
+
+A run with one objective is supervised unless its loss is a signed surrogate: everything
+gradoc said of such runs before holds for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .._util.json_types import JsonObject
+from .._util.text import StrEnum
+from ..store import Series
+from ..store.meta import RunMeta
+
+SIGNED_SHARE = 0.1
+"""A loss below 0 on at least this share of its steps, and above 0 on as many, takes both
+signs: no supervised loss function does (each is >= 0; a log-likelihood objective is one
+sign throughout)."""
+REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+"""Loss functions a value function (a critic) regresses onto returns with."""
+
+
+class Training(StrEnum):
+    SUPERVISED = "supervised"
+    ADVERSARIAL = "adversarial"
+    REINFORCEMENT = "reinforcement"
+
+
+EXPECTS: dict[Training, str] = {
+    Training.SUPERVISED: "its loss should fall",
+    Training.ADVERSARIAL: "its loss plays a game: it may rise while training works",
+    Training.REINFORCEMENT: "its loss follows the returns: it is no measure of progress",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """One objective of a run: its loss series and the kind of training it was judged as."""
+
+    id: int
+    name: str
+    loss: Series
+    training: Training = Training.SUPERVISED
+    role: str = "loss"
+    """What it is in its kind of training: loss, generator, discriminator, policy, critic."""
+    why: str = "one objective whose loss is a supervised loss function"
+    optimizers: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def falls(self) -> bool:
+        """Its loss is expected to fall: the loss-trend rules judge it."""
+        return self.training is Training.SUPERVISED
+
+    def to_json(self) -> JsonObject:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "training": str(self.training),
+            "role": self.role,
+            "why": self.why,
+            "optimizers": list(self.optimizers),
+            "steps": len(self.loss),
+            "loss_first": self.loss.values[0] if self.loss.values else None,
+            "loss_last": self.loss.values[-1] if self.loss.values else None,
+        }
+
+
+def judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
+    """The run's objectives, each with the kind of training it is judged as (see the module
+    docstring); ``loss_of(id)``: an objective's loss series (0: the steps table's)."""
+    said = meta.objectives
+    if len(said) < 2:
+        only = loss_of(0)
+        fn = (meta.loss_fn or {}).get("fn")
+        if fn is None and _signed(only):
+            why = "its loss takes both signs and is no supervised loss function (a policy gradient)"
+            return [Objective(0, "loss", only, Training.REINFORCEMENT, "policy", why)]
+        return [Objective(0, "loss", only)]
+    losses = {int(o["id"]): loss_of(int(o["id"])) for o in said}
+    names = {int(o["id"]): str(o.get("name") or f"objective {o['id']}") for o in said}
+    out: dict[int, Objective] = {}
+    # adversarial: a loss that reaches another objective's parameters plays against it
+    for o in said:
+        k = int(o["id"])
+        for other in o.get("reaches") or []:
+            if other not in names or (other in out and out[other].role == "generator"):
+                continue
+            mutual = k in (next(x for x in said if x["id"] == other).get("reaches") or [])
+            why = (
+                f"its loss runs through {names[other]}'s parameters, which another optimizer trains"
+            )
+            out[k] = _objective(
+                o, losses, Training.ADVERSARIAL, "player" if mutual else "generator", why
+            )
+            against = (
+                f"{names[k]}'s loss runs through its parameters: they train against each other"
+            )
+            out.setdefault(
+                other,
+                _objective(
+                    next(x for x in said if x["id"] == other),
+                    losses,
+                    Training.ADVERSARIAL,
+                    "player" if mutual else "discriminator",
+                    against,
+                ),
+            )
+    rest = [o for o in said if int(o["id"]) not in out]
+    policies = [
+        o for o in rest if not (o.get("loss_fn") or {}).get("fn") and _signed(losses[int(o["id"])])
+    ]
+    for o in policies:
+        why = "its loss takes both signs and is no supervised loss function (a policy gradient)"
+        out[int(o["id"])] = _objective(o, losses, Training.REINFORCEMENT, "policy", why)
+    if policies:
+        policy = names[int(policies[0]["id"])]
+        for o in rest:
+            if int(o["id"]) not in out and (o.get("loss_fn") or {}).get("fn") in REGRESSION:
+                why = (
+                    f"it regresses onto targets beside the policy {policy}: a value "
+                    "function, whose loss follows the returns"
+                )
+                out[int(o["id"])] = _objective(o, losses, Training.REINFORCEMENT, "critic", why)
+    for o in said:
+        k = int(o["id"])
+        if k not in out:
+            fn = (o.get("loss_fn") or {}).get("fn")
+            why = (
+                f"a {str(fn).replace('_', ' ')}" if fn else "a loss of no recognised game or policy"
+            )
+            out[k] = _objective(o, losses, Training.SUPERVISED, "loss", why + ": expected to fall")
+    return [out[k] for k in sorted(out)]
+
+
+def _objective(
+    o: JsonObject, losses: dict[int, Series], training: Training, role: str, why: str
+) -> Objective:
+    k = int(o["id"])
+    return Objective(
+        k,
+        str(o.get("name") or f"objective {k}"),
+        losses[k],
+        training,
+        role,
+        why,
+        [int(i) for i in o.get("optimizers") or []],
+    )
+
+
+def _signed(loss: Series) -> bool:
+    """The loss takes both signs (``SIGNED_SHARE`` of its finite steps each)."""
+    values = [v for v in loss.values if v == v and abs(v) != float("inf")]
+    if len(values) < 10:
+        return False
+    below = sum(1 for v in values if v < 0) / len(values)
+    above = sum(1 for v in values if v > 0) / len(values)
+    return below >= SIGNED_SHARE and above >= SIGNED_SHARE
+
+
+def objective_named(objectives: Sequence[Objective], name: str | None) -> Objective | None:
+    return next((o for o in objectives if o.name == name), None)
