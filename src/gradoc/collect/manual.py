@@ -85,13 +85,19 @@ def step_leaves(outputs: Any, inputs: Any) -> list[Tensor]:
     named = _as_list(inputs)
     if named:
         return named
+    roots = [t.grad_fn for t in _as_list(outputs) if t.grad_fn is not None]
+    # a leaf handed to backward() itself
+    handed = [t for t in _as_list(outputs) if t.grad_fn is None and t.requires_grad]
+    return handed + graph_leaves(roots)
+
+
+def graph_leaves(roots: list[Any], limit: int | None = None) -> list[Tensor]:
+    """The leaf tensors (``AccumulateGrad`` nodes' variables) below autograd nodes ``roots``,
+    in the order a walk from them meets them; at most ``limit`` nodes are walked."""
     leaves: list[Tensor] = []
     seen: set[int] = set()
-    todo: list[Any] = [t.grad_fn for t in reversed(_as_list(outputs)) if t.grad_fn is not None]
-    for t in _as_list(outputs):  # a leaf handed to backward() itself
-        if t.grad_fn is None and t.requires_grad:
-            leaves.append(t)
-    while todo:
+    todo: list[Any] = list(reversed(roots))
+    while todo and (limit is None or len(seen) < limit):
         node = todo.pop()
         if node is None or id(node) in seen:
             continue
@@ -104,15 +110,21 @@ def step_leaves(outputs: Any, inputs: Any) -> list[Tensor]:
     return leaves
 
 
+def _user_frame(depth: int) -> Any:
+    """The innermost frame of the user's code, from ``depth`` frames above the caller."""
+    frame = sys._getframe(depth + 1)
+    while frame is not None and not _user(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame
+
+
 def variable_names(tensors: Sequence[Tensor]) -> dict[int, str]:
     """The names the user's code holds ``tensors`` by (``w``, ``params[0]``,
     ``weights['fc']``), read from the innermost frame of the user's code and its module's
     globals; once per new tensor, never per step."""
     wanted = {id(t) for t in tensors}
     found: dict[int, str] = {}
-    frame = sys._getframe(1)
-    while frame is not None and not _user(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
+    frame = _user_frame(1)
     if frame is None:
         return found
     for scope in (frame.f_locals, frame.f_globals):
@@ -142,9 +154,7 @@ def _held(name: str, value: Any) -> Iterable[tuple[str, Tensor]]:
 
 def _call_site() -> tuple[str, int] | None:
     """The line of the user's code that made the current backward()/autograd.grad call."""
-    frame = sys._getframe(2)
-    while frame is not None and not _user(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
+    frame = _user_frame(2)
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 

@@ -27,6 +27,7 @@ from torch.optim import Optimizer
 
 from .._util.json_types import JsonObject
 from . import losses
+from .manual import graph_leaves
 
 if TYPE_CHECKING:
     from torch import nn
@@ -187,17 +188,4 @@ def _params(objective: Objective) -> set[int]:
 
 def _reach(node: Any) -> frozenset[int]:
     """ids of the leaf tensors (parameters) a loss's graph accumulates gradients into."""
-    found: set[int] = set()
-    todo: list[Any] = [node]
-    seen: set[int] = set()
-    while todo and len(seen) < REACH_LIMIT:
-        n = todo.pop()
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
-        variable = getattr(n, "variable", None)
-        if isinstance(variable, Tensor):
-            found.add(id(variable))
-            continue
-        todo.extend(fn for fn, _ in n.next_functions)
-    return frozenset(found)
+    return frozenset(id(t) for t in graph_leaves([node], REACH_LIMIT))

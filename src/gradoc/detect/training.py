@@ -25,7 +25,7 @@ gradoc said of such runs before holds for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._util.json_types import JsonObject
@@ -39,6 +39,10 @@ signs: no supervised loss function does (each is >= 0; a log-likelihood objectiv
 sign throughout)."""
 REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Loss functions a value function (a critic) regresses onto returns with."""
+
+
+POLICY = "its loss takes both signs and is no supervised loss function (a policy gradient)"
+"""Why an objective is judged a policy."""
 
 
 class Training(StrEnum):
@@ -94,78 +98,52 @@ def judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
         only = loss_of(0)
         fn = (meta.loss_fn or {}).get("fn")
         if fn is None and _signed(only):
-            why = "its loss takes both signs and is no supervised loss function (a policy gradient)"
-            return [Objective(0, "loss", only, Training.REINFORCEMENT, "policy", why)]
+            return [Objective(0, "loss", only, Training.REINFORCEMENT, "policy", POLICY)]
         return [Objective(0, "loss", only)]
-    losses = {int(o["id"]): loss_of(int(o["id"])) for o in said}
-    names = {int(o["id"]): str(o.get("name") or f"objective {o['id']}") for o in said}
+    by_id = {int(o["id"]): o for o in said}
+    names = {k: str(o.get("name") or f"objective {k}") for k, o in by_id.items()}
+    fns = {k: (o.get("loss_fn") or {}).get("fn") for k, o in by_id.items()}
+    losses = {k: loss_of(k) for k in by_id}
     out: dict[int, Objective] = {}
+
+    def judged(k: int, training: Training, role: str, why: str) -> Objective:
+        optimizers = [int(i) for i in by_id[k].get("optimizers") or []]
+        return Objective(k, names[k], losses[k], training, role, why, optimizers)
+
     # adversarial: a loss that reaches another objective's parameters plays against it
-    for o in said:
-        k = int(o["id"])
+    for k, o in by_id.items():
         for other in o.get("reaches") or []:
             if other not in names or (other in out and out[other].role == "generator"):
                 continue
-            mutual = k in (next(x for x in said if x["id"] == other).get("reaches") or [])
+            mutual = k in (by_id[other].get("reaches") or [])
             why = (
                 f"its loss runs through {names[other]}'s parameters, which another optimizer trains"
             )
-            out[k] = _objective(
-                o, losses, Training.ADVERSARIAL, "player" if mutual else "generator", why
-            )
+            out[k] = judged(k, Training.ADVERSARIAL, "player" if mutual else "generator", why)
             against = (
                 f"{names[k]}'s loss runs through its parameters: they train against each other"
             )
-            out.setdefault(
-                other,
-                _objective(
-                    next(x for x in said if x["id"] == other),
-                    losses,
-                    Training.ADVERSARIAL,
-                    "player" if mutual else "discriminator",
-                    against,
-                ),
+            role = "player" if mutual else "discriminator"
+            out.setdefault(other, judged(other, Training.ADVERSARIAL, role, against))
+    rest = [k for k in by_id if k not in out]
+    policies = [k for k in rest if not fns[k] and _signed(losses[k])]
+    for k in policies:
+        out[k] = judged(k, Training.REINFORCEMENT, "policy", POLICY)
+    for k in rest if policies else []:
+        if k not in out and fns[k] in REGRESSION:
+            why = (
+                f"it regresses onto targets beside the policy {names[policies[0]]}: a value "
+                "function, whose loss follows the returns"
             )
-    rest = [o for o in said if int(o["id"]) not in out]
-    policies = [
-        o for o in rest if not (o.get("loss_fn") or {}).get("fn") and _signed(losses[int(o["id"])])
-    ]
-    for o in policies:
-        why = "its loss takes both signs and is no supervised loss function (a policy gradient)"
-        out[int(o["id"])] = _objective(o, losses, Training.REINFORCEMENT, "policy", why)
-    if policies:
-        policy = names[int(policies[0]["id"])]
-        for o in rest:
-            if int(o["id"]) not in out and (o.get("loss_fn") or {}).get("fn") in REGRESSION:
-                why = (
-                    f"it regresses onto targets beside the policy {policy}: a value "
-                    "function, whose loss follows the returns"
-                )
-                out[int(o["id"])] = _objective(o, losses, Training.REINFORCEMENT, "critic", why)
-    for o in said:
-        k = int(o["id"])
+            out[k] = judged(k, Training.REINFORCEMENT, "critic", why)
+    for k in by_id:
         if k not in out:
-            fn = (o.get("loss_fn") or {}).get("fn")
+            fn = fns[k]
             why = (
                 f"a {str(fn).replace('_', ' ')}" if fn else "a loss of no recognised game or policy"
             )
-            out[k] = _objective(o, losses, Training.SUPERVISED, "loss", why + ": expected to fall")
+            out[k] = judged(k, Training.SUPERVISED, "loss", why + ": expected to fall")
     return [out[k] for k in sorted(out)]
-
-
-def _objective(
-    o: JsonObject, losses: dict[int, Series], training: Training, role: str, why: str
-) -> Objective:
-    k = int(o["id"])
-    return Objective(
-        k,
-        str(o.get("name") or f"objective {k}"),
-        losses[k],
-        training,
-        role,
-        why,
-        [int(i) for i in o.get("optimizers") or []],
-    )
 
 
 def _signed(loss: Series) -> bool:
@@ -176,7 +154,3 @@ def _signed(loss: Series) -> bool:
     below = sum(1 for v in values if v < 0) / len(values)
     above = sum(1 for v in values if v > 0) / len(values)
     return below >= SIGNED_SHARE and above >= SIGNED_SHARE
-
-
-def objective_named(objectives: Sequence[Objective], name: str | None) -> Objective | None:
-    return next((o for o in objectives if o.name == name), None)
