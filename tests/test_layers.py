@@ -153,6 +153,7 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
     from gradoc.collect.locate_probe import Locate
     from gradoc.collect.padding import PaddingAudit
     from gradoc.collect.run import Run
+    from gradoc.collect.setup import SetupCheck
     from gradoc.config import WatchConfig
 
     chosen = {}
@@ -164,7 +165,8 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
         run = Run(tmp_path / name, config)
         chosen[name] = [type(p) for p in run.steps.probes]
         run.close()
-    assert chosen == {"plain": [Lengths], "all": [Lengths, AmpRanges, PaddingAudit, Locate]}
+    plain = [Lengths, SetupCheck]
+    assert chosen == {"plain": plain, "all": [*plain, AmpRanges, PaddingAudit, Locate]}
     for file in ("run.py", "steps.py"):
         tree = ast.parse((ROOT / "collect" / file).read_text())
         asked = [

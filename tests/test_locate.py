@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradoc
+from gradoc.locate import origin_in_graph
 from tests import bugs
 from tests.bugs import BUGS, SeqModel, line_of
 
@@ -267,3 +268,51 @@ def test_a_step_read_after_its_update_wrote_nan_weights_says_so(
     assert origin["step"] == 5 and origin["op"] is None
     assert "could not be replayed" in origin["note"]
     assert "skip_nonfinite_updates=True" in origin["note"]
+
+
+# -- the loss's own autograd graph, read at backward() (no replay) ---------------------------
+# (origin_in_graph reads the variables of the innermost frame of user code: the test's own)
+
+
+def test_the_graph_names_a_division_by_a_norm_of_zero_and_its_line() -> None:
+    w = torch.randn(4, 3, requires_grad=True)
+    rows = w * torch.tensor([0.0, 1.0, 1.0, 1.0]).unsqueeze(1)
+    unit = rows / rows.norm(dim=1, keepdim=True)
+    loss = unit.sum() * 2
+    origin = origin_in_graph(loss, step=7)
+    assert origin is not None and (origin.phase, origin.op, origin.step) == ("forward", "div", 7)
+    assert origin.code == "unit = rows / rows.norm(dim=1, keepdim=True)", origin
+    zeros = next(e for e in origin.evidence if e.signal.startswith("values of the divisor"))
+    assert (zeros.value, zeros.extra["of"]) == (1, 4)
+    assert any(e.value == "rows" for e in origin.evidence if e.signal == "div operand")
+
+
+def test_the_graph_names_an_operand_that_entered_already_non_finite() -> None:
+    """A tensor computed without gradient (an advantage normalised over one value) is no
+    node of the graph: the variable that holds it is named, with the line that assigned it."""
+    w = torch.randn(3, requires_grad=True)
+    with torch.no_grad():
+        adv = torch.tensor([2.0])
+        adv = (adv - adv.mean()) / adv.std()
+    loss = -(w.sum() * adv).mean()
+    origin = origin_in_graph(loss, step=7)
+    assert origin is not None and origin.op == "std or div", origin
+    assert origin.code == "adv = (adv - adv.mean()) / adv.std()"
+    assert origin.note is not None and "`adv` was already non-finite" in origin.note
+
+
+def test_the_graph_leaves_weights_written_non_finite_to_the_optimizer_pass() -> None:
+    w = torch.randn(3, requires_grad=True)
+    with torch.no_grad():
+        w[0] = float("nan")
+    assert origin_in_graph((w * 2).sum(), step=7) is None
+
+
+def test_the_graph_recomputes_a_log_of_zero_no_consumer_saved() -> None:
+    p = torch.tensor([0.5, 0.0, 0.25], requires_grad=True)
+    q = p * 1.0
+    loss = torch.log(q).sum()  # sum saves nothing of its input: the log is recomputed
+    origin = origin_in_graph(loss, step=7)
+    assert origin is not None and origin.op == "log", origin
+    bad = next(e for e in origin.evidence if e.signal.startswith("values of the argument"))
+    assert bad.value == 1

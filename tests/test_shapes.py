@@ -11,7 +11,9 @@ wrong, each as a script of our own in tests/shapes/ run unchanged under ``gradoc
 - a NaN at step 600 after a blow-up that came back by step 25: the NaN heads the report,
   not folded into the blow-up;
 - two objectives judged by their own kind of training: a PPO-style actor and critic (each
-  with its own Adam) and a GAN, healthy and broken.
+  with its own Adam) and a GAN, healthy and broken;
+- a NaN located from the loss's autograd graph, without a re-run: a hand-written penalty's
+  division, an advantage normalised without gradient, a program that wrote files.
 """
 
 from __future__ import annotations
@@ -129,7 +131,9 @@ def test_a_one_sample_advantage_std_is_the_headline_nan(tmp_path: Path) -> None:
     top = serious(report)[0]
     assert (top["kind"], top["step"]) == ("nonfinite", 80), top["summary"]
     assert top["root_cause_family"] == "numerics", top["root_cause"]
-    assert top["origin"]["phase"] == "forward", top["origin"]
+    origin = top["origin"]
+    assert origin["phase"] == "forward" and origin["op"] == "std or div", origin
+    assert "adv.std()" in origin["code"] and "already non-finite" in origin["note"], origin
     assert report["run"]["exit_code"] == 1
 
 
@@ -159,3 +163,60 @@ def test_autograd_grad_twice_an_iteration_is_one_step(tmp_path: Path) -> None:
     top = serious(report)[0]
     assert (top["kind"], top["step"]) == ("nonfinite", 150), top["summary"]
     assert "tiny_updates" not in {f["kind"] for f in serious(report)}
+    # the penalty's div, read from its graph: not "the optimizer pass" (the hand-written
+    # update had already written the NaN gradient into the weights when the step was read)
+    origin = top["origin"]
+    assert (origin["phase"], origin["op"], origin["line"]) == ("forward", "div", 25), origin
+    assert top["root_cause_family"] == "numerics", top["root_cause"]
+
+
+def test_a_nan_in_a_program_that_wrote_files_is_located_without_a_rerun(tmp_path: Path) -> None:
+    """The program wrote its CSV log, so gradoc may not re-run it: the cosine's division
+    by a norm of 0 is named from the loss's autograd graph, in the run itself."""
+    report = gradoc_run(tmp_path, "cosine_writes_logs.py")
+    assert (tmp_path / "logs" / "metrics.csv").exists()
+    top = serious(report)[0]
+    assert (top["kind"], top["step"]) == ("nonfinite", 60), top["summary"]
+    origin = top["origin"]
+    assert (origin["phase"], origin["op"], origin["line"]) == ("forward", "div", 39), origin
+    assert "without a replay" in origin["note"] and "replayed" not in origin["note"]
+    zeros = next(e for e in origin["evidence"] if e["signal"].startswith("values of the divisor"))
+    assert (zeros["value"], zeros["of"]) == (1, 32)
+    assert top["root_cause_family"] == "numerics", top["root_cause"]
+    (tmp_path / "healthy").mkdir()
+    healthy = gradoc_run(tmp_path / "healthy", "cosine_writes_logs.py", "--healthy")
+    assert not serious(healthy), [f["summary"] for f in healthy["findings"]]
+
+
+# -- what the program set up, read as evidence --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "broken", "healthy", "kind", "family", "words"),
+    [
+        ("head_only_optimizer.py", (), ("--all",), "frozen_parameters", "loop", "left out"),
+        ("eval_left_on.py", (), ("--train-mode",), "eval_mode", "loop", "model.eval()"),
+        ("vae_kl_sign.py", ("--flip",), (), "loss_unbounded", "loop", "sign flipped"),
+        ("softmax_into_ce.py", (), ("--logits",), "loss_on_probabilities", "architecture", "ends"),
+    ],
+)
+def test_the_set_up_is_the_headline_and_healthy_runs_raise_nothing(
+    tmp_path: Path,
+    script: str,
+    broken: tuple[str, ...],
+    healthy: tuple[str, ...],
+    kind: str,
+    family: str,
+    words: str,
+) -> None:
+    """A model half left out of its optimizer, BatchNorm trained in eval(), a KL term
+    subtracted, softmax outputs into cross_entropy: each is the story's head, with the
+    set-up as its root cause (not the initialisation or the learning rate), and the same
+    program set up right raises no warning."""
+    report = gradoc_run(tmp_path, script, *broken)
+    top = serious(report)[0]
+    assert top["kind"] == kind, [f["summary"] for f in serious(report)]
+    assert top["root_cause_family"] == family and words in top["root_cause"], top["root_cause"]
+    (tmp_path / "ok").mkdir()
+    fine = gradoc_run(tmp_path / "ok", script, *healthy)
+    assert not serious(fine), [f["summary"] for f in fine["findings"]]

@@ -77,6 +77,7 @@ class Locate(Probe):
             self._update_ratios,
             rerun,
             None if target.manual else target.optimizer,
+            updated=target.manual,
         )
         if origin is not None:
             run.record_origin(origin)

@@ -9,6 +9,7 @@ in the training loop) and the next steps are traced whole until it recurs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,15 @@ import torch.nn as nn
 from torch import Tensor
 
 from .._util.state import RngState, rng_state
-from ..locate import ArmedTrace, Birth, Origin, check_weights, locate_step, origin_from
+from ..locate import (
+    ArmedTrace,
+    Birth,
+    Origin,
+    check_weights,
+    locate_step,
+    origin_from,
+    origin_in_graph,
+)
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -29,6 +38,10 @@ def first_tensor(output: Any) -> Tensor | None:
         return output[0]
     return None
 
+
+GRAPH_WALKS = 3
+"""Non-finite losses whose autograd graph is read, at most (a run that keeps making them,
+its steps skipped by a guard, is not walked each step)."""
 
 ARMED_STEPS = 20
 """How many steps to trace whole, waiting for a value born outside the model to recur."""
@@ -44,6 +57,11 @@ class _Forward:
     output: Tensor | None = None
 
 
+def _placed(origin: Origin) -> bool:
+    """The origin names an operation or a line, or needs none (the inputs, the weights)."""
+    return bool(origin.op or origin.file) or origin.phase in ("input", "optimizer")
+
+
 class Locator:
     def __init__(self, names: dict[nn.Module, str]) -> None:
         self.names = names
@@ -55,6 +73,9 @@ class Locator:
         self.armed_found: Birth | None = None
         self.replaying = False
         """True while a step is replayed: the run's own hooks must not see the replay."""
+        self.in_graph: Origin | None = None
+        """Where the open step's non-finite loss was born, read from its graph at backward()."""
+        self.graph_walks = 0
         self.recent: dict[int, list[_Forward]] = {}
         """Steps whose vitals are read later (an accelerator's, see ``steps``): their
         forwards, kept until their statistics are read."""
@@ -82,6 +103,24 @@ class Locator:
             if out.requires_grad:
                 out.register_hook(lambda g: record.out_grad.append(g.detach()))
 
+    def on_loss(self, loss: Tensor, value: Tensor, step: int) -> None:
+        """A scalar loss handed to ``backward()`` (``value``: detached, scaling undone). On
+        the CPU, where reading it is no synchronisation (~0.2 us), a non-finite one has its
+        graph read now, before the backward frees what it saved. On an accelerator the
+        read would wait for the device every step: the replay locates instead."""
+        if self.done or self.in_graph is not None or value.device.type != "cpu":
+            return
+        if math.isfinite(value.item()) or self.graph_walks >= GRAPH_WALKS:
+            return
+        self.graph_walks += 1
+        self.replaying = True  # the walk's own ops are gradoc's
+        try:
+            self.in_graph = origin_in_graph(loss, step)
+        except Exception:  # a graph it cannot read: the replay and the trace still locate
+            self.graph_walks = GRAPH_WALKS
+        finally:
+            self.replaying = False
+
     # -- per step ---------------------------------------------------------------------------
     def step(
         self,
@@ -93,9 +132,13 @@ class Locator:
         update_ratios: dict[str, tuple[int, float]] | None = None,
         rerun: Callable[[], Origin | None] | None = None,
         optimizer: torch.optim.Optimizer | None = None,
+        updated: bool = False,
     ) -> Origin | None:
         """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin.
-        ``rerun``: call the step's closure again, traced (a closure computes the loss)."""
+        ``rerun``: call the step's closure again, traced (a closure computes the loss).
+        ``updated``: the weights are already this step's update's (a hand-written step): the
+        loss's graph, read before that update, comes first."""
+        in_graph, self.in_graph = self.in_graph, None
         try:
             if self.done:
                 return None
@@ -118,8 +161,18 @@ class Locator:
                 self.done = True
                 return None
             forwards, self._forwards = self._forwards, []
+            if in_graph is not None and updated:  # read before the update, which wrote from it
+                return self._finish(in_graph)
             origin = check_weights(step, params, last_update, update_ratios or {}, optimizer)
             origin = origin or self._replay(step, forwards, loss_bad)
+            if in_graph is not None and (origin is None or not _placed(origin)):
+                # born outside the model: its graph says where; a trace armed over the next
+                # steps would give the aten op and its line if it recurs
+                self.armed_left, self.armed_from = ARMED_STEPS, step
+                in_graph.note = (in_graph.note or "") + (
+                    "; tracing is armed to catch the operation on its next occurrence"
+                )
+                return in_graph
             if rerun is not None and (origin is None or not origin.op):
                 self.replaying = True
                 try:

@@ -143,9 +143,10 @@ def kind(node: Any) -> JsonObject:
         return {"node": None}
     name = node.name()
     if name in _NLL:
-        return {"node": name, "fn": "cross_entropy", **_nll(node)}
+        return {"node": name, "fn": "cross_entropy", **_nll(node), **_fed(node, "Softmax")}
     if name in _BINARY:
-        return {"node": name, "fn": "binary_cross_entropy", "classes": 2}
+        fed = _fed(node, "Sigmoid") if "Logits" in name else {}
+        return {"node": name, "fn": "binary_cross_entropy", "classes": 2, **fed}
     if name in _REGRESSION:
         return {"node": name, "fn": _REGRESSION[name]}
     smoothed = _label_smoothed(node)
@@ -154,6 +155,18 @@ def kind(node: Any) -> JsonObject:
             "label_smoothing": True
         }
     return {"node": name}
+
+
+def _fed(node: Any, squash: str) -> JsonObject:
+    """``{"fed": "softmax"}`` when a loss that takes logits was given probabilities: its input
+    went through ``squash`` (``cross_entropy(softmax(x))``, whose log_softmax sits on the
+    softmax; ``binary_cross_entropy_with_logits(sigmoid(x))``)."""
+    below = node.next_functions[0][0] if node.next_functions else None
+    if below is not None and below.name().startswith("LogSoftmaxBackward"):
+        below = below.next_functions[0][0] if below.next_functions else None
+    if below is not None and below.name().startswith(squash + "Backward"):
+        return {"fed": squash.lower()}
+    return {}
 
 
 def _nll(node: Any) -> JsonObject:

@@ -15,14 +15,13 @@ the user's code that holds them, else by order and shape.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
 
-from ..locate.origin import _user
+from ..locate.origin import user_frame_object
 from ..store import EventKind
 from ..store.writer import insert_rows
 from . import taps
@@ -110,21 +109,13 @@ def graph_leaves(roots: list[Any], limit: int | None = None) -> list[Tensor]:
     return leaves
 
 
-def _user_frame(depth: int) -> Any:
-    """The innermost frame of the user's code, from ``depth`` frames above the caller."""
-    frame = sys._getframe(depth + 1)
-    while frame is not None and not _user(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
-    return frame
-
-
 def variable_names(tensors: Sequence[Tensor]) -> dict[int, str]:
     """The names the user's code holds ``tensors`` by (``w``, ``params[0]``,
     ``weights['fc']``), read from the innermost frame of the user's code and its module's
     globals; once per new tensor, never per step."""
     wanted = {id(t) for t in tensors}
     found: dict[int, str] = {}
-    frame = _user_frame(1)
+    frame = user_frame_object(1)
     if frame is None:
         return found
     for scope in (frame.f_locals, frame.f_globals):
@@ -154,7 +145,7 @@ def _held(name: str, value: Any) -> Iterable[tuple[str, Tensor]]:
 
 def _call_site() -> tuple[str, int] | None:
     """The line of the user's code that made the current backward()/autograd.grad call."""
-    frame = _user_frame(2)
+    frame = user_frame_object(2)
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
@@ -178,6 +169,8 @@ class ManualSteps:
         self._stable = 0
         self._grads_before: dict[int, int] = {}
         self._probe: list[Tensor] = []
+        self.joined = False
+        """The last call joined the open step (see :meth:`_same_iteration`)."""
         self._sites: set[tuple[str, int]] = set()
         """The lines of the user's code that called backward()/autograd.grad in the open
         step."""
@@ -194,7 +187,8 @@ class ManualSteps:
         """A direct call begins: the previous step ends (its update is done by now), unless
         the call is another of the same iteration (see :meth:`_same_iteration`)."""
         leaves = self._step_leaves(tensors, inputs) if self._maybe() else None
-        if leaves is not None and self._same_iteration():
+        self.joined = leaves is not None and self._same_iteration()
+        if self.joined:
             return  # its loss is the step's too; its gradients are not the step's statistics
         if leaves is not None and self.target is None:  # decided when the call returns
             self._grads_before = taps.optimizer_grads()

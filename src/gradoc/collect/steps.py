@@ -60,6 +60,7 @@ from .objectives import Objectives
 from .padding import PaddingAudit
 from .probe import Probe
 from .record import StepRow
+from .setup import SetupCheck
 from .transfers import Transfers
 from .vitals import StepChecks
 
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
 
 def probes_for(run: Internal, config: WatchConfig) -> list[Probe]:
     """The probes a configuration asks for, in the order the step protocol calls them."""
-    probes: list[Probe] = [Lengths(run.event)]
+    probes: list[Probe] = [Lengths(run.event), SetupCheck(run)]
     if config.check_amp:
         probes.append(AmpRanges(run))
     if config.check_padding:
@@ -89,8 +90,7 @@ class Steps(taps.TapReceiver):
         config = run.config
         self.activations = Activations(run, config.activations, config.activation_modules, probes)
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
-        self.count = 0
-        """Steps completed so far (of the first optimizer attached)."""
+        self.count = 0  # steps completed so far (of the first optimizer attached)
         self.targets: dict[Optimizer, WatchedOptimizer] = {}
         self.primary: Optimizer | None = None
         self.device: torch.device | None = None
@@ -98,8 +98,7 @@ class Steps(taps.TapReceiver):
         self.listeners: list[Callable[[str, int], None]] = []
         self.rerun: tuple[Callable[[], Any], RngState] | None = None
         """A step given a closure, while its statistics are read: what replays it."""
-        self.loss = LossReader(run)
-        """The step's losses and how they are read."""
+        self.loss = LossReader(run)  # the step's losses and how they are read
         self.clipping = ProgramClipping(run)
         """The program's own clipping and loss scaling."""
         self.transfers = Transfers(run, self)
@@ -113,6 +112,7 @@ class Steps(taps.TapReceiver):
         self.objectives = Objectives()
         self._counting: list[str] = []
         self.origins: dict[int, Origin] = {}  # step -> where its NaN was born
+        self.reads_graph = any(isinstance(p, Locate) for p in probes)
 
     def add(
         self, optimizer: Any, params: list[WatchedParam], manual: bool = False
@@ -178,6 +178,9 @@ class Steps(taps.TapReceiver):
             return  # a closure called again within its step (LBFGS): the first loss counts
         if taps.is_scalar_loss(tensors):
             self.loss.read(root)
+            if self.reads_graph and self.checks_now():  # a read that waits for nothing
+                step = self.count if self.manual.joined else self._loss_step()
+                self.locator.on_loss(root, self.loss.micros[-1].value, step)
             self.activations.on_loss(tensors)
 
     @guarded

@@ -25,6 +25,7 @@ gradoc said of such runs before holds for them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,10 @@ SIGNED_SHARE = 0.1
 """A loss below 0 on at least this share of its steps, and above 0 on as many, takes both
 signs: no supervised loss function does (each is >= 0; a log-likelihood objective is one
 sign throughout)."""
+CROSSINGS = 0.02
+"""And it changes sign on at least this share of its steps: a policy's surrogate moves about 0
+with its advantages all run long; a loss that crosses 0 once and stays below (a term with its
+sign flipped, ``findings.loss_unbounded``) is no policy."""
 REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Loss functions a value function (a critic) regresses onto returns with."""
 
@@ -153,4 +158,6 @@ def _signed(loss: Series) -> bool:
         return False
     below = sum(1 for v in values if v < 0) / len(values)
     above = sum(1 for v in values if v > 0) / len(values)
-    return below >= SIGNED_SHARE and above >= SIGNED_SHARE
+    signs = [v > 0 for v in values if v != 0]
+    crossings = sum(1 for a, b in itertools.pairwise(signs) if a != b)
+    return below >= SIGNED_SHARE and above >= SIGNED_SHARE and crossings >= CROSSINGS * len(values)

@@ -14,6 +14,7 @@ from ..detect.history import History
 from .accumulating_gradients import AccumulatingGradients
 from .adversarial_imbalance import AdversarialImbalance
 from .dead_units import DeadUnits
+from .eval_mode import EvalMode
 from .exploding_gradients import ExplodingGradients
 from .fp16_overflow import Fp16Overflow
 from .fp16_underflow import Fp16Underflow
@@ -25,8 +26,10 @@ from .log_incomplete import LogIncomplete
 from .loss_blowup import LossBlowup
 from .loss_divergence import LossDivergence
 from .loss_includes_padding import LossIncludesPadding
+from .loss_on_probabilities import LossOnProbabilities
 from .loss_plateau import LossPlateau
 from .loss_spike import LossSpike
+from .loss_unbounded import LossUnbounded
 from .nonfinite import Nonfinite
 from .padding_leak import PaddingLeak
 from .padding_waste import PaddingWaste
@@ -45,6 +48,8 @@ KINDS: tuple[type[FindingKind], ...] = (
     LossBlowup,
     LossDivergence,
     LossPlateau,
+    LossUnbounded,
+    LossOnProbabilities,
     AdversarialImbalance,
     PoorInitialization,
     LargeUpdates,
@@ -57,6 +62,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     PaddingWaste,
     AccumulatingGradients,
     FrozenParameters,
+    EvalMode,
     LogIncomplete,
 )
 

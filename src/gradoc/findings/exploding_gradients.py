@@ -140,6 +140,7 @@ class ExplodingGradients(FindingKind):
         "accumulating_gradients",
         "adversarial_imbalance",
         "loss_blowup",
+        "loss_unbounded",
         "poor_initialization",
     )
     link = 40

@@ -10,6 +10,12 @@ parameters hold at least ``SHARE`` (50%) of the watched elements over at least
 from its first 10% of steps to its last 25% (a small GPT whose blocks were left frozen:
 1.5% of its parameters train, the loss stalls at ln 64; tests/shapes/frozen_gpt.py);
 information when it did (fine-tuning a head on a frozen backbone, on purpose).
+
+Parameters **left out of every optimizer** never train either, although they receive a
+gradient each step (``meta['setup']``, read at early steps by ``collect/setup.py``: a model's
+towers whose optimizer was given only the head). That is the mechanism seen directly, and
+their gradient is computed for nothing: a warning when they hold at least ``SHARE`` of the
+watched models' elements or the loss stalled, information otherwise.
 """
 
 from __future__ import annotations
@@ -32,6 +38,16 @@ def _frozen(h: History, name: str) -> bool:
     return not h.param(name, "grad_norm").steps
 
 
+def _gain(h: History) -> float | None:
+    """The loss's relative improvement from its first 10% of steps to its last 25%."""
+    _, values = finite(loss_trend(h)[0])
+    if len(values) < MIN_STEPS:
+        return None
+    early = statistics.median(values[: max(3, len(values) // 10)])
+    late = statistics.median(values[-max(3, len(values) // 4) :])
+    return (early - late) / abs(early) if early else None
+
+
 @dataclass(slots=True)
 class Frozen(Details):
     """The share of the parameters that never trained, and whether the loss stalled."""
@@ -42,6 +58,8 @@ class Frozen(Details):
     gain: float | None
     """The loss's relative improvement over the run (None: not measured)."""
     stalled: bool
+    left_out: bool = False
+    """They received gradients that no optimizer applied (else: never a gradient)."""
 
 
 class FrozenParameters(FindingKind):
@@ -54,17 +72,46 @@ class FrozenParameters(FindingKind):
     def check(self, h: History) -> list[Finding]:
         if h.num_steps < MIN_STEPS or not h.params:
             return []
+        return [*self._never(h), *self._left_out(h)]
+
+    def _left_out(self, h: History) -> list[Finding]:
+        setup = h.meta.setup or {}
+        left, total = setup.get("left_out") or {}, setup.get("elements") or 0
+        if not left or not total:
+            return []
+        share = left["elements"] / total
+        gain = _gain(h)
+        stalled = gain is not None and gain < IMPROVED
+        names = list(left["names"])
+        return [
+            Finding(
+                kind=self.name,
+                severity="warning" if share >= SHARE or stalled else "info",
+                step=0,
+                layer=None,
+                summary=(
+                    f"parameters left out of the optimizer: {share:.1%} of the model's parameters "
+                    f"({left['tensors']} tensors, e.g. {', '.join(names[:3])}) receive a gradient "
+                    "every step that no optimizer applies"
+                    + (f"; the loss improved {gain:.1%}" if gain is not None else "")
+                ),
+                evidence=[
+                    Evidence("share of parameter elements no optimizer holds", fmt(share)),
+                    Evidence("tensors with a gradient that no optimizer holds", left["tensors"]),
+                    Evidence("steps at which this was read", setup.get("checks")),
+                ]
+                + ([Evidence("relative improvement of the loss", round(gain, 4))] if gain else []),
+                details=Frozen(share, names[:50], gain, stalled, left_out=True),
+            )
+        ]
+
+    def _never(self, h: History) -> list[Finding]:
         total = sum(numel_of(p) for p in h.params)
         frozen = [p for p in h.params if _frozen(h, p.name)]
         share = sum(numel_of(p) for p in frozen) / total if total else 0.0
         if share < SHARE or len(frozen) == len(h.params):
             return []  # nothing trained at all: no step of this model was watched
-        _, values = finite(loss_trend(h)[0])
-        gain = None
-        if len(values) >= MIN_STEPS:
-            early = statistics.median(values[: max(3, len(values) // 10)])
-            late = statistics.median(values[-max(3, len(values) // 4) :])
-            gain = (early - late) / abs(early) if early else None
+        gain = _gain(h)
         stalled = gain is not None and gain < IMPROVED
         names = [p.name for p in frozen]
         return [
@@ -115,16 +162,36 @@ class FrozenParameters(FindingKind):
             "for one)",
             base=0.1,
         )
-        never = (
-            f"{len(names)} tensors ({fmt(d.share)} of the parameters) never received a "
-            f"gradient, e.g. {', '.join(names[:3])}"
-        )
-        off.seen(never, Weight.DECISIVE)
-        cut.seen(never, Weight.MODERATE)
+        if d.left_out:
+            off.cause = (
+                "parameters left out of the optimizer: it was given only part of the model "
+                "(Adam(model.head.parameters())), so the rest receives gradients it never applies"
+            )
+            off.seen(
+                f"{len(names)} tensors ({fmt(d.share)} of the parameters) had a gradient after "
+                f"backward() at each step read and were held by no optimizer, e.g. "
+                f"{', '.join(names[:3])}",
+                Weight.DECISIVE,
+            )
+            cut.against("they received gradients: the graph reaches them", Weight.DECISIVE)
+        else:
+            never = (
+                f"{len(names)} tensors ({fmt(d.share)} of the parameters) never received a "
+                f"gradient, e.g. {', '.join(names[:3])}"
+            )
+            off.seen(never, Weight.DECISIVE)
+            cut.seen(never, Weight.MODERATE)
         if d.stalled:
             off.seen(f"the loss improved only {d.gain or 0:.1%} over the run", Weight.MODERATE)
         f.fixes += [
             Fix(
+                Horizon.IMMEDIATE,
+                "give the optimizer every parameter that must train (model.parameters(), or one "
+                "parameter group per part); what must stay frozen: p.requires_grad_(False), so "
+                "its gradient is not computed",
+            )
+            if d.left_out
+            else Fix(
                 Horizon.IMMEDIATE,
                 "unfreeze what must train: for p in model.parameters(): p.requires_grad_(True), "
                 "and give the optimizer model.parameters()",

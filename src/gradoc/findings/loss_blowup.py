@@ -84,6 +84,8 @@ class LossBlowup(FindingKind):
     judges_trend = True
     caused_by = (
         "accumulating_gradients",
+        "eval_mode",
+        "loss_unbounded",
         "nonfinite",
         "exploding_gradients",
         "loss_divergence",

@@ -77,6 +77,8 @@ class LossPlateau(FindingKind):
     judges_trend = True
     caused_by = (
         "accumulating_gradients",
+        "eval_mode",
+        "loss_on_probabilities",
         "nonfinite",
         "loss_blowup",
         "dead_units",

@@ -19,6 +19,11 @@ median magnitude) (``../shared/real-programs`` actor_critic_cartpole_healthy: 0.
 against a recent median of 0.0047 is "71.6x", at a z-score of -0.1; 1.88 against 0.0375,
 z 20, strays 5x its ordinary excess, not 7).
 
+Harm: a spike of a positive loss must reach ``SETTLED`` (1%) of the loss's level over its
+first 10 steps. A classifier that has converged to 1e-5 and jumps to 1.4e-4 (19x) is
+still 10,000 times below where it began: rounding at convergence, not a step that hurt
+(tests/shapes/eval_left_on.py --train-mode: 0.000138 at step 109 against 1.33 at step 0).
+
 Noise: a spike must also stand out of the run's own noise (``signals.stands_out``: its
 excess over the recent median more than 7x that of the run's 95th-percentile excursion). A
 batch-mean loss strays 1.0-1.6x (a 10x spike stands out); an actor-critic's loss or a
@@ -49,6 +54,8 @@ Z = 6.0
 RATIO = 10.0
 RECOVER = 50
 MIN_HISTORY = 10
+SETTLED = 0.01
+"""A spike must reach this share of the loss's level over its first steps (see Harm)."""
 RECENT = 16
 MORE_SAMPLES = 3.0
 
@@ -129,6 +136,9 @@ class LossSpike(FindingKind):
                 )
         counts = dict(zip(h.samples.steps, h.samples.values))
         spikes = [sp for sp in spikes if not _more_samples(counts, sp[0])]
+        start = [x for x in values[:MIN_HISTORY] if math.isfinite(x)]
+        if scaled and start:  # a jump that stays far below where the loss began is no harm
+            spikes = [sp for sp in spikes if sp[1] >= SETTLED * statistics.median(start)]
         noise = loss_noise(h)
         if noise is not None:  # what the loss does on an ordinary step is no spike
             spikes = [sp for sp in spikes if stands_out(sp[5], noise)]

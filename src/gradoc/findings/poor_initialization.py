@@ -178,7 +178,7 @@ class PoorInitialization(FindingKind):
     or (rule ``chance``) the first loss is far above a fresh model's chance level."""
 
     name = "poor_initialization"
-    caused_by = ("exploding_gradients", "vanishing_gradients")
+    caused_by = ("eval_mode", "exploding_gradients", "vanishing_gradients")
     link = 120
 
     def rank(self, f: Finding) -> int:

@@ -9,6 +9,7 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
+from types import FrameType
 
 import torch
 
@@ -65,6 +66,15 @@ def user_frame(stack: list[traceback.FrameSummary] | None = None) -> Frame | Non
         if _user(fr.filename) and fr.lineno is not None:
             return fr.filename, fr.lineno, (fr.line or "").strip()
     return None
+
+
+def user_frame_object(depth: int = 0) -> FrameType | None:
+    """The innermost frame of the user's code, from ``depth`` frames above the caller (its
+    variables are read where a report names them)."""
+    frame: FrameType | None = sys._getframe(depth + 1)
+    while frame is not None and not _user(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
 
 
 def frame_from_text(lines: list[str] | str) -> Frame | None:

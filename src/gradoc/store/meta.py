@@ -80,6 +80,9 @@ class RunMeta(Mapping[str, Any]):
     functional_activations: dict[str, str] = field(default_factory=dict)
     steps_counted_by: list[str] = field(default_factory=list)
     grads_kept: JsonObject | None = None
+    setup: JsonObject | None = None
+    """What the program set up (``gradoc.collect.setup``): parameters left out of every
+    optimizer, modules left in eval() while it stepped."""
     compiled: bool = False
     check_numerics: bool = False
     table: Mapping[str, Any] = field(default_factory=dict, repr=False)

@@ -1,0 +1,127 @@
+"""What the program set up, read as evidence: parameters left out of every optimizer, and
+modules left in ``eval()`` while an optimizer steps.
+
+Read at the primary optimizer's statistics point of a few early steps (``CHECK_AT``), on
+the host only (attributes and ``.grad`` presence, no tensor is read):
+
+- **left out**: a parameter of a watched model that requires a gradient and has one after
+  the backward, but that no optimizer holds (``Adam(model.head.parameters())`` for a model
+  whose towers should train too): its gradient is computed every step and never applied.
+  Said when seen at every check.
+- **in eval()**: modules that behave differently in training (BatchNorm, Dropout,
+  InstanceNorm that tracks running statistics) whose ``training`` is False at every check
+  while the optimizer steps: ``model.eval()`` left on after a validation pass, or set once
+  before the loop. BatchNorm then normalises with its running statistics (at
+  initialisation a mean of 0 and a variance of 1) instead of the batch's; one whose
+  ``num_batches_tracked`` is still 0 never learnt any (``fresh_norms``).
+
+``meta['setup']`` holds what was seen (``findings.frozen_parameters`` and
+``findings.eval_mode`` read it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch.nn as nn
+
+from .._util.json_types import JsonObject
+from . import taps
+from .layers import qualified
+from .probe import Probe
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .grads import WatchedOptimizer
+
+CHECK_AT = (1, 10, 100)
+"""Primary steps at which the set-up is read (the first step is skipped: a program may
+switch modes or build its optimizer's groups lazily around it)."""
+
+_MODAL = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+"""Modules whose forward differs between training and evaluation."""
+
+NAMES = 20
+"""Names kept of each list."""
+
+
+class SetupCheck(Probe):
+    def __init__(self, run: Context) -> None:
+        self.run = run
+        self.checks = 0
+        self.left_out: dict[str, int] | None = None
+        """Name -> elements of the parameters left out at every check so far."""
+        self.in_eval: dict[str, str] | None = None
+        """Name -> class of the modal modules in eval() at every check so far."""
+        self.elements = 0
+
+    def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
+        if not primary or target.manual or target.steps not in CHECK_AT:
+            return
+        roots = dict(self.run.watched.prefixes)
+        if not roots:
+            return
+        held = {id(p) for o in self.run.steps.targets for g in o.param_groups for p in g["params"]}
+        held |= {id(p) for o in taps.live_optimizers() for g in o.param_groups for p in g["params"]}
+        left: dict[str, int] = {}
+        modes: dict[str, str] = {}
+        elements = 0
+        for root, prefix in roots.items():
+            for name, p in root.named_parameters():
+                elements += p.numel()
+                if p.requires_grad and p.grad is not None and id(p) not in held:
+                    left[qualified(prefix, name)] = p.numel()
+            for name, m in root.named_modules():
+                if isinstance(m, _MODAL) and not m.training and _modal_now(m):
+                    key = qualified(prefix, name) or prefix or type(m).__name__
+                    modes[key] = type(m).__name__ + (" (never updated)" if _fresh(m) else "")
+        self.checks += 1
+        self.elements = elements
+        self.left_out = (
+            left if self.left_out is None else {k: v for k, v in self.left_out.items() if k in left}
+        )
+        self.in_eval = (
+            modes if self.in_eval is None else {k: v for k, v in self.in_eval.items() if k in modes}
+        )
+
+    def close(self, step: int) -> JsonObject:
+        if not self.checks:
+            return {}
+        setup: JsonObject = {"checks": self.checks, "elements": self.elements}
+        if self.left_out:
+            names = sorted(self.left_out, key=lambda k: -self.left_out[k])  # type: ignore[index]
+            setup["left_out"] = {
+                "tensors": len(names),
+                "elements": sum(self.left_out.values()),
+                "names": names[:NAMES],
+            }
+        if self.in_eval:
+            kinds: dict[str, int] = {}
+            for cls in self.in_eval.values():
+                kinds[cls] = kinds.get(cls, 0) + 1
+            fresh = [k for k, v in self.in_eval.items() if v.endswith("(never updated)")]
+            setup["in_eval"] = {
+                "fresh_norms": len(fresh),
+                "modules": len(self.in_eval),
+                "names": list(self.in_eval)[:NAMES],
+                "kinds": kinds,
+            }
+        return {"setup": setup}
+
+
+def _fresh(m: nn.Module) -> bool:
+    """A BatchNorm whose running statistics were never updated (still a mean of 0 and a
+    variance of 1): in eval() it normalises by nothing it learnt. One that has counted
+    batches (pretrained, or frozen on purpose after training) is not."""
+    tracked = getattr(m, "num_batches_tracked", None)
+    return (
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and tracked is not None and not int(tracked)
+    )
+
+
+def _modal_now(m: nn.Module) -> bool:
+    """Eval changes this module's forward: a BatchNorm that tracks running statistics, a
+    dropout with a non-zero rate."""
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        return bool(m.track_running_stats)
+    return float(getattr(m, "p", 0.0)) > 0.0

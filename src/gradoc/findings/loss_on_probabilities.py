@@ -1,0 +1,120 @@
+"""loss_on_probabilities: a loss that takes logits was given probabilities.
+
+Needs: the loss's own autograd node (``meta['loss_fn']``, read once at the first
+``backward()`` by ``collect/losses.py``): ``fed`` is set when the input of a cross-entropy
+went through a softmax (``F.cross_entropy(model(x), y)`` with an ``nn.Softmax`` ending the
+model) or the input of ``binary_cross_entropy_with_logits`` through a sigmoid.
+
+``cross_entropy`` applies ``log_softmax`` itself. Given probabilities p in [0, 1], it takes
+the softmax of p: the k scores differ by at most 1, so the loss cannot fall below
+``-log(e / (e + k - 1))`` (0.905 for 5 classes) however right the model is, and its
+gradient is damped by the softmax's Jacobian. That is the mechanism seen directly, with no
+healthy use: a **warning** whenever it is seen. Our 5-class classifier ending in
+``nn.Softmax`` (``tests/shapes/softmax_into_ce.py``) stalls at 0.905, its floor, at 100%
+accuracy, while the same model on logits reaches 0.0007.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
+from ..detect.history import History
+from ..detect.signals import finite, fmt, loss_trend
+from .facts import Facts
+from .kind import Details, FindingKind
+
+_LOGITS = {"softmax": "cross_entropy", "sigmoid": "binary_cross_entropy_with_logits"}
+
+
+@dataclass(slots=True)
+class Squashed(Details):
+    """What squashed the loss's input, and the lowest loss the run reached."""
+
+    fed: str
+    classes: int | None
+    lowest: float | None
+
+
+class LossOnProbabilities(FindingKind):
+    """A loss that applies its own softmax (or sigmoid) was given probabilities, not logits."""
+
+    name = "loss_on_probabilities"
+    link = 4
+    example_details = Squashed(fed="softmax", classes=5, lowest=0.95)
+
+    def check(self, h: History) -> list[Finding]:
+        fn = h.meta.loss_fn or {}
+        fed = fn.get("fed")
+        if fed not in _LOGITS:
+            return []
+        classes = fn.get("classes") if isinstance(fn.get("classes"), int) else None
+        _, values = finite(loss_trend(h)[0])
+        lowest = min(values) if values else None
+        floor = _floor(classes) if fed == "softmax" else None
+        return [
+            Finding(
+                kind=self.name,
+                severity="warning",
+                step=0,
+                layer=None,
+                summary=(
+                    f"{_LOGITS[fed]} was given probabilities: its input went through a {fed} "
+                    "already, so the loss applies a second one"
+                    + (f"; the loss reached {fmt(lowest)} at best" if lowest is not None else "")
+                    + (f" and cannot fall below {fmt(floor)}" if floor is not None else "")
+                ),
+                evidence=[
+                    Evidence(
+                        "the loss's input went through", f"{fed} (autograd graph)", type="code"
+                    ),
+                    Evidence("lowest loss of the run", fmt(lowest) if lowest is not None else None),
+                ]
+                + (
+                    [Evidence("lowest loss reachable on probabilities", fmt(floor))]
+                    if floor
+                    else []
+                ),
+                details=Squashed(fed, classes, lowest),
+            )
+        ]
+
+    def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
+        d = Squashed.of(f.details)
+        f.symptom = "the loss stalls above 0 however well the model classifies"
+        twice = Hypothesis(
+            Family.ARCHITECTURE,
+            f"the model ends in a {d.fed} and the loss applies its own: "
+            f"{_LOGITS[d.fed]} expects logits",
+            f"check the model's last layer: remove the {d.fed} (apply it only where "
+            "probabilities are read, at inference)",
+            base=0.4,
+        )
+        twice.seen(
+            f"the loss's input is the output of a {d.fed} (read from its autograd graph)",
+            Weight.DECISIVE,
+        )
+        if d.lowest is not None:
+            twice.seen(f"the loss reached {fmt(d.lowest)} at best", Weight.MODERATE)
+        f.fixes += [
+            Fix(
+                Horizon.IMMEDIATE,
+                f"drop the final {d.fed} from the model and hand the logits to {_LOGITS[d.fed]}",
+            ),
+            Fix(
+                Horizon.SHORT_TERM,
+                "if probabilities are needed in training, use torch.log(p) with F.nll_loss "
+                "(clamped: p.clamp_min(1e-12)), never cross_entropy(p)",
+            ),
+        ]
+        f.monitoring.append("the loss's floor: a classifier's loss should approach 0 on easy data")
+        return [twice]
+
+
+def _floor(classes: int | None) -> float | None:
+    """The lowest cross-entropy of the softmax of probabilities over ``classes`` classes: the
+    right class at 1 and the others at 0, ``-log(e / (e + k - 1))``."""
+    if not classes or classes < 2:
+        return None
+    return -math.log(math.e / (math.e + classes - 1))
