@@ -6,8 +6,8 @@ wrong, each as a script of our own in tests/shapes/ run unchanged under ``gradoc
 - ``zero_grad()`` removed: accumulating gradients, and the missing call as the cause;
 - a model frozen by mistake: frozen parameters, not "labels carry no relation";
 - LBFGS at lr 80: the learning rate;
-- noisy losses that are healthy (batch 1, a policy gradient, one-weight regression): no
-  warning at all;
+- noisy losses that are healthy (batch 1, a policy gradient, one-weight regression, a
+  one-network actor-critic whose gradient grows with its returns): no warning at all;
 - a NaN at step 600 after a blow-up that came back by step 25: the NaN heads the report,
   not folded into the blow-up;
 - two objectives judged by their own kind of training: a PPO-style actor and critic (each
@@ -89,7 +89,13 @@ def test_a_frozen_model_folds_its_plateau_into_the_cause(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
-    "script", ["char_rnn_batch1.py", "ppo_healthy.py", "one_weight_regression.py"]
+    "script",
+    [
+        "char_rnn_batch1.py",
+        "ppo_healthy.py",
+        "one_weight_regression.py",
+        "actor_critic_one_optimizer.py",
+    ],
 )
 def test_a_noisy_healthy_loss_raises_nothing(tmp_path: Path, script: str) -> None:
     report = gradoc_run(tmp_path, script)
@@ -198,6 +204,18 @@ def test_a_nan_in_a_program_that_wrote_files_is_located_without_a_rerun(tmp_path
         ("eval_left_on.py", (), ("--train-mode",), "eval_mode", "loop", "model.eval()"),
         ("vae_kl_sign.py", ("--flip",), (), "loss_unbounded", "loop", "sign flipped"),
         ("softmax_into_ce.py", (), ("--logits",), "loss_on_probabilities", "architecture", "ends"),
+        # Hugging Face conventions, seen in the batch by default (no --check padding)
+        ("hf_bert_no_mask.py", (), ("--mask",), "padding_leak", "masking", "attention_mask"),
+        (
+            "hf_gpt2_labels_pads.py",
+            (),
+            ("--ignore-pads",),
+            "loss_includes_padding",
+            "masking",
+            "-100",
+        ),
+        # an Adam-family rate against the weights' own scale, whatever the clip did
+        ("adamw_lr_x100.py", ("--lr-x100",), (), "large_updates", "learning_rate", "learning rate"),
     ],
 )
 def test_the_set_up_is_the_headline_and_healthy_runs_raise_nothing(
@@ -210,9 +228,10 @@ def test_the_set_up_is_the_headline_and_healthy_runs_raise_nothing(
     words: str,
 ) -> None:
     """A model half left out of its optimizer, BatchNorm trained in eval(), a KL term
-    subtracted, softmax outputs into cross_entropy: each is the story's head, with the
-    set-up as its root cause (not the initialisation or the learning rate), and the same
-    program set up right raises no warning."""
+    subtracted, softmax outputs into cross_entropy, pads fed to BERT with no mask, GPT-2
+    labels that score pads, AdamW at lr 0.1 under a clip: each is the story's head, with its
+    set-up as the root cause (not the initialisation, nor the rate where the rate is not
+    it), and the same program set up right raises no warning."""
     report = gradoc_run(tmp_path, script, *broken)
     top = serious(report)[0]
     assert top["kind"] == kind, [f["summary"] for f in serious(report)]
@@ -220,3 +239,17 @@ def test_the_set_up_is_the_headline_and_healthy_runs_raise_nothing(
     (tmp_path / "ok").mkdir()
     fine = gradoc_run(tmp_path / "ok", script, *healthy)
     assert not serious(fine), [f["summary"] for f in fine["findings"]]
+
+
+def test_an_adam_rate_is_read_against_the_weights_scale_at_every_step(tmp_path: Path) -> None:
+    """Under a warm-up the weights inflate as fast as the rate grows (0.69 of their RMS at
+    step 10, 0.25 at the peak): the rate against the scale they were built at says it."""
+    from gradoc.detect.history import History
+    from gradoc.findings.large_updates import AdamRate, _allowed
+    from gradoc.store.reader import RunLog
+
+    gradoc_run(tmp_path, "adamw_lr_x100.py", "--lr-x100")
+    (found,) = _allowed(History.load(RunLog(tmp_path / "run" / "run.db")))
+    d = AdamRate.of(found.details)
+    assert d.lr == pytest.approx(0.1) and d.weight_rms == pytest.approx(0.02, rel=0.05)
+    assert d.inflated is not None and d.inflated > 10 and found.step < 10

@@ -16,6 +16,7 @@ is at least twice the longest seen.
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,15 +59,17 @@ _pad_ids: weakref.WeakKeyDictionary[nn.Module, int | None] = weakref.WeakKeyDict
 
 
 def pad_id(root: nn.Module) -> int | None:
-    """The ``padding_idx`` of the model's first Embedding that has one (looked up once)."""
+    """The ``padding_idx`` of the model's first Embedding that has one, else the pad token
+    its Hugging Face config names (``config.pad_token_id``); looked up once."""
     if root not in _pad_ids:
+        config_pad = getattr(getattr(root, "config", None), "pad_token_id", None)
         _pad_ids[root] = next(
             (
                 e.padding_idx
                 for e in root.modules()
                 if isinstance(e, nn.Embedding) and e.padding_idx is not None
             ),
-            None,
+            config_pad if isinstance(config_pad, int) else None,
         )
     return _pad_ids[root]
 
@@ -125,6 +128,12 @@ class LengthMonitor:
     padded_total: float = 0.0
     histogram: dict[int, int] = field(default_factory=dict)
     """Batches by the log2 bucket of their shortest sequence."""
+    mask_param: str | None = None
+    """The padding-mask argument the model's forward takes and was not given pads for."""
+    labels_scored: float = 0.0
+    """Positions the ``labels=`` of the first ``LABEL_CHECKS`` batches score (not -100)..."""
+    labels_on_pads: float = 0.0
+    """... and of those, the padded ones."""
 
     def observe(
         self, step: int, lo: int, hi: int, total: float, n: int, padded: int | None
@@ -171,6 +180,9 @@ class LengthMonitor:
             "max": self.high,
             "mean": mean,
             "padding_ratio": 1 - self.total / self.padded_total if self.padded_total else None,
+            "mask_param": self.mask_param,
+            "labels_scored": self.labels_scored,
+            "labels_on_pads": self.labels_on_pads,
             "min_length_log2_histogram": {str(2**k): c for k, c in sorted(self.histogram.items())},
         }
 
@@ -195,6 +207,10 @@ class Lengths(Probe):
         self.monitor = LengthMonitor()
         self._batch: Batch | None = None
         self._waiting: list[tuple[int, Batch]] = []
+        self._labels: list[Tensor] = []
+        """(scored positions that are pads, scored positions) of the batches checked, on the
+        device until the next transfer reads them."""
+        self._label_checks = 0
 
     def on_forward(
         self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: RngState
@@ -202,7 +218,13 @@ class Lengths(Probe):
         lengths, source, padded, unmasked = batch_lengths(root, args, kwargs)
         if self.monitor.source is None and source is not None:
             self.monitor.source, self.monitor.unmasked = source, unmasked
+            self.monitor.mask_param = mask_param(root) if unmasked else None
         _, batch = batch_of(args, kwargs)
+        if self._label_checks < LABEL_CHECKS and isinstance(kwargs.get("labels"), Tensor):
+            self._label_checks += 1
+            scored = labels_on_pads(root, batch, kwargs)
+            if scored is not None:
+                self._labels.append(scored)
         if lengths is not None:
             self._batch = (lengths, lengths.numel(), padded)
         elif padded is not None and batch is not None:  # every sample as wide as the batch
@@ -217,6 +239,10 @@ class Lengths(Probe):
     def pack(self, pack: Packet) -> None:
         """Add the waiting batches' min, max and sum to a transfer's packet (one part); the
         monitor hears of them, in order, when it is read."""
+        if self._labels:
+            labels, self._labels = torch.stack(self._labels), []
+            at_labels = pack.add(labels.flatten())
+            pack.on_read(lambda host: self._count_labels(host[at_labels].tolist()))
         waiting, self._waiting = self._waiting, []
         if not waiting:
             return
@@ -242,5 +268,49 @@ class Lengths(Probe):
                 message = anomaly.pop("message")
                 self.event(EventKind.LENGTH_ANOMALY, message, step=step, **anomaly)
 
+    def _count_labels(self, read: list[float]) -> None:
+        self.monitor.labels_on_pads += sum(read[0::2])
+        self.monitor.labels_scored += sum(read[1::2])
+
     def close(self, step: int) -> JsonObject:
         return {"lengths": self.monitor.summary()} if self.monitor.batches else {}
+
+
+LABEL_CHECKS = 3
+"""Batches whose ``labels=`` are checked against their pads (the first ones: a collator
+treats every batch alike)."""
+
+IGNORE_INDEX = -100
+"""The label a loss skips (PyTorch's and Hugging Face's default ``ignore_index``)."""
+
+MASK_PARAMS = ("attention_mask", "src_key_padding_mask", "key_padding_mask", "padding_mask")
+"""Forward arguments that tell a model where the pads are."""
+
+
+def mask_param(root: nn.Module) -> str | None:
+    """The padding-mask argument ``root``'s forward accepts (Hugging Face models take
+    ``attention_mask``), if any."""
+    try:
+        params = inspect.signature(root.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((name for name in MASK_PARAMS if name in params), None)
+
+
+def labels_on_pads(root: nn.Module, ids: Tensor | None, kwargs: dict[str, Any]) -> Tensor | None:
+    """(positions ``labels`` scores that are pads, positions it scores), on the device, for a
+    Hugging Face style call ``model(input_ids, attention_mask=..., labels=...)``: pads from
+    the mask, else from the model's pad id; None when neither says where they are."""
+    labels = kwargs["labels"]
+    found = mask_pads(kwargs)
+    if found is not None:
+        pads = found[0]
+    else:
+        pad = pad_id(root)
+        if pad is None or ids is None or ids.dtype.is_floating_point:
+            return None
+        pads = ids == pad
+    if pads.shape != labels.shape:
+        return None
+    scored = labels != IGNORE_INDEX
+    return torch.stack([(scored & pads.to(scored.device)).sum(), scored.sum()]).double()

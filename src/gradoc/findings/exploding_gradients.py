@@ -18,7 +18,11 @@ develops:
    by itself (its 95th-percentile excursion over its recent median, ``signals.excursions``,
    at least ``NOISY`` (5): the gradient of one episode of a policy gradient, 0.02 to 146
    on a healthy agent, tests/shapes/ppo_healthy.py) the growth must also hold in the
-   median of the next ``HOLD`` (20) steps.
+   median of the next ``HOLD`` (20) steps. A run whose every objective follows returns
+   (``detect.training``: a policy gradient, an actor-critic) has a gradient that scales with
+   them: its growth counts only when it turns non-finite (a one-network actor-critic whose
+   episodes grew from 1-3 steps to 7, ``tests/shapes/actor_critic_one_optimizer.py``:
+   125x at step 111 while the agent improved, healthy).
 
 The scale rule ignores a single sampled step, after ordinary ones, whose next sample is
 back below the ratio: one batch whose targets were x1000 gives a gradient 1e4x its
@@ -38,6 +42,7 @@ import statistics
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import excursions, finite, fmt, median, weight_params
+from ..detect.training import Training
 from ..detect.zclip import WARMUP, ZClip
 from .advice import (
     LR_TOO_HIGH,
@@ -93,8 +98,16 @@ def _scale_rule(h: History) -> tuple[int, str, float] | None:
     return worst
 
 
+def _returns_set_the_scale(h: History) -> bool:
+    """Every objective of the run follows returns (``detect.training``): its gradient scales
+    with them."""
+    objectives = h.objectives
+    return bool(objectives) and all(o.training is Training.REINFORCEMENT for o in objectives)
+
+
 def _growth_rule(h: History) -> tuple[int, float, float] | None:
     steps, values = h.grad_norm.steps, h.grad_norm.values
+    returns = _returns_set_the_scale(h)
     _, fvalues = finite(h.grad_norm)
     k = max(5, len(fvalues) // 20)
     if len(fvalues) <= k:
@@ -115,6 +128,8 @@ def _growth_rule(h: History) -> tuple[int, float, float] | None:
         hold = values[i + 1 : i + 1 + HOLD]
         if noisy and sustained and len(hold) == HOLD:
             sustained = statistics.median(hold) > 10 * base
+        if returns:  # growth that follows the returns is the agent learning: harm is a NaN
+            sustained = False
         if sustained or ends_nonfinite:
             return steps[i], v / base, _ema_z(values, i)
     return None

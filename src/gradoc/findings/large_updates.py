@@ -17,7 +17,15 @@ optimizer's type (``meta['optimizers']``) and the learning rate.
    A learning rate at or above ``ADAM_LR`` (1.0) x the typical weight (the median RMS of
    the weight matrices, at the step the rate peaked) lets one step rewrite the weights.
    The measured ratio can stay small then (noisy gradients make Adam's steps cancel),
-   which is why the setting itself is the evidence. Calibration
+   which is why the setting itself is the evidence. The rate is read against the weights
+   at every sampled step, the first ones included, not only where it peaked: under a
+   warm-up the weights can inflate as fast as the rate grows. So a peak rate at or above
+   ``ADAM_LR`` x the weights' RMS at the first sample (the scale they were built at) counts
+   too when the weights have left that scale: their median RMS grew ``INFLATED`` (4x) or
+   more. A GPT-2-initialised transformer (RMS 0.02) under AdamW at lr 0.1, warmed up over
+   30 steps and clipped at 1.0 (``tests/shapes/adamw_lr_x100.py``): 0.69 at step 10, 0.25
+   at the peak, weights inflated 20x to 0.40 and the loss stalled at 3.2 against 1.28; at
+   lr 1e-3 the weights grew 1.5x. Calibration
    (``../shared/real-programs``): healthy Adam runs 0.007-0.08 (nanoGPT, minGPT, makemore,
    the word LMs) and 0.58 (the actor-critic, lr 3e-2 on default-initialised layers); the
    same programs with the rate 100-1000x: 1.36 (nanoGPT, lr 0.1), 2.4, 7-8, 26, 58. A
@@ -48,6 +56,7 @@ from .kind import Details, FindingKind
 RATIO = 0.3
 CONVERGED = 10.0
 ADAM_LR = 1.0
+INFLATED = 4.0
 
 
 def _measured(h: History) -> list[Finding]:
@@ -100,6 +109,19 @@ class AdamRate(Details):
     weight_rms: float
     """The median RMS of the weight matrices then."""
     ratio: float
+    inflated: float | None = None
+    """The weights' median RMS at its largest over its first sample."""
+
+
+def _typical_rms(h: History) -> list[tuple[int, float]]:
+    """(step, median RMS of the weight matrices) at each step their norms were sampled."""
+    by_step: dict[int, list[float]] = {}
+    for p in weight_params(h):
+        norms, numel = h.param(p.name, "weight_norm"), numel_of(p)
+        for step, norm in zip(norms.steps, norms.values) if numel else ():
+            if math.isfinite(norm) and norm > 0:
+                by_step.setdefault(step, []).append(norm / math.sqrt(numel))
+    return [(s, statistics.median(v)) for s, v in sorted(by_step.items())]
 
 
 def _allowed(h: History) -> list[Finding]:
@@ -107,23 +129,25 @@ def _allowed(h: History) -> list[Finding]:
     lr = [(s, v) for s, v in zip(h.lr.steps, h.lr.values) if math.isfinite(v) and v > 0]
     if kind not in ADAM_FAMILY or not lr:
         return []
-    peak_step, peak = max(lr, key=lambda sv: (sv[1], -sv[0]))
-    rms = []
-    for p in weight_params(h):
-        norms = h.param(p.name, "weight_norm")
-        numel = numel_of(p)
-        if not norms.steps or not numel:
-            continue
-        at = min(range(len(norms.steps)), key=lambda i: abs(norms.steps[i] - peak_step))
-        if math.isfinite(norms.values[at]) and norms.values[at] > 0:
-            rms.append(norms.values[at] / math.sqrt(numel))
+    rms = _typical_rms(h)
     if not rms:
         return []
-    typical = statistics.median(rms)
-    ratio = peak / typical
-    if ratio < ADAM_LR:
+    rate = dict(lr)
+    # the rate against the weights at every sampled step, the first ones included
+    ratios = [(s, rate[s], r, rate[s] / r) for s, r in rms if s in rate]
+    over = [x for x in ratios if x[3] >= ADAM_LR]
+    inflated = max(r for _, r in rms) / rms[0][1]
+    peak_step, peak = max(lr, key=lambda sv: (sv[1], -sv[0]))
+    start = rms[0][1]
+    if not over and peak / start >= ADAM_LR and inflated >= INFLATED:
+        # the rate far above the scale the weights were built at, which they left
+        first = next(s for s, v in lr if v / start >= ADAM_LR)
+        over = [(first, peak, start, peak / start)]
+    if not over:
         return []
-    onset = next(s for s, v in lr if v / typical >= ADAM_LR)
+    _, peak, typical, ratio = max(over, key=lambda x: x[3])
+    onset = over[0][0]
+    grew = f"; they grew {fmt(inflated)}x during the run" if inflated >= INFLATED else ""
     measured = [v for series in update_ratios(h).values() for v in series.values]
     return [
         Finding(
@@ -135,20 +159,21 @@ def _allowed(h: History) -> list[Finding]:
                 f"large updates: {kind} at learning rate {fmt(peak)} can move every weight by "
                 f"~{fmt(ratio)}x its typical size in one step ({kind}'s step is about the "
                 f"learning rate per element, whatever the gradient's scale; the weights' "
-                f"RMS is {fmt(typical)})"
+                f"RMS is {fmt(typical)}{grew})"
             ),
             evidence=[
                 Evidence("optimizer", kind),
                 Evidence("learning rate at its peak", fmt(peak), step=peak_step),
                 Evidence("median RMS of the weight matrices then", fmt(typical)),
                 Evidence("learning rate / weight RMS", fmt(ratio)),
+                Evidence("weight RMS at its largest / at the first sample", fmt(inflated)),
             ]
             + (
                 [Evidence("median measured update/weight ratio", fmt(statistics.median(measured)))]
                 if measured
                 else []
             ),
-            details=AdamRate(lr=peak, weight_rms=typical, ratio=ratio),
+            details=AdamRate(lr=peak, weight_rms=typical, ratio=ratio, inflated=inflated),
         )
     ]
 
