@@ -164,3 +164,22 @@ def test_a_dead_share_unchanged_since_the_first_sample_is_information() -> None:
     assert info.severity == "info" and "as they were at the first sample" in info.summary
     (warning,) = run(died)
     assert warning.severity == "warning" and warning.step == 100
+
+
+def test_a_statistic_alone_on_a_loss_that_fell_is_information() -> None:
+    """Harm before alarm: saturated units on a run whose loss fell 10x did not stop it
+    learning (information, with the reason); the same statistic on a loss that stalled is a
+    warning, and so is one beside a finding of harm."""
+    acts = {"tanh": {"sat_frac": [0.2, 0.7, 0.8, 0.9]}}
+
+    def saturated(loss: list[float]) -> Any:
+        h = synthetic(loss=loss, acts=acts, act_steps=[0, 10, 20, 30])
+        return next(f for f in check_all(h) if f.kind == "saturated_units")
+
+    learnt = saturated([2.0 * 0.97**i for i in range(80)])
+    assert learnt.severity == "info" and "did not stop the model learning" in learnt.summary
+    stalled = saturated([2.0 + 0.01 * (-1) ** i for i in range(80)])
+    assert stalled.severity == "warning"
+    spiked = [2.0 * 0.97**i for i in range(80)]
+    spiked[60] = 50.0  # a spike beside it: harm seen in the run, the statistic stays
+    assert saturated(spiked).severity == "warning"

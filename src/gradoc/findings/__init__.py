@@ -9,8 +9,13 @@ module here, one line in :data:`KINDS`, its tests and the regenerated reference
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from ..detect.finding import SEVERITY_ORDER, Finding
 from ..detect.history import History
+from ..detect.signals import fmt
+from ..detect.training import Objective
 from .accumulating_gradients import AccumulatingGradients
 from .adversarial_imbalance import AdversarialImbalance
 from .dead_units import DeadUnits
@@ -93,6 +98,7 @@ def check_all(h: History) -> list[Finding]:
     objectives = h.objectives
     if len(objectives) == 1 and objectives[0].falls:
         found = [f for kind in REGISTRY.values() for f in kind.check(h)]
+        _no_harm(found, objectives[0])
     else:
         found = []
         for kind in REGISTRY.values():
@@ -105,6 +111,37 @@ def check_all(h: History) -> list[Finding]:
                         _of(f, o.name, len(objectives)) for f in kind.check(h.of_objective(o))
                     ]
     return sorted(found, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
+
+
+IMPROVED = 0.5
+"""An objective improved clearly when the median loss of its last quarter is at most this
+share of the median of its first 10% of steps (it halved, or better)."""
+
+
+def _no_harm(found: list[Finding], objective: Objective) -> None:
+    """Harm before alarm: a statistic alone (a kind whose ``statistic`` is set) on a run whose
+    objective improved clearly, and that nothing non-finite or trend-breaking accompanies,
+    is information, with the reason. A saturated layer or small input gradients in a model
+    whose loss fell 10x did not stop it learning."""
+    if any(
+        REGISTRY[f.kind].judges_trend or f.kind == "nonfinite" for f in found if f.kind in REGISTRY
+    ):
+        return
+    values = [v for v in objective.loss.values if math.isfinite(v)]
+    if len(values) < 20 or not all(math.isfinite(v) for v in objective.loss.values[-5:]):
+        return
+    early = statistics.median(values[: max(3, len(values) // 10)])
+    late = statistics.median(values[-max(3, len(values) // 4) :])
+    if not (0 < late <= IMPROVED * early):
+        return
+    for f in found:
+        kind = REGISTRY.get(f.kind)
+        if kind is not None and kind.statistic and f.severity == "warning":
+            f.severity = "info"
+            f.summary += (
+                f" (information: the loss fell from {fmt(early)} to {fmt(late)}, so this did "
+                "not stop the model learning)"
+            )
 
 
 def _of(f: Finding, objective: str, count: int) -> Finding:

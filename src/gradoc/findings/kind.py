@@ -41,6 +41,10 @@ class FindingKind:
     judges_trend: ClassVar[bool] = False
     """Its rule judges the loss's trend (it should fall): with several objectives it reads
     each one whose kind of training expects that (``detect.training``), and none other."""
+    statistic: ClassVar[bool] = False
+    """Its rule reads a statistic, not harm (units saturated, gradients small at the input,
+    updates tiny): on a run whose one objective improved clearly it is information, with
+    the reason (``findings.check_all``)."""
     example_details: ClassVar[Details | None] = None
     """Details for the findings reference's finding with no evidence: a kind whose
     explanation reads its details sets them."""

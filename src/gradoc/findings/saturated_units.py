@@ -25,6 +25,7 @@ class SaturatedUnits(FindingKind):
     """Sigmoid/tanh outputs at the flat ends, passing no gradient."""
 
     name = "saturated_units"
+    statistic = True
     caused_by = (
         "loss_blowup",
         "loss_divergence",

@@ -25,6 +25,7 @@ class TinyUpdates(FindingKind):
     """The optimizer steps do not change the weights."""
 
     name = "tiny_updates"
+    statistic = True
     caused_by = ("nonfinite", "vanishing_gradients", "dead_units")
     considers_zero_init = True
     link = 130

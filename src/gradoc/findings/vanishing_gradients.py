@@ -66,6 +66,7 @@ class VanishingGradients(FindingKind):
     """The input-side layers get almost no gradient."""
 
     name = "vanishing_gradients"
+    statistic = True
     caused_by = ("dead_units", "saturated_units", "loss_blowup", "loss_divergence")
     considers_zero_init = True
     link = 60
