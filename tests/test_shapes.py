@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+
+import gradoc
 
 SHAPES = Path(__file__).parent / "shapes"
 
@@ -166,6 +169,14 @@ def test_autograd_grad_twice_an_iteration_is_one_step(tmp_path: Path) -> None:
     not "tiny" (it was measured between the two calls when each call was a step)."""
     report = gradoc_run(tmp_path, "grad_twice.py")
     assert report["run"]["steps"] == 200
+    # the step's loss is the data term plus the penalty (two terms of one iteration), not
+    # their mean as if each were a micro-batch: iteration 0 recomputed here
+    torch.manual_seed(0)
+    w, true_w = torch.randn(8, 4), torch.randn(8, 4)
+    x = torch.randn(32, 8)
+    first = ((x @ w - x @ true_w) ** 2).mean() + 1e-3 * (w / w.norm(dim=1, keepdim=True)).sum()
+    logged = gradoc.open_run(tmp_path / "run").scalar("loss").values[0]
+    assert logged == pytest.approx(float(first), rel=1e-5)
     top = serious(report)[0]
     assert (top["kind"], top["step"]) == ("nonfinite", 150), top["summary"]
     assert "tiny_updates" not in {f["kind"] for f in serious(report)}

@@ -3,6 +3,7 @@ loss-trend rules judging only the objectives expected to fall (``findings.check_
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -183,3 +184,33 @@ def test_a_statistic_alone_on_a_loss_that_fell_is_information() -> None:
     spiked = [2.0 * 0.97**i for i in range(80)]
     spiked[60] = 50.0  # a spike beside it: harm seen in the run, the statistic stays
     assert saturated(spiked).severity == "warning"
+
+
+def test_one_loss_of_a_policy_and_a_value_regression_is_an_actor_critic() -> None:
+    """One optimizer, one loss: a policy's log-probabilities plus a value regression is read
+    from the graph as an actor-critic, and its loss, positive and growing with the returns,
+    is not judged as one that should fall (a classifier with a regression head is)."""
+    import torch.nn.functional as F
+    from torch.distributions import Categorical
+
+    from gradoc.collect.losses import kind
+
+    logits, value = torch.randn(6, 2, requires_grad=True), torch.randn(6, requires_grad=True)
+    ret = torch.rand(6) * 10
+    dist = Categorical(logits=logits)
+    action = dist.sample()
+    both = -(dist.log_prob(action) * (ret - value.detach())).mean() + F.mse_loss(value, ret)
+    assert kind(both.grad_fn)["fn"] == "actor_critic"
+    multitask = F.cross_entropy(logits, action) + 0.1 * F.mse_loss(value, ret)
+    assert "fn" not in kind(multitask.grad_fn)
+    growing = [1.0 + i for i in range(60)]
+    (found,) = judge(RunMeta(loss_fn={"fn": "actor_critic"}), lambda k: _series(growing))
+    assert (found.training, found.role, found.falls) == (
+        Training.REINFORCEMENT,
+        "actor-critic",
+        False,
+    )
+    h = dataclasses.replace(synthetic(loss=growing), meta=RunMeta(loss_fn={"fn": "actor_critic"}))
+    trend = {"loss_divergence", "loss_blowup", "loss_plateau", "loss_spike", "loss_unbounded"}
+    assert not trend & {f.kind for f in check_all(h)}
+    assert trend & {f.kind for f in check_all(synthetic(loss=growing))}  # judged supervised

@@ -35,9 +35,15 @@ class LossReader:
         self._scaled: dict[int, tuple[Any, Tensor]] = {}
         """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""
 
-    def read(self, root: Tensor) -> None:
-        """A scalar loss handed to ``backward()``: the step's."""
+    def read(self, root: Tensor, joined: bool = False) -> None:
+        """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
+        the same iteration (a penalty's ``autograd.grad`` after the data term's), added to
+        the step's loss rather than averaged with it as a micro-batch is."""
         micro = losses.read(root, self._scaled)
+        if joined and self.micros:
+            last = self.micros[-1]
+            last.value = last.value + micro.value.to(last.value.dtype)  # on the device
+            return
         self.micros.append(micro)
         if not self._fn_seen:  # what the loss is says what its chance level is
             self._fn_seen = True

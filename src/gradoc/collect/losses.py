@@ -154,7 +154,30 @@ def kind(node: Any) -> JsonObject:
         return {"node": smoothed.name(), "fn": "cross_entropy", **_nll(smoothed)} | {
             "label_smoothing": True
         }
+    if _actor_critic(node):
+        return {"node": name, "fn": "actor_critic"}
     return {"node": name}
+
+
+_LOG_PROBS = ("LogSoftmaxBackward0", "LogsumexpBackward0")
+"""Nodes of a categorical policy's log-probabilities (``Categorical(logits=...).log_prob``:
+normalised logits, then a gather of the actions taken; a cross-entropy takes no gather)."""
+
+
+def _actor_critic(node: Any) -> bool:
+    """A sum whose terms hold a value regression (``mse_loss``, Huber) and a policy's
+    log-probabilities, within the top ``_SEARCH`` nodes: one loss for an actor and a critic."""
+    if node.name() not in ("AddBackward0", "SubBackward0"):
+        return False
+    seen: set[str] = set()
+    todo, visited = [node], 0
+    while todo and visited < _SEARCH:
+        n = todo.pop()
+        visited += 1
+        seen.add(n.name())
+        todo.extend(fn for fn, _ in n.next_functions if fn is not None)
+    policy = "GatherBackward0" in seen and bool(seen & set(_LOG_PROBS)) and not seen & set(_NLL)
+    return policy and bool(seen & set(_REGRESSION))
 
 
 def _fed(node: Any, squash: str) -> JsonObject:

@@ -177,7 +177,7 @@ class Steps(taps.TapReceiver):
         if self.loss.closure_open:
             return  # a closure called again within its step (LBFGS): the first loss counts
         if taps.is_scalar_loss(tensors):
-            self.loss.read(root)
+            self.loss.read(root, joined=self.manual.joined)
             if self.reads_graph and self.checks_now():  # a read that waits for nothing
                 step = self.count if self.manual.joined else self._loss_step()
                 self.locator.on_loss(root, self.loss.micros[-1].value, step)

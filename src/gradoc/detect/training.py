@@ -17,10 +17,16 @@ optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one o
   advantage is centred: a healthy surrogate sits around 0, above and below it); in a run with
   such a policy, an objective that regresses onto targets (squared, L1 or Huber error: a value
   function, a critic) follows the returns, which grow as the agent improves. Neither is judged
-  by its trend.
+  by its trend. One loss that adds both (an actor-critic with one optimizer) is read from its
+  graph when it is handed to ``backward()`` (``collect.losses``: a categorical policy's
+  gathered log-probabilities beside a value regression) and judged as one "actor-critic". The
+  gradient of a run whose every objective follows returns scales with them: its growth is no
+  explosion unless it turns non-finite (``findings.exploding_gradients``).
 
-A run with one objective is supervised unless its loss is a signed surrogate: everything
-gradoc said of such runs before holds for them.
+A run with one objective is supervised unless its loss is a signed surrogate (one that
+changes sign all run long, not once: a term with its sign flipped falls through 0 and stays,
+``findings.loss_unbounded``) or an actor-critic's: everything gradoc said of such runs before
+holds for them.
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 
 POLICY = "its loss takes both signs and is no supervised loss function (a policy gradient)"
 """Why an objective is judged a policy."""
+BOTH = (
+    "its loss adds a policy's log-probabilities and a value regression (an actor-critic with "
+    "one optimizer): it follows the returns"
+)
+"""Why one loss is judged an actor-critic's (``collect.losses``, read from its graph)."""
 
 
 class Training(StrEnum):
@@ -102,6 +113,8 @@ def judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
     if len(said) < 2:
         only = loss_of(0)
         fn = (meta.loss_fn or {}).get("fn")
+        if fn == "actor_critic":
+            return [Objective(0, "loss", only, Training.REINFORCEMENT, "actor-critic", BOTH)]
         if fn is None and _signed(only):
             return [Objective(0, "loss", only, Training.REINFORCEMENT, "policy", POLICY)]
         return [Objective(0, "loss", only)]
