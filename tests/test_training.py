@@ -201,6 +201,12 @@ def test_one_loss_of_a_policy_and_a_value_regression_is_an_actor_critic() -> Non
     action = dist.sample()
     both = -(dist.log_prob(action) * (ret - value.detach())).mean() + F.mse_loss(value, ret)
     assert kind(both.grad_fn)["fn"] == "actor_critic"
+    # an episode's terms stacked, a policy of probabilities (pytorch/examples' actor_critic)
+    probs = Categorical(probs=F.softmax(logits, dim=-1))
+    terms = [-probs.log_prob(a) * float(r) for a, r in zip(action, ret)]
+    values = [F.smooth_l1_loss(v, r) for v, r in zip(value, ret)]
+    episode = torch.stack(terms).sum() + torch.stack(values).sum()
+    assert kind(episode.grad_fn)["fn"] == "actor_critic"
     multitask = F.cross_entropy(logits, action) + 0.1 * F.mse_loss(value, ret)
     assert "fn" not in kind(multitask.grad_fn)
     growing = [1.0 + i for i in range(60)]

@@ -159,16 +159,27 @@ def kind(node: Any) -> JsonObject:
     return {"node": name}
 
 
-_LOG_PROBS = ("LogSoftmaxBackward0", "LogsumexpBackward0")
-"""Nodes of a categorical policy's log-probabilities (``Categorical(logits=...).log_prob``:
-normalised logits, then a gather of the actions taken; a cross-entropy takes no gather)."""
+_LOG_PROBS = ("LogSoftmaxBackward0", "LogsumexpBackward0", "LogBackward0")
+"""Nodes of a categorical policy's log-probabilities: ``Categorical(logits=...)`` normalises
+its logits, ``Categorical(probs=...)`` takes their log; ``log_prob`` then gathers the actions
+taken."""
+_TERMS = 8
+"""Terms of a sum looked at, at most (policy + value + an entropy bonus)."""
 
 
-def _actor_critic(node: Any) -> bool:
-    """A sum whose terms hold a value regression (``mse_loss``, Huber) and a policy's
-    log-probabilities, within the top ``_SEARCH`` nodes: one loss for an actor and a critic."""
-    if node.name() not in ("AddBackward0", "SubBackward0"):
-        return False
+def _terms(node: Any, found: list[Any]) -> list[Any]:
+    """The terms of a sum (``a + b - c``): the nodes below its additions."""
+    if node.name() in ("AddBackward0", "SubBackward0") and len(found) < _TERMS:
+        for fn, _ in node.next_functions:
+            if fn is not None:
+                _terms(fn, found)
+    elif len(found) < _TERMS:
+        found.append(node)
+    return found
+
+
+def _names_below(node: Any) -> set[str]:
+    """The names of the first ``_SEARCH`` nodes below ``node``, depth first."""
     seen: set[str] = set()
     todo, visited = [node], 0
     while todo and visited < _SEARCH:
@@ -176,8 +187,23 @@ def _actor_critic(node: Any) -> bool:
         visited += 1
         seen.add(n.name())
         todo.extend(fn for fn, _ in n.next_functions if fn is not None)
-    policy = "GatherBackward0" in seen and bool(seen & set(_LOG_PROBS)) and not seen & set(_NLL)
-    return policy and bool(seen & set(_REGRESSION))
+    return seen
+
+
+def _actor_critic(node: Any) -> bool:
+    """One loss for an actor and a critic: a sum with a term that weighs a policy's
+    gathered log-probabilities (``-log_prob * advantage``) and a term that regresses a value
+    (``mse_loss``, ``smooth_l1_loss``). Each term is read apart, its first ``_SEARCH`` nodes
+    (an episode's losses stacked: the first few steps of each term are enough)."""
+    if node.name() not in ("AddBackward0", "SubBackward0"):
+        return False
+    names = [_names_below(t) for t in _terms(node, [])]
+    value = any(n & set(_REGRESSION) for n in names)
+    policy = any(
+        {"GatherBackward0", "MulBackward0"} <= n and n & set(_LOG_PROBS) and not n & set(_NLL)
+        for n in names
+    )
+    return value and policy
 
 
 def _fed(node: Any, squash: str) -> JsonObject:
