@@ -168,11 +168,7 @@ class Locator:
             if in_graph is not None and (origin is None or not _placed(origin)):
                 # born outside the model: its graph says where; a trace armed over the next
                 # steps would give the aten op and its line if it recurs
-                self.armed_left, self.armed_from = ARMED_STEPS, step
-                in_graph.note = (in_graph.note or "") + (
-                    "; tracing is armed to catch the operation on its next occurrence"
-                )
-                return in_graph
+                return self._arm(step, in_graph)
             if rerun is not None and (origin is None or not origin.op):
                 self.replaying = True
                 try:
@@ -182,12 +178,9 @@ class Locator:
             if origin is not None and (origin.op or origin.phase in ("input", "optimizer")):
                 return self._finish(origin)
             # born outside the model (the loss, or the loss's backward): trace whole steps
-            self.armed_left, self.armed_from = ARMED_STEPS, step
             if origin is not None:  # what the replay could tell, until the trace knows more
-                origin.note = (origin.note or "") + (
-                    "; tracing is armed to catch the operation on its next occurrence"
-                )
-                return origin
+                return self._arm(step, origin)
+            self.armed_left, self.armed_from = ARMED_STEPS, step
             if loss_bad and forwards:  # the model's output was finite, the loss was not
                 return Origin(
                     phase="forward",
@@ -261,6 +254,15 @@ class Locator:
         """At the optimizer's post-step: arm the trace over the whole next iteration."""
         if self.armed_left and not self.done:
             self.armed.start()
+
+    def _arm(self, step: int, origin: Origin) -> Origin:
+        """Trace whole steps from now, waiting for the value to recur; ``origin`` is what is
+        known until then."""
+        self.armed_left, self.armed_from = ARMED_STEPS, step
+        origin.note = (origin.note or "") + (
+            "; tracing is armed to catch the operation on its next occurrence"
+        )
+        return origin
 
     def _finish(self, origin: Origin) -> Origin:
         self.done = True

@@ -21,6 +21,7 @@ the host only (attributes and ``.grad`` presence, no tensor is read):
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import torch.nn as nn
@@ -51,8 +52,9 @@ class SetupCheck(Probe):
         self.checks = 0
         self.left_out: dict[str, int] | None = None
         """Name -> elements of the parameters left out at every check so far."""
-        self.in_eval: dict[str, str] | None = None
-        """Name -> class of the modal modules in eval() at every check so far."""
+        self.in_eval: dict[str, tuple[str, bool]] | None = None
+        """Name -> (class, a BatchNorm that never learnt its statistics) of the modal modules
+        in eval() at every check so far."""
         self.elements = 0
 
     def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
@@ -61,10 +63,10 @@ class SetupCheck(Probe):
         roots = dict(self.run.watched.prefixes)
         if not roots:
             return
-        held = {id(p) for o in self.run.steps.targets for g in o.param_groups for p in g["params"]}
-        held |= {id(p) for o in taps.live_optimizers() for g in o.param_groups for p in g["params"]}
+        optimizers = {*self.run.steps.targets, *taps.live_optimizers()}
+        held = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
         left: dict[str, int] = {}
-        modes: dict[str, str] = {}
+        modes: dict[str, tuple[str, bool]] = {}
         elements = 0
         for root, prefix in roots.items():
             for name, p in root.named_parameters():
@@ -74,7 +76,7 @@ class SetupCheck(Probe):
             for name, m in root.named_modules():
                 if isinstance(m, _MODAL) and not m.training and _modal_now(m):
                     key = qualified(prefix, name) or prefix or type(m).__name__
-                    modes[key] = type(m).__name__ + (" (never updated)" if _fresh(m) else "")
+                    modes[key] = (type(m).__name__, _fresh(m))
         self.checks += 1
         self.elements = elements
         self.left_out = (
@@ -96,15 +98,14 @@ class SetupCheck(Probe):
                 "names": names[:NAMES],
             }
         if self.in_eval:
-            kinds: dict[str, int] = {}
-            for cls in self.in_eval.values():
-                kinds[cls] = kinds.get(cls, 0) + 1
-            fresh = [k for k, v in self.in_eval.items() if v.endswith("(never updated)")]
+            kinds = Counter(
+                cls + (" (never updated)" if fresh else "") for cls, fresh in self.in_eval.values()
+            )
             setup["in_eval"] = {
-                "fresh_norms": len(fresh),
+                "fresh_norms": sum(fresh for _, fresh in self.in_eval.values()),
                 "modules": len(self.in_eval),
                 "names": list(self.in_eval)[:NAMES],
-                "kinds": kinds,
+                "kinds": dict(kinds),
             }
         return {"setup": setup}
 

@@ -58,6 +58,15 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def early_late(values: Sequence[float], least: int = 3) -> tuple[float, float]:
+    """Where a loss began and where it ended: the median of its first 10% and of its last 25%
+    (each at least ``least`` values; ``values`` finite and not empty)."""
+    n = len(values)
+    return statistics.median(values[: max(least, n // 10)]), statistics.median(
+        values[-max(least, n // 4) :]
+    )
+
+
 def update_ratio(update: float, weight: float) -> float | None:
     """||update|| / ||weight|| (the weight before the update): the one definition, used by
     the detectors, the charts, the sinks and the collector. None where it means nothing: a

@@ -10,11 +10,10 @@ module here, one line in :data:`KINDS`, its tests and the regenerated reference
 from __future__ import annotations
 
 import math
-import statistics
 
 from ..detect.finding import SEVERITY_ORDER, Finding
 from ..detect.history import History
-from ..detect.signals import fmt
+from ..detect.signals import early_late, fmt
 from ..detect.training import Objective
 from .accumulating_gradients import AccumulatingGradients
 from .adversarial_imbalance import AdversarialImbalance
@@ -130,8 +129,7 @@ def _no_harm(found: list[Finding], objective: Objective) -> None:
     values = [v for v in objective.loss.values if math.isfinite(v)]
     if len(values) < 20 or not all(math.isfinite(v) for v in objective.loss.values[-5:]):
         return
-    early = statistics.median(values[: max(3, len(values) // 10)])
-    late = statistics.median(values[-max(3, len(values) // 4) :])
+    early, late = early_late(values)
     if not (0 < late <= IMPROVED * early):
         return
     for f in found:

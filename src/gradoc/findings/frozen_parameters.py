@@ -20,12 +20,11 @@ watched models' elements or the loss stalled, information otherwise.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
-from ..detect.signals import finite, fmt, loss_trend, numel_of
+from ..detect.signals import early_late, finite, fmt, loss_trend, numel_of
 from .facts import Facts
 from .kind import Details, FindingKind
 
@@ -43,8 +42,7 @@ def _gain(h: History) -> float | None:
     _, values = finite(loss_trend(h)[0])
     if len(values) < MIN_STEPS:
         return None
-    early = statistics.median(values[: max(3, len(values) // 10)])
-    late = statistics.median(values[-max(3, len(values) // 4) :])
+    early, late = early_late(values)
     return (early - late) / abs(early) if early else None
 
 

@@ -29,13 +29,12 @@ actor-critic's loss, whose size follows the episodes' returns, not progress
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import ce_classes, finite, fmt, loss_noise, loss_trend
+from ..detect.signals import ce_classes, early_late, finite, fmt, loss_noise, loss_trend
 from .advice import at_chance, lr_fix
 from .facts import Facts
 from .kind import Details, FindingKind
@@ -102,8 +101,7 @@ class LossPlateau(FindingKind):
         steps, values = finite(loss_trend(h)[0])
         if len(values) < MIN_STEPS:
             return []
-        early = statistics.median(values[: max(5, len(values) // 10)])
-        late = statistics.median(values[-max(5, len(values) // 4) :])
+        early, late = early_late(values, least=5)
         k = ce_classes(h)
         at_chance = k is not None and abs(late - math.log(k)) <= CHANCE_BAND * math.log(k)
         if abs(early) < 1e-6 or (late > 1.5 * early and not at_chance):

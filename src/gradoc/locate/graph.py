@@ -236,7 +236,7 @@ def origin_in_graph(loss: Tensor, step: int) -> Origin | None:
             Reading(f"values in {name or operand}", t.numel()),
         ]
         origin = Origin(phase="forward", step=step, evidence=evidence)
-        line = _assigned(frame, name) if name else None
+        line = _assigned(frame, name)
         if line is not None:
             place(origin, (frame.f_code.co_filename, line, _code(frame, line)))  # type: ignore[union-attr]
             origin.op = _unsafe_calls(origin.code or "") or None
@@ -344,15 +344,19 @@ def _assigned(frame: FrameType | None, name: str | None) -> int | None:
     return max(lines, default=None)
 
 
+_DIVIDES = re.compile(r"[^/]/[^/=]")
+"""A ``/`` on a line of code (not ``//`` nor ``/=``)."""
+
+
 def _unsafe_calls(code: str) -> str:
     """The calls on a line that can make a NaN/Inf from finite values (``std or div``)."""
     found = [m for m in re.findall(r"\.?(\w+)\s*\(", code) if m in _UNSAFE_CALLS]
-    if re.search(r"[^/]/[^/=]", code):
+    if _DIVIDES.search(code):
         found.append("div")
     return " or ".join(dict.fromkeys(found))
 
 
 def _mentions(code: str, op: str) -> bool:
     if op == "div":
-        return bool(re.search(r"[^/]/[^/=]", code)) or "div(" in code
+        return bool(_DIVIDES.search(code)) or "div(" in code
     return f"{op}(" in code or (op == "pow" and "**" in code)
