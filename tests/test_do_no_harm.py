@@ -233,12 +233,24 @@ def test_a_script_stopping_at_a_nan_check_is_replayed_when_it_wrote_nothing(
             "    opt.zero_grad(); loss.backward(); opt.step()",
         )
     )
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     # gradoc's own outputs (--json next to the script) are not the script's side effects
-    done = gradoc_cli("run", "--out", "run", "--json", "r.json", "check.py", "--nan", cwd=tmp_path)
+    argv = ["run", "--out", "run", "--json", "r.json", "check.py", "--nan"]
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     assert done.returncode == 4  # the script's own exit code
     assert "re-running check.py up to step 7" in done.stderr
     origin = json.loads((tmp_path / "r.json").read_text())["findings"][0]["origin"]
     assert origin["code"] == 'loss = loss * float("nan")'
+    # the replay's own run log is not left behind (torch itself makes torchinductor_*)
+    assert list(scratch.glob("gradoc*")) == []
 
 
 def test_the_replay_budget_is_checked(script_path: Path) -> None:

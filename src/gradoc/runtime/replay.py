@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -156,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     config = WatchConfig(
         activations=never(), params=never(), locate=False, skip_nonfinite_updates=False
     )
-    run = Run(Path(tempfile.mkdtemp(prefix="gradoc-replay-")), config, script=str(script))
+    scratch = Path(tempfile.mkdtemp(prefix="gradoc-replay-"))  # the replay's own log: not kept
+    run = Run(scratch, config, script=str(script))
     auto = AutoAttach(run)
     armed = run.locator.armed
     written = [False]
@@ -171,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     def finish(found: Birth | None) -> None:
         write(found)
         sys.stdout.flush()
+        shutil.rmtree(scratch, ignore_errors=True)
         os._exit(0)  # the step is traced: nothing more to learn from the script
 
     # the first birth inside the traced window is the answer: stop there
@@ -196,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         found = armed.stop() if armed.active else None
         auto.remove()
         write(found)
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
