@@ -12,6 +12,7 @@ wrong, each as a script of our own in tests/shapes/ run unchanged under ``gradoc
   not folded into the blow-up;
 - two objectives judged by their own kind of training: a PPO-style actor and critic (each
   with its own Adam) and a GAN, healthy and broken;
+- a policy that went certain within two updates (an actor-critic at 1000x its rate);
 - a NaN located from the loss's autograd graph, without a re-run: a hand-written penalty's
   division, an advantage normalised without gradient, a program that wrote files.
 """
@@ -133,6 +134,26 @@ def test_an_actor_and_a_critic_are_two_objectives_judged_as_reinforcement(tmp_pa
     )
     layers = {f["layer"] for f in report["findings"] if f["layer"]}
     assert not any(layer.startswith("sequential") for layer in layers), layers
+    # the actor's entropy is read from its loss's graph: it grows certain as it learns
+    actor = next(o for o in report["run"]["objectives"] if o["name"] == "actor")
+    assert actor["entropy_first"] > 0.9 and 1e-3 < actor["entropy_last"] < 0.5, actor
+    assert critic["entropy_first"] is None
+
+
+def test_a_policy_certain_within_two_updates_has_collapsed(tmp_path: Path) -> None:
+    """The one-network actor-critic at 1000x its learning rate: one action certain in every
+    state from the second update on, episodes of one or two steps, and no gradient left to
+    change it; its loss does not blow up, so only the entropy tells."""
+    report = gradoc_run(tmp_path, "actor_critic_one_optimizer.py", "--lr", "3")
+    collapse = next(f for f in serious(report) if f["kind"] == "policy_collapse")
+    assert collapse["step"] <= 3 and collapse["root_cause_family"] == "learning_rate"
+    assert collapse["details"]["before"] > 0.9 and collapse["details"]["late"] < 1e-6
+    (o,) = report["run"]["objectives"]
+    assert (o["role"], o["entropy_first"] > 0.9, o["entropy_last"] < 1e-6) == (
+        "actor-critic",
+        True,
+        True,
+    )
 
 
 def test_a_one_sample_advantage_std_is_the_headline_nan(tmp_path: Path) -> None:

@@ -2,9 +2,11 @@
 policy term plus the value term, ``-(log_prob * advantage) + 0.5 * (return - value)**2``,
 on a noisy corridor whose episodes lengthen (and whose returns grow) as the agent learns to
 survive. The loss grows with the returns while the agent gets better: a reinforcement
-objective, not one that should fall. ``--seed`` changes the episodes.
+objective, not one that should fall. ``--seed`` changes the episodes. ``--lr 0.3`` (x100)
+collapses the policy: within a few updates one action is certain in every state, the
+episodes end at the first or second position, and its gradient is gone.
 
-    python actor_critic_one_optimizer.py [--updates N] [--seed S]
+    python actor_critic_one_optimizer.py [--updates N] [--seed S] [--lr LR]
 """
 
 import argparse
@@ -17,6 +19,7 @@ from torch.distributions import Categorical
 ap = argparse.ArgumentParser()
 ap.add_argument("--updates", type=int, default=200)
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--lr", type=float, default=3e-3)
 args = ap.parse_args()
 torch.manual_seed(args.seed)
 
@@ -42,7 +45,7 @@ def observe(pos: int) -> torch.Tensor:
 
 
 net = ActorCritic()
-opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+opt = torch.optim.Adam(net.parameters(), lr=args.lr)
 for update in range(args.updates):
     logps, values, rewards = [], [], []
     for pos in range(100):  # survive: step left (0) at even positions, right (1) at odd ones

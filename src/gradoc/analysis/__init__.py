@@ -100,6 +100,12 @@ def loss_read(meta: RunMeta) -> str | None:
         through.append(f"autograd node {kind['node']}")
     if through:
         parts.append("read through: " + "; ".join(through))
+    policy = read.get("policy") or {}
+    if policy.get("actions"):
+        parts.append(
+            f"a categorical policy over {policy['actions']} actions seen in its graph (its "
+            "entropy read at backward())"
+        )
     return "; ".join(parts)
 
 

@@ -66,7 +66,8 @@ class Ranks:
 @dataclass(frozen=True, slots=True)
 class ObjectiveFacts:
     """One objective of the run (``detect.training``): what it trains, the kind of training
-    it was judged as and why, and its loss at the first and last step."""
+    it was judged as and why, its loss at the first and last step, and its policy's entropy
+    where one was read."""
 
     id: int
     name: str
@@ -77,6 +78,10 @@ class ObjectiveFacts:
     steps: int
     loss_first: float | None
     loss_last: float | None
+    entropy_first: float | None = None
+    """Its categorical policy's entropy, a share of its maximum, at the first and last step
+    it was read (``collect.policy``); None where no policy was seen."""
+    entropy_last: float | None = None
 
     def to_json(self) -> JsonObject:
         return asdict(self)
@@ -93,6 +98,8 @@ class ObjectiveFacts:
             int(data.get("steps") or 0),
             data.get("loss_first"),
             data.get("loss_last"),
+            data.get("entropy_first"),
+            data.get("entropy_last"),
         )
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 from .._util.json_types import JsonObject
 from . import losses
+from .policy import PolicyReader
 
 if TYPE_CHECKING:
     from .context import Internal
+    from .objectives import Objectives
 
 
 class LossReader:
@@ -34,15 +37,23 @@ class LossReader:
         """How the loss is read (``meta['loss_read']``), said once it is known."""
         self._scaled: dict[int, tuple[Any, Tensor]] = {}
         """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""
+        self.policy = PolicyReader()
+        self.entropies: list[tuple[int, int, Tensor]] = []
+        """(step, objective id, entropy on the device) of the policies read, waiting for the
+        next transfer (``collect.policy``)."""
 
     def read(self, root: Tensor, joined: bool = False) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
         the same iteration (a penalty's ``autograd.grad`` after the data term's), added to
         the step's loss rather than averaged with it as a micro-batch is."""
         micro = losses.read(root, self._scaled)
+        micro.entropy = self.policy.read(root.grad_fn)
+        if micro.entropy is not None and "policy" not in self._said:
+            self.say(None, policy={"actions": self.policy.actions, "entropy": "share of ln(k)"})
         if joined and self.micros:
             last = self.micros[-1]
             last.value = last.value + micro.value.to(last.value.dtype)  # on the device
+            last.entropy = micro.entropy if last.entropy is None else last.entropy
             return
         self.micros.append(micro)
         if not self._fn_seen:  # what the loss is says what its chance level is
@@ -76,6 +87,25 @@ class LossReader:
             if len(self._scaled) > 16:  # scaled and never backpropagated: not kept for long
                 self._scaled.clear()
             self._scaled[id(scaled.grad_fn)] = (scaled.grad_fn, loss)
+
+    def credit(
+        self, micros: list[losses.Micro], objectives: Objectives, optimizer: Any, step: int
+    ) -> None:
+        """The ``micros`` trained ``optimizer``'s objective at ``step``: their policy entropies
+        (their mean) wait for the next transfer; a loss shared by two optimizers is counted
+        once. A run with no policy returns at once."""
+        if self.policy.actions is None:
+            return
+        read = [m.entropy for m in micros if m.entropy is not None]
+        for m in micros:
+            m.entropy = None
+        if read:
+            entropy = read[0] if len(read) == 1 else torch.stack(read).mean()
+            self.entropies.append((step, objectives.id_of(optimizer), entropy))
+
+    def take_entropies(self) -> list[tuple[int, int, Tensor]]:
+        taken, self.entropies = self.entropies, []
+        return taken
 
     def take(self) -> list[losses.Micro]:
         """The ended step's losses; the next step starts with none."""

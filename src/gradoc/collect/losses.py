@@ -59,6 +59,9 @@ class Micro:
     node: Any
     """The loss's own autograd node (below the scaler and the division)."""
     scaled: bool
+    entropy: Tensor | None = None
+    """Its policy's entropy, a share of its maximum, on the device, where it was read
+    (``collect.policy``); taken once the step is credited."""
 
 
 def divided(node: Any) -> tuple[Tensor, Any] | None:

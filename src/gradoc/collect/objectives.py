@@ -143,6 +143,11 @@ class Objectives:
         objective.id = 0
         self.pending = [p for p in self.pending if p[1] != old]
 
+    def id_of(self, optimizer: Optimizer) -> int:
+        """The objective ``optimizer`` trains (0: the only one, or the primary's)."""
+        objective = self.of.get(optimizer)
+        return objective.id if objective is not None else 0
+
     def take(self) -> list[tuple[int, int, Tensor]]:
         taken, self.pending = self.pending, []
         return taken

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
@@ -67,6 +67,8 @@ class Layout:
     later: bool = False
     """Its steps' vitals were not read at their statistics points (an accelerator's): they
     are checked when it is read."""
+    entropies: list[tuple[int, int, slice]] = field(default_factory=list)
+    """Policy entropies read (``policy``): (step, objective id, where the value lies)."""
 
     def newest_loss(self, values: Any) -> tuple[int, float] | None:
         """The newest step of the transfer that has a loss, and that loss as the run log
@@ -151,6 +153,7 @@ class StepRecord:
             if not math.isfinite(value):
                 message = f"loss is {value} at step {step} (objective {k})"
                 self._first(conn, EventKind.NONFINITE_LOSS, step, message, {"objective": k})
+        entropy_rows = [(step, k, real(values[at][0])) for step, k, at in layout.entropies]
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
             [
@@ -173,6 +176,8 @@ class StepRecord:
         insert_rows(conn, "steps", step_rows)
         if objective_rows:
             insert_rows(conn, "objective_losses", objective_rows)
+        if entropy_rows:
+            insert_rows(conn, "policy_entropy", entropy_rows)
         insert_rows(conn, "param_arrays", param_rows)
         insert_rows(conn, "act_stats", act_rows)
         return max([layout.step, *(sl.step for sl in layout.targets)])

@@ -331,6 +331,7 @@ class Steps(taps.TapReceiver):
         calls, micros = self.loss.backward_calls, self.loss.take()
         if self.several:  # whose losses these were (one optimizer: its own)
             micros = self.objectives.credit(target, micros, self)
+        self.loss.credit(micros, self.objectives, optimizer, self.count)
         if optimizer is not self.primary:
             return
         self._clearing.after_step(target)
@@ -338,8 +339,7 @@ class Steps(taps.TapReceiver):
         lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
         samples = self.watched.samples or None
         t = time.monotonic() - self.run.t0
-        clip = self.clipping.take()
-        row = StepRow(self.count, t, calls, samples, lrs, loss, divisors, clip)
+        row = StepRow(self.count, t, calls, samples, lrs, loss, divisors, self.clipping.take())
         # several optimizers: a forward before another's step feeds the next loss
         self.watched.forward_seen = self.several and self.watched.forward_seen
         self.watched.samples = 0

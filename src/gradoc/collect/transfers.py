@@ -123,6 +123,7 @@ class Transfers:
             if isinstance(lr, Tensor)
         }
         objectives = [(step, k, pack.add(v)) for step, k, v in steps.objectives.take()]
+        entropies = [(step, k, pack.add(v)) for step, k, v in steps.loss.take_entropies()]
         targets = [
             sl
             for t in steps.targets.values()
@@ -133,7 +134,7 @@ class Transfers:
         steps.lengths.pack(pack)
         later = not self.checks_now()
         layout = Layout(
-            steps.count, rows, lrs, targets, self._acts, clips, unused, objectives, later
+            steps.count, rows, lrs, targets, self._acts, clips, unused, objectives, later, entropies
         )
         self.pending, self._acts = [], []
         self._last = time.monotonic()
@@ -185,6 +186,7 @@ class Transfers:
         steps = self.steps
         return (
             bool(self.pending or steps.loss.unbacked.unused or steps.objectives.pending)
+            or bool(steps.loss.entropies)
             or self._collected()
         )
 

@@ -43,6 +43,9 @@ class History:
     objective_losses: dict[int, Series] = field(default_factory=dict)
     """The losses of a run's objectives other than the first (whose loss is ``loss``), by
     ``meta.objectives`` id."""
+    policy_entropy: dict[int, Series] = field(default_factory=dict)
+    """A categorical policy's entropy (a share of its maximum) by objective id, where the
+    loss's graph showed one (``collect.policy``)."""
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
     that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,
@@ -72,6 +75,11 @@ class History:
                 for o in run.meta.objectives
                 if int(o["id"]) != 0
             },
+            policy_entropy={
+                k: found
+                for k in {0, *(int(o["id"]) for o in run.meta.objectives)}
+                if (found := run.policy_entropy(k))
+            },
         )
 
     @property
@@ -80,7 +88,9 @@ class History:
         found = self.derived.get("objectives")
         if found is None:
             found = self.derived["objectives"] = judge(
-                self.meta, lambda k: self.loss if k == 0 else self.objective_losses.get(k, _EMPTY)
+                self.meta,
+                lambda k: self.loss if k == 0 else self.objective_losses.get(k, _EMPTY),
+                lambda k: self.policy_entropy.get(k, _EMPTY),
             )
         return found  # type: ignore[no-any-return]
 

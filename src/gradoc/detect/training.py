@@ -21,7 +21,10 @@ optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one o
   graph when it is handed to ``backward()`` (``collect.losses``: a categorical policy's
   gathered log-probabilities beside a value regression) and judged as one "actor-critic". The
   gradient of a run whose every objective follows returns scales with them: its growth is no
-  explosion unless it turns non-finite (``findings.exploding_gradients``).
+  explosion unless it turns non-finite (``findings.exploding_gradients``). What still means
+  harm for a policy is a collapse: certain of one action within a few updates of being
+  uncertain, and so to the end (``findings.policy_collapse``, on the entropy read from the
+  loss's graph, ``collect.policy``).
 
 A run with one objective is supervised unless its loss is a signed surrogate (one that
 changes sign all run long, not once: a term with its sign flipped falls through 0 and stays,
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._util.json_types import JsonObject
 from .._util.text import StrEnum
@@ -86,6 +89,8 @@ class Objective:
     """What it is in its kind of training: loss, generator, discriminator, policy, critic."""
     why: str = "one objective whose loss is a supervised loss function"
     optimizers: list[int] = field(default_factory=lambda: [0])
+    entropy: Series = field(default_factory=lambda: Series([], []))
+    """Its categorical policy's entropy, a share of its maximum, where one was read."""
 
     @property
     def falls(self) -> bool:
@@ -103,12 +108,26 @@ class Objective:
             "steps": len(self.loss),
             "loss_first": self.loss.values[0] if self.loss.values else None,
             "loss_last": self.loss.values[-1] if self.loss.values else None,
-        }
+        } | (
+            {"entropy_first": self.entropy.values[0], "entropy_last": self.entropy.values[-1]}
+            if self.entropy.values
+            else {}
+        )
 
 
-def judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
+def judge(
+    meta: RunMeta,
+    loss_of: Callable[[int], Series],
+    entropy_of: Callable[[int], Series] | None = None,
+) -> list[Objective]:
     """The run's objectives, each with the kind of training it is judged as (see the module
-    docstring); ``loss_of(id)``: an objective's loss series (0: the steps table's)."""
+    docstring); ``loss_of(id)``: an objective's loss series (0: the steps table's);
+    ``entropy_of(id)``: its policy's entropy, where one was read."""
+    found = _judge(meta, loss_of)
+    return [replace(o, entropy=entropy_of(o.id)) for o in found] if entropy_of else found
+
+
+def _judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
     said = meta.objectives
     if len(said) < 2:
         only = loss_of(0)

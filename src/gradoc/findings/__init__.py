@@ -37,6 +37,7 @@ from .loss_unbounded import LossUnbounded
 from .nonfinite import Nonfinite
 from .padding_leak import PaddingLeak
 from .padding_waste import PaddingWaste
+from .policy_collapse import PolicyCollapse
 from .poor_initialization import PoorInitialization
 from .saturated_units import SaturatedUnits
 from .tiny_updates import TinyUpdates
@@ -55,6 +56,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     LossUnbounded,
     LossOnProbabilities,
     AdversarialImbalance,
+    PolicyCollapse,
     PoorInitialization,
     LargeUpdates,
     TinyUpdates,

@@ -171,6 +171,17 @@ def grad_norm_chart(steps: Sequence[int], values: Sequence[float]) -> str:
     return fig.svg()
 
 
+def entropy_chart(steps: Sequence[int], values: Sequence[float], name: str) -> str:
+    """A policy's entropy as a share of its maximum, on a log scale (a collapse falls by
+    orders of magnitude)."""
+    log = svg.extent(values, log=True) is not None
+    fig = svg.Figure(W, 290)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(values, log), log), 240, ylog=log)
+    ax.frame(f"Policy entropy of {name} (share of ln k, log scale)", "step", "entropy / ln k")
+    ax.series(steps, values, _GREEN)
+    return fig.svg()
+
+
 def gradient_flow_chart(names: list[str], at: dict[int, tuple[list[float], list[float]]]) -> str:
     """The classic gradient-flow bar chart: per layer in network order, RMS |grad| (dark)
     and max |grad| (light), one panel per chosen step, log scale."""

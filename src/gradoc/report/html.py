@@ -230,10 +230,26 @@ def _loss_figures(log: RunLog, report: Report) -> list[str]:
     return out
 
 
+def _entropy_figures(log: RunLog, report: Report) -> list[str]:
+    """A chart of each policy's entropy, where the loss's graph showed one."""
+    out = []
+    for o in report.run.objectives:
+        entropy = log.policy_entropy(o.id)
+        if o.entropy_first is not None and entropy.steps:
+            chart = charts.entropy_chart(entropy.steps, entropy.values, o.name)
+            said = (
+                "read from the loss's autograd graph at backward() (the first 20 updates, then "
+                "one in 10): 1 is uniform over the actions, 0 one action certain."
+            )
+            out.append(_figure(f"chart-entropy-{o.id}", f"Policy entropy of {o.name}", chart, said))
+    return out
+
+
 def _charts(log: RunLog, report: Report) -> list[str]:
     norm = log.scalar("grad_norm")
     out = [
         *_loss_figures(log, report),
+        *_entropy_figures(log, report),
         _figure(
             "chart-grad-norm",
             "Global gradient norm",

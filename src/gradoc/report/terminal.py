@@ -143,6 +143,12 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
         line = _series_line(name, run.scalar(name))
         if line is not None:
             console.print(line)
+    for o in info.objectives:  # a policy's entropy, a share of its maximum
+        if o.entropy_first is not None:
+            named = "entropy" if len(info.objectives) == 1 else f"{o.name[:7]} H"
+            line = _series_line(named, run.policy_entropy(o.id))
+            if line is not None:
+                console.print(line)
 
     norms = run.scalar("grad_norm")
     if norms.steps:

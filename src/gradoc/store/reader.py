@@ -435,10 +435,19 @@ class RunLog(Shown):
         """One objective's loss per step (``meta['objectives']``; 0 is ``steps.loss``)."""
         if objective == 0:
             return self.scalar("loss")
-        if self.version < 5:
+        return self._per_objective("objective_losses", "loss", objective, since=5)
+
+    def policy_entropy(self, objective: int) -> Series:
+        """One objective's policy entropy, a share of its maximum, at the steps it was read
+        (``collect.policy``); empty when none was (a log before schema 6)."""
+        return self._per_objective("policy_entropy", "entropy", objective, since=6)
+
+    def _per_objective(self, table: str, column: str, objective: int, since: int) -> Series:
+        """``column`` of a per-objective table (added in schema ``since``) by step."""
+        if self.version < since:
             return Series([], [])
         rows = self._query(
-            "SELECT step, loss FROM objective_losses WHERE objective = ? AND loss IS NOT NULL"
+            f"SELECT step, {column} FROM {table} WHERE objective = ? AND {column} IS NOT NULL"
             " ORDER BY step",
             (objective,),
         )

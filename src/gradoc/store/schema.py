@@ -1,4 +1,4 @@
-"""The run log's tables (schema version 5).
+"""The run log's tables (schema version 6).
 
 Readable with the ``sqlite3`` tool::
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .._util.text import StrEnum
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class EventKind(StrEnum):
@@ -53,13 +53,14 @@ class EventKind(StrEnum):
     CRASH = "crash"
 
 
-"""5: ``objective_losses`` (a run with several optimizers: each objective's loss);
+"""6: ``policy_entropy`` (a categorical policy's entropy, read from its loss's graph);
+5: ``objective_losses`` (a run with several optimizers: each objective's loss);
 4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
 ``steps.loss`` with gradient accumulation and loss scaling undone;
 3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
 2: ``steps.samples``. Versions 1 to 3 (1 and 2: one ``param_stats`` row per parameter and
 step) are read too."""
-READABLE = (1, 2, 3, 4, 5)
+READABLE = (1, 2, 3, 4, 5, 6)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -98,6 +99,13 @@ CREATE TABLE IF NOT EXISTS objective_losses (
     objective  INTEGER NOT NULL,   -- meta 'objectives' id (0, the first optimizer's, is
                                    -- steps.loss and not repeated here)
     loss       REAL,               -- its loss, as steps.loss is read
+    PRIMARY KEY (step, objective)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS policy_entropy (
+    step       INTEGER NOT NULL,   -- the steps table's step in progress when it trained
+    objective  INTEGER NOT NULL,   -- meta 'objectives' id (0: the first optimizer's)
+    entropy    REAL,               -- a categorical policy's mean entropy, a share of its
+                                   -- maximum ln(k) (meta 'loss_read' policy.actions: k)
     PRIMARY KEY (step, objective)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS param_arrays (
