@@ -149,6 +149,7 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
     """The run and its step protocol never ask the configuration what to watch: the probes
     are chosen once (``probes_for``), and each watches what it was made for."""
     from gradoc.collect.activations import AmpRanges
+    from gradoc.collect.cadence import Cadence
     from gradoc.collect.lengths import Lengths
     from gradoc.collect.locate_probe import Locate
     from gradoc.collect.padding import PaddingAudit
@@ -165,7 +166,7 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
         run = Run(tmp_path / name, config)
         chosen[name] = [type(p) for p in run.steps.probes]
         run.close()
-    plain = [Lengths, SetupCheck]
+    plain = [Lengths, SetupCheck, Cadence]  # the sampled statistics' budget: the default
     assert chosen == {"plain": plain, "all": [*plain, AmpRanges, PaddingAudit, Locate]}
     for file in ("run.py", "steps.py"):
         tree = ast.parse((ROOT / "collect" / file).read_text())

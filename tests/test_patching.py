@@ -97,3 +97,28 @@ def test_a_replay_leaves_the_users_anomaly_mode_rng_and_buffers(tmp_path: Path) 
         assert origins and origins[0].step == 2  # a replay did run
     finally:
         torch.autograd.set_detect_anomaly(False)
+
+
+def test_the_rng_state_is_kept_only_for_forwards_that_draw(tmp_path: Path) -> None:
+    """A replay of a dropout model starts from the RNG state its step began with (the same
+    masks); a model that drew no random number in its first forwards keeps none, and its
+    replay still locates."""
+    for dropout in (True, False):
+        torch.manual_seed(0)
+        layers: list[nn.Module] = [nn.Linear(4, 8), nn.ReLU()]
+        layers += [nn.Dropout(0.5)] if dropout else []
+        model = nn.Sequential(*layers, nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = tmp_path / f"run-{dropout}"
+        with gradoc.watch(model, opt, out=out) as run:
+            for step in range(8):
+                x = torch.randn(16, 4)
+                if step == 6:
+                    x[0, 0] = float("inf")
+                loss = F.mse_loss(model(x), x.sum(1, keepdim=True).nan_to_num())
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            assert run.watched.keep_rng is dropout
+        origins = [e for e in gradoc.open_run(out).events if e.kind == "nonfinite_origin"]
+        assert origins and origins[0].step == 6, (dropout, origins)

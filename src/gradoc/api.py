@@ -31,7 +31,7 @@ from .locate.numerics import NumericsError, check_numerics
 from .locate.padding import audit_padding
 from .report import notebook as _notebook  # noqa: F401  (runs show their report in Jupyter)
 from .runtime.finish import write_outputs
-from .schedule import every, log_spaced, never
+from .schedule import budget, every, log_spaced, never
 from .store import RunLog, Series, open_run
 from .tools import apply_checkpointing, plan_checkpointing
 
@@ -47,6 +47,7 @@ __all__ = [
     "__version__",
     "apply_checkpointing",
     "audit_padding",
+    "budget",
     "check_numerics",
     "every",
     "log_spaced",

@@ -89,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
         help="multiply every learning rate (schedules included) by FACTOR, without an edit",
     )
     run.add_argument(
+        "--sample-every",
+        type=_count,
+        metavar="N",
+        help="read weights, updates and activations every N steps (default: every 10 to "
+        "step 200, then a cadence chosen from the script's own step time so that they cost "
+        "about 3%% of it)",
+    )
+    run.add_argument(
         "--fix",
         action="store_true",
         help="then apply the diagnosis's top fix that needs no code change (learning-rate "
@@ -312,7 +320,15 @@ def _run(args: argparse.Namespace) -> int:
     replay = Replay(args.replay_budget, args.replay)
     checks = list(args.check or [])
     code, report = execute(
-        script, list(args.args), out, json_path, guard, args.lr_scale, checks, replay
+        script,
+        list(args.args),
+        out,
+        json_path,
+        guard,
+        args.lr_scale,
+        checks,
+        replay,
+        sample_every=args.sample_every,
     )
     # from here on, whatever fails, the script's exit code is the answer
     if world > 1 and report is not None:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch.nn as nn
 
-from .schedule import Schedule, as_schedule, every
+from .schedule import Schedule, as_schedule, budget, every
 
 
 @dataclass(kw_only=True, slots=True)
@@ -16,15 +16,17 @@ class WatchConfig:
     """What to collect, how often, and how the run log is written.
 
     Defaults are chosen to cost at most a few percent of a step (see
-    ``benchmarks/overhead.py``): gradient norms every step, weights, updates and
-    activations every 10 steps.
+    ``benchmarks/overhead.py`` and ``benchmarks/tiny.py``): gradient norms every step;
+    weights, updates and activations every 10 steps to step 200, then at a cadence chosen
+    from the program's measured step time so that they cost about 3% of it
+    (:class:`~gradoc.schedule.budget`; ``params=10`` fixes it by hand).
     """
 
     grads: Schedule = field(default_factory=lambda: every(1))
     """Per-parameter gradient L2 norm and non-finite count; the global norm."""
-    params: Schedule = field(default_factory=lambda: every(10))
+    params: Schedule = field(default_factory=budget)
     """Per-parameter gradient max-abs, weight norm (before the step) and update norm."""
-    activations: Schedule = field(default_factory=lambda: every(10))
+    activations: Schedule = field(default_factory=budget)
     """Per-module output statistics, hooked only on these steps."""
     activation_modules: int = 100
     """A model with more watched modules than this has its activation steps spaced out (every

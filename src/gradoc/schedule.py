@@ -59,6 +59,32 @@ class log_spaced:
 
 
 @dataclass(frozen=True, slots=True)
+class budget:
+    """Sampled on a time budget, the default for weights, updates and activations: every
+    ``dense`` steps until step ``until``, then every k-th step, k chosen once per run at step
+    ``choose_at`` from the program's own measured step time, so that the sampled steps cost
+    about ``share`` of the training time (k a round number, at least ``dense``, at most
+    1,000). The choice is fixed for the run and recorded in its log (``meta['sampling']``,
+    see :mod:`gradoc.collect.cadence`). Called outside a run, it is the dense cadence.
+
+    >>> [s for s in range(30) if budget()(s)]
+    [0, 10, 20]
+    """
+
+    share: float = 0.03
+    dense: int = 10
+    choose_at: int = 50
+    until: int = 200
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share < 1 or self.dense < 1 or not 0 < self.choose_at <= self.until:
+            raise ValueError("budget needs 0 < share < 1, dense >= 1 and 0 < choose_at <= until")
+
+    def __call__(self, step: int) -> bool:
+        return step % self.dense == 0
+
+
+@dataclass(frozen=True, slots=True)
 class never:
     """Never collect (turns a statistic off)."""
 

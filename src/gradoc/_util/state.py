@@ -35,6 +35,13 @@ def rng_state() -> RngState:
     return state
 
 
+def same_rng(a: RngState, b: RngState) -> bool:
+    """The two states are the same: no random number was drawn between them."""
+    if not torch.equal(a["cpu"], b["cpu"]) or len(a.get("cuda", ())) != len(b.get("cuda", ())):
+        return False
+    return all(torch.equal(x, y) for x, y in zip(a.get("cuda", ()), b.get("cuda", ())))
+
+
 def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["cpu"])
     if "cuda" in state:
@@ -62,13 +69,13 @@ def kept(
     """Within the block the user's model may be run; after it the anomaly flag, the RNG
     states, the ``modules``' buffers and the ``tensors``' gradients are as before. With
     ``start``, the block begins from that RNG state (a replay draws the dropout masks the
-    step drew)."""
+    step drew; an empty one: the forward drew none, see ``collect.watched``)."""
     anomaly = anomaly_state()
     rng = rng_state()
     buffers = [(m, k, b.detach().clone()) for m in modules for k, b in m.named_buffers()]
     grads = [(t, t.grad) for t in tensors]
     try:
-        if start is not None:
+        if start:
             set_rng_state(start)
         yield
     finally:

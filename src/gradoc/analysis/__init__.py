@@ -56,6 +56,7 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         clipping=clipping(run),
         unwatched=_unwatched(meta),
         objectives=[ObjectiveFacts.from_json(o.to_json()) for o in history.objectives],
+        sampling=sampling(meta, run.num_steps),
     )
     return Report(
         status="problems" if problems else ("not_watched" if unwatched else "healthy"),
@@ -64,6 +65,31 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         not_watched=unwatched,
         amp=advice(meta.amp) if meta.amp else None,
     )
+
+
+def sampling(meta: RunMeta, steps: int) -> str | None:
+    """When weights, updates and activations were read, in one sentence: the cadence chosen
+    from the run's step time (``collect.cadence``; its choice only once the run of ``steps``
+    went past the step it applies from), else the schedules the run was given."""
+    chosen = meta.sampling
+    if chosen:
+        said = f"weights, updates and activations every {chosen.get('before')} steps"
+        start = chosen.get("from")
+        if not isinstance(start, int) or steps <= start or chosen.get("every") is None:
+            return said
+        said += f" to step {start}, then every {chosen.get('every')}"
+        step, sampled = chosen.get("step_ms"), chosen.get("sampled_step_ms")
+        if isinstance(step, (int, float)) and isinstance(sampled, (int, float)):
+            said += (
+                f" (chosen at step {chosen.get('chosen_at')}: a step took {step:.3g} ms, a "
+                f"sampled one {sampled:.3g} ms; budget {100 * float(chosen.get('share', 0)):g}%"
+                " of the training time)"
+            )
+        return said
+    config = meta.config or {}
+    if "params" not in config:
+        return None
+    return f"weights and updates on {config['params']}, activations on {config.get('activations')}"
 
 
 def loss_read(meta: RunMeta) -> str | None:

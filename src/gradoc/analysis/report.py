@@ -125,6 +125,9 @@ class RunFacts:
     ranks: Ranks | None = None
     objectives: list[ObjectiveFacts] = field(default_factory=list)
     """Each objective and the kind of training it was judged as (one for most runs)."""
+    sampling: str | None = None
+    """When weights, updates and activations were read, in one sentence (the cadence chosen
+    from the step time, or the schedule given)."""
 
     def to_json(self) -> JsonObject:
         out = {
@@ -141,6 +144,7 @@ class RunFacts:
             "clipping": self.clipping.to_json() if self.clipping is not None else None,
             "unwatched": list(self.unwatched),
             "objectives": [o.to_json() for o in self.objectives],
+            "sampling": self.sampling,
         }
         if self.ranks is not None:
             out["ranks"] = self.ranks.to_json()
@@ -164,6 +168,7 @@ class RunFacts:
             unwatched=[str(u) for u in data.get("unwatched") or []],
             ranks=Ranks(ranks["world_size"], list(ranks["merged"])) if ranks else None,
             objectives=[ObjectiveFacts.from_json(o) for o in data.get("objectives") or []],
+            sampling=data.get("sampling"),
         )
 
 

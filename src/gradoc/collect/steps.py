@@ -47,6 +47,7 @@ from ..store import EventKind
 from . import losses, taps
 from ._safety import guarded, without_grad
 from .activations import Activations, AmpRanges
+from .cadence import Cadence
 from .cleared import Clearing
 from .clipping import ProgramClipping
 from .grads import WatchedOptimizer, lr_of
@@ -72,6 +73,9 @@ if TYPE_CHECKING:
 def probes_for(run: Internal, config: WatchConfig) -> list[Probe]:
     """The probes a configuration asks for, in the order the step protocol calls them."""
     probes: list[Probe] = [Lengths(run.event), SetupCheck(run)]
+    cadence = Cadence.of(run)  # the sampled probes' budget: the run's config samples by it
+    if cadence is not None:
+        probes.append(cadence)
     if config.check_amp:
         probes.append(AmpRanges(run))
     if config.check_padding:

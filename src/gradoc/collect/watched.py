@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
-from .._util.state import RngState, rng_state
+from .._util.state import RngState, rng_state, same_rng
 from .._util.wrappers import compiled, compiling, unwrap
 from ..store.writer import insert_rows
 from ._hooks import global_hooks, local_hooks
@@ -30,10 +30,18 @@ if TYPE_CHECKING:
     from .context import Internal
 
 
+RNG_LOOKS = 3
+"""Forwards whose random number generators are compared before and after: a model that drew
+no random number in its first three forwards with gradients (no dropout in training, no
+sampling inside) needs no RNG state kept for a replay, which repeats it as it was; one that
+drew keeps the state before every forward (a replay of a dropout model is exact)."""
+
+
 class Watched:
     def __init__(self, run: Internal, probes: list[Probe], names: dict[nn.Module, str]) -> None:
         self.run, self.probes = run, probes
         self.keep_rng = any(p.wants_rng for p in probes)
+        self._rng_looks = 0
         self.prefixes: dict[nn.Module, str] = {}  # watched root modules -> name prefix
         self.names = names
         """Every watched module's name in the run's layer names (filled here)."""
@@ -108,6 +116,15 @@ class Watched:
         if id(module) in self._roots and self._roots[id(module)] is module:
             self._root_returned(module, kwargs, output)
 
+    def _drew(self, before: RngState) -> None:
+        """Whether the forward that began at ``before`` drew random numbers (see
+        ``RNG_LOOKS``): the RNG state stops being kept when none of the first forwards did."""
+        self._rng_looks += 1
+        if not same_rng(before, rng_state()):
+            self._rng_looks = RNG_LOOKS  # it draws: the state before each forward is kept
+        elif self._rng_looks == RNG_LOOKS:
+            self.keep_rng = False
+
     @guarded
     def adopt(self, calls: list[tuple[nn.Module, Any, Any, Any, RngState]]) -> None:
         """Forwards of a root made before it was watched (``gradoc run`` finds its model at
@@ -133,6 +150,8 @@ class Watched:
         if not calls:  # called with grad disabled, or a forward that began before attach
             return
         args, rng = calls.pop()
+        if rng and self._rng_looks < RNG_LOOKS:
+            self._drew(rng)
         self.last_forward = (module, args, kwargs)
         self.samples += batch_size(args, kwargs)
         for probe in self.probes:

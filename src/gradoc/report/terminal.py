@@ -121,6 +121,8 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
         console.print(_guard_line(info.guard))
     if info.loss_read:
         console.print(_t(f"loss: {info.loss_read}", style="dim"))
+    if info.sampling:
+        console.print(_t(f"sampled: {info.sampling}", style="dim"))
     clip = info.clipping
     if clip is not None and clip.steps:
         said = (

@@ -51,19 +51,24 @@ def execute(
     lr_scale: float,
     checks: Sequence[str] = (),
     replay: Replay | None = None,
+    sample_every: int | None = None,
 ) -> tuple[int, Report | None]:
     """Run the script watched into ``out``; return its exit code and the report.
-    ``checks``: ``gradoc run --check`` names; ``replay``: whether and how long to re-run
+    ``checks``: ``gradoc run --check`` names; ``sample_every``: ``--sample-every`` (None:
+    the budgeted default); ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
     from ..collect.auto import AutoAttach
     from ..collect.run import Run
     from ..config import WatchConfig
+    from ..schedule import every
     from .effects import SideEffects
     from .finish import finish_run
     from .replay import script_digest, seed_everything
     from .runner import exec_script, scan_output
 
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
+    if sample_every is not None:  # fixed by hand: no budget
+        config.params = config.activations = every(sample_every)
     written: list[Report] = []  # the typed report, kept: close() returns its JSON form
 
     def finish(*args: Any) -> JsonObject:

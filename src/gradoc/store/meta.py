@@ -80,6 +80,10 @@ class RunMeta(Mapping[str, Any]):
     functional_activations: dict[str, str] = field(default_factory=dict)
     steps_counted_by: list[str] = field(default_factory=list)
     grads_kept: JsonObject | None = None
+    sampling: JsonObject | None = None
+    """The sampled statistics' cadence, chosen from the run's step time
+    (``gradoc.collect.cadence``): ``every`` (k) from step ``from``, every ``before`` steps
+    until then, and the step times it was chosen from."""
     setup: JsonObject | None = None
     """What the program set up (``gradoc.collect.setup``): parameters left out of every
     optimizer, modules left in eval() while it stepped."""
