@@ -221,22 +221,23 @@ def test_an_ordinary_error_never_triggers_a_replay(tmp_path: Path) -> None:
     assert "NaN" not in done.stderr and "replay" not in done.stderr
 
 
-def test_a_script_stopping_at_a_nan_check_is_replayed_when_it_wrote_nothing(
-    tmp_path: Path,
-) -> None:
+def _stops_at_nan(tmp_path: Path, *options: str, slow: bool = False) -> tuple[Any, Path]:
+    """Run a script that stops at its own NaN check under ``gradoc run`` with a private
+    temporary folder: the run, and that folder."""
     script = tmp_path / "check.py"
     script.write_text(
         TRAIN.replace(
             "    opt.zero_grad(); loss.backward(); opt.step()",
             "    if not torch.isfinite(loss):\n"
             "        sys.exit(4)\n"
-            "    opt.zero_grad(); loss.backward(); opt.step()",
+            "    opt.zero_grad(); loss.backward(); opt.step()"
+            + ("\n    __import__('time').sleep(1.0)" if slow else ""),
         )
     )
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     # gradoc's own outputs (--json next to the script) are not the script's side effects
-    argv = ["run", "--out", "run", "--json", "r.json", "check.py", "--nan"]
+    argv = ["run", "--out", "run", "--json", "r.json", *options, "check.py", "--nan"]
     done = subprocess.run(
         [sys.executable, "-m", "gradoc", *argv],
         capture_output=True,
@@ -245,12 +246,27 @@ def test_a_script_stopping_at_a_nan_check_is_replayed_when_it_wrote_nothing(
         timeout=300,
         env={**os.environ, "TMPDIR": str(scratch)},
     )
+    return done, scratch
+
+
+def test_a_script_stopping_at_a_nan_check_is_replayed_when_it_wrote_nothing(
+    tmp_path: Path,
+) -> None:
+    done, scratch = _stops_at_nan(tmp_path)
     assert done.returncode == 4  # the script's own exit code
     assert "re-running check.py up to step 7" in done.stderr
     origin = json.loads((tmp_path / "r.json").read_text())["findings"][0]["origin"]
     assert origin["code"] == 'loss = loss * float("nan")'
     # the replay's own run log is not left behind (torch itself makes torchinductor_*)
-    assert list(scratch.glob("gradoc*")) == []
+    assert list(scratch.glob("gradoc*")) == [] and list(scratch.glob("tmp*")) == []
+
+
+def test_a_replay_killed_at_its_budget_leaves_nothing_behind(tmp_path: Path) -> None:
+    done, scratch = _stops_at_nan(tmp_path, "--replay-budget", "4", slow=True)
+    assert done.returncode == 4
+    with gradoc.open_run(tmp_path / "run") as log:
+        assert any(e.kind == "replay_timeout" for e in log.events)
+    assert list(scratch.glob("gradoc*")) == [] and list(scratch.glob("tmp*")) == []
 
 
 def test_the_replay_budget_is_checked(script_path: Path) -> None:

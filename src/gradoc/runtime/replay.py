@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     config = WatchConfig(
         activations=never(), params=never(), locate=False, skip_nonfinite_updates=False
     )
-    scratch = Path(tempfile.mkdtemp(prefix="gradoc-replay-"))  # the replay's own log: not kept
+    # the replay's own log, not kept: beside the result, in the caller's temporary folder,
+    # which goes even when the replay is killed at its time budget
+    scratch = Path(tempfile.mkdtemp(prefix="gradoc-replay-", dir=Path(ns.result).parent))
     run = Run(scratch, config, script=str(script))
     auto = AutoAttach(run)
     armed = run.locator.armed
