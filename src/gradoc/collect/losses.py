@@ -33,6 +33,7 @@ from torch import Tensor
 
 from .._util.json_types import JsonObject
 from .._util.tree import output_loss
+from .policy import LOG_PROBS
 
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
 _BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
@@ -162,10 +163,10 @@ def kind(node: Any) -> JsonObject:
     return {"node": name}
 
 
-_LOG_PROBS = ("LogSoftmaxBackward0", "LogsumexpBackward0", "LogBackward0")
-"""Nodes of a categorical policy's log-probabilities: ``Categorical(logits=...)`` normalises
-its logits, ``Categorical(probs=...)`` takes their log; ``log_prob`` then gathers the actions
-taken."""
+_LOG_PROBS = (*LOG_PROBS, "LogsumexpBackward0")
+"""Nodes of a categorical policy's log-probabilities (``collect.policy``):
+``Categorical(logits=...)`` normalises its logits, ``Categorical(probs=...)`` takes their log;
+``log_prob`` then gathers the actions taken."""
 _TERMS = 8
 """Terms of a sum looked at, at most (policy + value + an entropy bonus)."""
 

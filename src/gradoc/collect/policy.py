@@ -33,15 +33,16 @@ EVERY = 10
 LOOKS = 3
 NODES = 512
 MOST = 16
-_LOG_PROBS = ("LogSoftmaxBackward0", "LogBackward0")
-"""Nodes whose output, gathered, is a distribution's log-probabilities; also ``logits -
-logsumexp(logits)`` (a ``SubBackward0`` over a ``LogsumexpBackward0``)."""
+LOG_PROBS = ("LogSoftmaxBackward0", "LogBackward0")
+"""Nodes whose output, gathered, is a categorical distribution's log-probabilities
+(``log_softmax``, ``Categorical(probs=...)``'s log); also ``logits - logsumexp(logits)``
+(``Categorical(logits=...)``: a ``SubBackward0`` over a ``LogsumexpBackward0``)."""
 
 
 def _log_probs(node: Any) -> bool:
     """``node`` makes a categorical distribution's log-probabilities."""
     name = node.name()
-    if name in _LOG_PROBS:
+    if name in LOG_PROBS:
         return True
     return name == "SubBackward0" and any(
         fn is not None and fn.name() == "LogsumexpBackward0" for fn, _ in node.next_functions

@@ -157,13 +157,22 @@ def loss_chart(steps: Sequence[int], values: Sequence[float], marks: dict[str, l
     return fig.svg()
 
 
-def grad_norm_chart(steps: Sequence[int], values: Sequence[float]) -> str:
-    """The global gradient norm on a log scale; steps where it was NaN/Inf marked in red."""
-    log = svg.extent(values, log=True) is not None  # some positive norm to draw
+def _log_series(
+    steps: Sequence[int], values: Sequence[float], title: str, ylabel: str
+) -> tuple[svg.Figure, svg.Axes]:
+    """One series over the steps, on a log scale when some value is positive: the figure
+    and its axes."""
+    log = svg.extent(values, log=True) is not None
     fig = svg.Figure(W, 290)
     ax = _axes(fig, _steps(steps), svg.padded(svg.extent(values, log), log), 240, ylog=log)
-    ax.frame("Global gradient norm (log scale)", "step", "global grad norm")
+    ax.frame(title, "step", ylabel)
     ax.series(steps, values, _GREEN)
+    return fig, ax
+
+
+def grad_norm_chart(steps: Sequence[int], values: Sequence[float]) -> str:
+    """The global gradient norm on a log scale; steps where it was NaN/Inf marked in red."""
+    fig, ax = _log_series(steps, values, "Global gradient norm (log scale)", "global grad norm")
     bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
     if bad:
         ax.marks([(ax.x(s), ax.box[1]) for s in bad], _RED, "x", pixels=True)
@@ -174,11 +183,8 @@ def grad_norm_chart(steps: Sequence[int], values: Sequence[float]) -> str:
 def entropy_chart(steps: Sequence[int], values: Sequence[float], name: str) -> str:
     """A policy's entropy as a share of its maximum, on a log scale (a collapse falls by
     orders of magnitude)."""
-    log = svg.extent(values, log=True) is not None
-    fig = svg.Figure(W, 290)
-    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(values, log), log), 240, ylog=log)
-    ax.frame(f"Policy entropy of {name} (share of ln k, log scale)", "step", "entropy / ln k")
-    ax.series(steps, values, _GREEN)
+    title = f"Policy entropy of {name} (share of ln k, log scale)"
+    fig, _ = _log_series(steps, values, title, "entropy / ln k")
     return fig.svg()
 
 
