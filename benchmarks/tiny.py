@@ -22,6 +22,7 @@ dropped) and the added milliseconds per step.
     python benchmarks/tiny.py                        # every model
     python benchmarks/tiny.py --models mlp --steps 6000
     python benchmarks/tiny.py --quick                # a smoke run
+    python benchmarks/tiny.py --parts --models mlp   # the cost of a step, part by part
 """
 
 from __future__ import annotations
@@ -70,15 +71,26 @@ else:
     batches = lambda step: data[step % 10]
     loss_fn = F.cross_entropy
 run = None
+PART = os.environ.get("TINY_PART")
 if os.environ.get("TINY_WATCH"):
     import gradoc
-    run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"])
+    never = dict(params=gradoc.never(), activations=gradoc.never())
+    run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"], **(never if PART else {{}}))
+floor = PART == "floor"
+if floor:  # what every watched step must do: one reduction of the gradients, one host read
+    import math
+    from gradoc.stats import norms, plan
+    params = list(model.parameters())
+    layout = plan(params)
 t = time.perf_counter()
 for step in range(STEPS):
     x, y = batches(step)
     loss = loss_fn(model(x), y)
     opt.zero_grad()
     loss.backward()
+    if floor:
+        grads = [p.grad for p in params]
+        math.isfinite(loss.detach().item() + norms(grads, plan=layout).sum().item())
     opt.step()
 print("LOOP", time.perf_counter() - t, file=sys.stderr)
 if run is not None:
@@ -97,15 +109,26 @@ def _gradoc() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "gradoc"]
 
 
+PARTS = ("plain", "floor", "unsampled", "watch")
+"""``--parts``: ``floor`` is the plain loop plus what every watched step cannot do without
+(the gradients' norms, one reduction, and one host read of them and the loss);
+``unsampled`` is ``gradoc.watch`` with weights, updates and activations never sampled."""
+
+
 def once(variant: str, script: Path, tmp: Path, k: int) -> tuple[float, float]:
     """(loop seconds, process seconds) of one variant's run."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("TINY_PART", None)
     out = tmp / f"run-{k}"
-    if variant == "plain":
+    if variant in ("plain", "floor"):
         cmd = [sys.executable, str(script)]
-    elif variant == "watch":
+        if variant == "floor":
+            env["TINY_PART"] = "floor"
+    elif variant in ("watch", "unsampled"):
         cmd = [sys.executable, str(script)]
         env["TINY_WATCH"] = str(out)
+        if variant == "unsampled":
+            env["TINY_PART"] = "unsampled"
     else:
         cmd = [*_gradoc(), "run", "--out", str(out), str(script)]
     t = time.perf_counter()
@@ -118,9 +141,12 @@ def once(variant: str, script: Path, tmp: Path, k: int) -> tuple[float, float]:
     return float(loop[-1].split()[1]), took
 
 
-def measure(model: str, steps: int, rounds: int) -> dict[str, object]:
+def _runs(
+    model: str, steps: int, rounds: int, variants: tuple[str, ...]
+) -> dict[str, list[tuple[float, float]]]:
+    """Each variant's (loop, process) seconds per round, the first round dropped."""
     bench = str(Path(__file__).resolve().parent)
-    times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    times: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     rng = random.Random(model)
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
@@ -128,24 +154,62 @@ def measure(model: str, steps: int, rounds: int) -> dict[str, object]:
         script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
         k = 0
         for r in range(rounds):
-            order = list(VARIANTS)
+            order = list(variants)
             rng.shuffle(order)  # no variant always runs first
             for v in order:
                 k += 1
                 times[v].append(once(v, script, tmp, k))
             print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
     keep = slice(1, None) if rounds > 1 else slice(None)
+    return {v: t[keep] for v, t in times.items()}
+
+
+def measure(model: str, steps: int, rounds: int) -> dict[str, object]:
+    times = _runs(model, steps, rounds, VARIANTS)
     row: dict[str, object] = {"model": model, "steps": steps}
     for i, what in enumerate(("loop", "process")):
-        plain = [t[i] for t in times["plain"][keep]]
+        plain = [t[i] for t in times["plain"]]
         row[f"plain_{what}_s"] = statistics.median(plain)
         for v in VARIANTS[1:]:
-            mine = [t[i] for t in times[v][keep]]
+            mine = [t[i] for t in times[v]]
             row[f"{v}_{what}_ratio"] = statistics.median([m / p for m, p in zip(mine, plain)])
             row[f"{v}_{what}_ms_per_step"] = (
                 statistics.median([m - p for m, p in zip(mine, plain)]) / steps * 1e3
             )
     return row
+
+
+def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
+    """What a watched step costs, part by part (the training loop's time, ms per step): the
+    per-step ops every watched step needs (``floor`` - plain), gradoc's Python around them
+    and its writer thread (``unsampled`` - ``floor``), and the sampled statistics,
+    amortised (``watch`` - ``unsampled``); medians over rounds."""
+    times = _runs(model, steps, rounds, PARTS)
+    ms = {v: statistics.median(t[0] for t in times[v]) / steps * 1e3 for v in PARTS}
+    return {
+        "model": model,
+        "steps": steps,
+        "plain_ms": ms["plain"],
+        "ops_ms": ms["floor"] - ms["plain"],
+        "python_ms": ms["unsampled"] - ms["floor"],
+        "sampled_ms": ms["watch"] - ms["unsampled"],
+        "total_ms": ms["watch"] - ms["plain"],
+        "ratio": ms["watch"] / ms["plain"],
+    }
+
+
+PARTS_HEADER = (
+    f"{'model':<12}{'plain ms':>9}{'per-step ops':>14}{'python+writer':>15}{'sampled':>9}"
+    f"{'total':>9}{'ratio':>8}\n" + " " * 21 + "(ms added per step, the training loop's time)"
+)
+
+
+def _parts_line(row: dict[str, object]) -> str:
+    g = {k: v for k, v in row.items() if isinstance(v, float)}
+    return (
+        f"{row['model']:<12}{g['plain_ms']:>9.3f}{g['ops_ms']:>+14.3f}{g['python_ms']:>+15.3f}"
+        f"{g['sampled_ms']:>+9.3f}{g['total_ms']:>+9.3f}{g['ratio']:>7.3f}x"
+    )
 
 
 def _line(row: dict[str, object]) -> str:
@@ -180,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, help="steps per run (default: per model)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the first warms up)")
     ap.add_argument("--quick", action="store_true", help="mlp, 300 steps, 2 rounds")
+    ap.add_argument(
+        "--parts",
+        action="store_true",
+        help="what a watched step costs, part by part (in-process loops): the per-step ops, "
+        "gradoc's Python and writer, the sampled statistics",
+    )
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -188,10 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    rows = [measure(m, args.steps or MODELS[m], args.rounds) for m in models]
-    print(HEADER)
-    for row in rows:
-        print(_line(row))
+    if args.parts:
+        rows = [parts(m, args.steps or MODELS[m], args.rounds) for m in models]
+        print(PARTS_HEADER)
+        for row in rows:
+            print(_parts_line(row))
+    else:
+        rows = [measure(m, args.steps or MODELS[m], args.rounds) for m in models]
+        print(HEADER)
+        for row in rows:
+            print(_line(row))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

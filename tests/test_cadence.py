@@ -144,3 +144,41 @@ def test_gradoc_run_sample_every_fixes_the_cadence(tmp_path: Path) -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "must be 1 or more" in bad.stderr
+
+
+def test_statistics_travel_every_flush_every_steps_where_each_step_is_read_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU each step's vitals are read at its statistics point, so nothing waits for
+    a transfer: the statistics travel every ``flush_every_steps`` steps, not every few (a
+    slow step once made that every step), and every step still reaches the log."""
+    import time
+
+    from gradoc.collect.packet import Packet
+
+    reads = [0]
+    read = Packet.read
+
+    def counted(self: Packet) -> torch.Tensor:
+        reads[0] += 1
+        return read(self)
+
+    monkeypatch.setattr(Packet, "read", counted)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    with gradoc.watch(
+        model, opt, out=tmp_path / "run", flush_every_steps=20, flush_every_s=3600.0
+    ) as run:
+        for _ in range(60):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            time.sleep(0.005)  # a slow step: a transfer is a small share of it
+            opt.step()
+    # the first step's transfer, then steps 20 and 40, and the close's
+    assert reads[0] <= 5, reads[0]
+    log = gradoc.open_run(run.dir)
+    assert log.num_steps == 60
+    assert len(log.scalar("loss").values) == 60 and len(log.scalar("grad_norm").values) == 60

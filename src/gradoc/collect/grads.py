@@ -63,8 +63,10 @@ class Collected:
 
     step: int
     present: list[WatchedParam]
-    norms: Tensor | tuple[Tensor, ...] | None = None
-    """One vector, or (few tensors: see ``_fast_norms``) one scalar per gradient."""
+    norms: Tensor | tuple[Tensor, ...] | list[float] | None = None
+    """One vector, or (few tensors: see ``_fast_norms``) one scalar per gradient, or those
+    scalars' values once read on the CPU for the step's vitals (``vitals``): they then
+    travel as host values, with no op at the transfer."""
     maxabs: Tensor | None = None
     updates: Tensor | None = None
     held: dict[int, Tensor] = field(default_factory=dict)
@@ -118,6 +120,8 @@ class WatchedOptimizer:
             return None
         if isinstance(now.norms, tuple):
             now.norms = torch.stack(now.norms)
+        elif isinstance(now.norms, list):
+            now.norms = torch.tensor(now.norms, dtype=torch.float64)
         return now.norms
 
     def grad(self, w: WatchedParam) -> Tensor | None:
@@ -279,6 +283,8 @@ class WatchedOptimizer:
             joins = c.norms is not None and c.maxabs is None and c.updates is None
             if isinstance(c.norms, tuple) and not joins:
                 c.norms = torch.stack(c.norms)
+            elif isinstance(c.norms, list) and not joins:
+                c.norms = torch.tensor(c.norms, dtype=torch.float64)
             if run and not (
                 joins and c.present is run[0].present and type(c.norms) is type(run[0].norms)
             ):
@@ -302,8 +308,10 @@ class WatchedOptimizer:
 def _stacked(pack: Packet, run: list[Collected], primary: bool) -> list[Slices]:
     """Steps that took only gradient norms of the same parameters: one packet part."""
     first = run[0].norms
-    if isinstance(first, tuple):  # scalars: one stack of them all
-        at = pack.add(torch.stack([t for c in run for t in c.norms]))  # type: ignore[union-attr]
+    if isinstance(first, list):  # read on the host already: one tensor of them all
+        at = pack.add(torch.tensor([v for c in run for v in c.norms], dtype=torch.float64))  # type: ignore[union-attr]
+    elif isinstance(first, tuple):  # scalars: one stack of them all
+        at = pack.add(torch.stack([t for c in run for t in c.norms]))  # type: ignore[union-attr,misc]
     elif first is not None:
         at = pack.add(torch.stack([c.norms for c in run]) if len(run) > 1 else first)  # type: ignore[misc]
     else:  # pragma: no cover - a run holds steps that took norms

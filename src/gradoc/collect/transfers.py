@@ -1,8 +1,10 @@
 """The steps' statistics on their way to the run log: one packet (see ``packet``) every
 few steps, read at once on the CPU and behind the device's work on an accelerator.
 
-How often: every ``every`` steps, chosen so that a transfer costs under 1% of the steps it
-carries (at most ``flush_every_steps``; at least every ``flush_every_s``). A step's vitals
+How often: every ``flush_every_steps`` steps where each step's vitals are read at its
+statistics point (the CPU, a guard); elsewhere every few steps, chosen so that a transfer
+costs under 1% of the steps it carries (at most ``flush_every_steps``); at least every
+``flush_every_s`` either way. A step's vitals
 are read at its statistics point where that costs no waiting (:meth:`Transfers.checks_now`);
 elsewhere they travel with its statistics, and the first non-finite one found there is
 located late (:meth:`Transfers.read_later`), every later step then read at once.
@@ -207,8 +209,14 @@ class Transfers:
         self._every = self._cadence(time.perf_counter() - t)
 
     def _cadence(self, took: float) -> int:
-        """Steps per transfer, from what the last one took (``took`` seconds): enough that
-        it costs under 1% of the steps it carries, at most ``flush_every_steps``."""
+        """Steps per transfer. Where each step's vitals are read at its statistics point
+        (the CPU, a guard), nothing waits for a transfer: ``flush_every_steps`` (the time
+        bound ``flush_every_s`` still holds), so that the packet and the writer's rows cost
+        a fixed share of a fast step. Elsewhere the packet is how a non-finite step is
+        found: enough steps that a transfer costs under 1% of the steps it carries (from
+        ``took``, what the last one took), at most ``flush_every_steps``."""
+        if self.checks_now():
+            return self.config.flush_every_steps
         if self._step_s <= 0:
             return 1
         wanted = math.ceil(took / (0.01 * self._step_s))

@@ -91,7 +91,12 @@ class StepChecks:
         found = now.norms if now is not None else None
         values = [taps.raw_item(m.value) for m in micros]
         if isinstance(found, tuple):
-            values += [taps.raw_item(t) for t in found]
+            read = [taps.raw_item(t) for t in found]
+            values += read
+            if now is not None and found and found[0].device.type == "cpu":
+                now.norms = read  # read: they travel as these values (see ``grads``)
+        elif isinstance(found, list):
+            values += found
         elif found is not None:
             values.append(taps.raw_item(found.sum()))
         # a sum is finite exactly when every term is (or overflows: measured again)
