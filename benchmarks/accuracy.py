@@ -52,6 +52,7 @@ held-out split.
     python benchmarks/accuracy.py --split calibration  # what rules may be tuned on
     python benchmarks/accuracy.py --quick              # one run per family (CI)
     python benchmarks/accuracy.py --only mlp:lr_adam   # some runs, with their headlines
+    python benchmarks/accuracy.py --sample-every 50    # the rules on sparse samples
     python benchmarks/accuracy.py --real               # ../shared/real-programs, same table
     python benchmarks/accuracy.py --real makemore_lr_x1000 timeseq_mape_div0
 
@@ -654,6 +655,12 @@ class Outcome:
     seconds: float = 0.0
 
 
+SAMPLE_EVERY: int | None = None
+"""``--sample-every N``: weights, updates and activations sampled every N steps from the
+start, where the sampling budget (``gradoc.budget``) samples every 10 steps to step 200 and
+then every k: whether the rules hold on samples as sparse as a long run's."""
+
+
 def train(spec: Spec, out: Path) -> Outcome:
     torch.manual_seed(spec.seed)
     hazard = hazard_of(spec)
@@ -670,9 +677,10 @@ def train(spec: Spec, out: Path) -> Outcome:
     t0 = time.perf_counter()
     losses: list[float] = []
     nonfinite_grads = False
-    with gradoc.watch(
-        model, opt, out=out, **dict(FAULTS[spec.fault].watch) if not spec.healthy else {}
-    ):
+    watch: dict[str, Any] = dict(FAULTS[spec.fault].watch) if not spec.healthy else {}
+    if SAMPLE_EVERY is not None:  # --sample-every: sparser samples than the budget's first
+        watch |= {"params": gradoc.every(SAMPLE_EVERY), "activations": gradoc.every(SAMPLE_EVERY)}
+    with gradoc.watch(model, opt, out=out, **watch):
         for step in range(STEPS):
             x, y, c = inject(spec, step, batch(spec, step, size))
             opt.zero_grad()
@@ -962,6 +970,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one run per fault family")
     ap.add_argument("--only", help="ARCH[:FAULT] runs of the split, e.g. mlp:lr_adam")
     ap.add_argument("--json", type=Path, help="write the summary here")
+    ap.add_argument(
+        "--sample-every",
+        type=int,
+        metavar="N",
+        help="weights, updates and activations every N steps from the start (a robustness "
+        "check of the rules on sparse samples; default: gradoc's budget)",
+    )
     ap.add_argument("--real", nargs="*", metavar="CASE", help="the real programs (all, or CASEs)")
     ap.add_argument("--real-dir", type=Path, default=REAL, help="where the real programs are")
     args = ap.parse_args(argv)
@@ -971,6 +986,11 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps(summary, indent=1))
         return 0 if summary["suite_passed"] == summary["cases"] else 1
     torch.set_num_threads(1)
+    global SAMPLE_EVERY
+    if args.sample_every is not None:
+        if args.sample_every < 1:
+            ap.error("--sample-every must be >= 1")
+        SAMPLE_EVERY = args.sample_every
     splits = list(SPLITS) if args.split == "all" else [args.split]
     summaries = []
     for split in splits:
@@ -978,7 +998,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             specs = [s for s in specs if s.name.startswith(args.only)]
         scores, skipped = run_all(specs)
-        summaries.append(table(scores, skipped, "quick" if args.quick else split, sys.stdout))
+        label = "quick" if args.quick else split
+        if SAMPLE_EVERY is not None:
+            label += f", sampled every {SAMPLE_EVERY} steps"
+        summaries.append(table(scores, skipped, label, sys.stdout))
         if args.quick:
             break
     if args.json:

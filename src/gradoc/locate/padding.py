@@ -46,6 +46,8 @@ TOLERANCE = 1e-4
 def mask_pads(kwargs: dict[str, Any]) -> tuple[Tensor, str] | None:
     """Where the pads are according to a padding-mask keyword argument, (B, T) bool (True =
     pad), and which argument said so; ``attention_mask`` marks real tokens with 1."""
+    if not kwargs:  # the common call, model(x): every forward asks
+        return None
     for key in MASK_KWARGS:
         m = kwargs.get(key)
         if isinstance(m, Tensor) and m.dim() == 2:
