@@ -118,10 +118,7 @@ class WatchedOptimizer:
         now = self.now
         if now is None or now.norms is None:
             return None
-        if isinstance(now.norms, tuple):
-            now.norms = torch.stack(now.norms)
-        elif isinstance(now.norms, list):
-            now.norms = torch.tensor(now.norms, dtype=torch.float64)
+        now.norms = _vector(now.norms)
         return now.norms
 
     def grad(self, w: WatchedParam) -> Tensor | None:
@@ -281,10 +278,8 @@ class WatchedOptimizer:
         run: list[Collected] = []
         for c in waiting:
             joins = c.norms is not None and c.maxabs is None and c.updates is None
-            if isinstance(c.norms, tuple) and not joins:
-                c.norms = torch.stack(c.norms)
-            elif isinstance(c.norms, list) and not joins:
-                c.norms = torch.tensor(c.norms, dtype=torch.float64)
+            if c.norms is not None and not joins:
+                c.norms = _vector(c.norms)
             if run and not (
                 joins and c.present is run[0].present and type(c.norms) is type(run[0].norms)
             ):
@@ -303,6 +298,16 @@ class WatchedOptimizer:
         if run:
             out += _stacked(pack, run, primary)
         return out
+
+
+def _vector(norms: Tensor | tuple[Tensor, ...] | list[float]) -> Tensor:
+    """A step's gradient norms as one vector: the foreach call's scalars stacked, the
+    values read for the vitals as a float64 tensor (see ``Collected.norms``)."""
+    if isinstance(norms, tuple):
+        return torch.stack(norms)
+    if isinstance(norms, list):
+        return torch.tensor(norms, dtype=torch.float64)
+    return norms
 
 
 def _stacked(pack: Packet, run: list[Collected], primary: bool) -> list[Slices]:

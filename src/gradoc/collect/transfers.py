@@ -4,8 +4,8 @@ few steps, read at once on the CPU and behind the device's work on an accelerato
 How often: every ``flush_every_steps`` steps where each step's vitals are read at its
 statistics point (the CPU, a guard); elsewhere every few steps, chosen so that a transfer
 costs under 1% of the steps it carries (at most ``flush_every_steps``); at least every
-``flush_every_s`` either way. A step's vitals
-are read at its statistics point where that costs no waiting (:meth:`Transfers.checks_now`);
+``flush_every_s`` either way. A step's vitals are read at its statistics point where that
+costs no waiting (:meth:`Transfers.checks_now`);
 elsewhere they travel with its statistics, and the first non-finite one found there is
 located late (:meth:`Transfers.read_later`), every later step then read at once.
 """
