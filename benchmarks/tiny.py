@@ -78,11 +78,27 @@ if os.environ.get("TINY_WATCH"):
     kw = never if PART == "unsampled" else {{}}
     run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"], **kw)
 floor = PART == "floor"
-if floor:  # what every watched step must do: one reduction of the gradients, one host read
-    import math
+if PART in ("floor", "hooked"):  # what every watched step must do: the gradients' norms
+    import math                  # in one reduction, one host read of them and the loss
     from gradoc.stats import norms, plan
     params = list(model.parameters())
     layout = plan(params)
+    def vitals(loss):
+        grads = [p.grad for p in params]
+        return math.isfinite(loss.item() + norms(grads, plan=layout).sum().item())
+if PART == "hooked":  # the same, from empty hooks where gradoc's are: a wrapped backward(),
+    import functools     # the root's forward pre- and post-hooks, the step's pre/post-hooks
+    seen = {{}}
+    _backward = torch.Tensor.backward
+    @functools.wraps(_backward)
+    def backward(self, *args, **kwargs):
+        seen["loss"] = self.detach()
+        return _backward(self, *args, **kwargs)
+    torch.Tensor.backward = backward
+    model.register_forward_pre_hook(lambda module, args: None)
+    model.register_forward_hook(lambda module, args, kwargs, out: None, with_kwargs=True)
+    opt.register_step_pre_hook(lambda o, args, kwargs: vitals(seen["loss"]) and None)
+    opt.register_step_post_hook(lambda o, args, kwargs: None)
 def train(first, n):
     for step in range(first, first + n):
         x, y = batches(step)
@@ -90,8 +106,7 @@ def train(first, n):
         opt.zero_grad()
         loss.backward()
         if floor:
-            grads = [p.grad for p in params]
-            math.isfinite(loss.detach().item() + norms(grads, plan=layout).sum().item())
+            vitals(loss.detach())
         opt.step()
 if os.environ.get("TINY_BLOCKS"):  # --parts: STEPS steps whenever the parent says so
     done = 0
@@ -120,10 +135,13 @@ def _gradoc() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "gradoc"]
 
 
-PARTS = ("plain", "floor", "unsampled", "watch")
+PARTS = ("plain", "floor", "hooked", "unsampled", "watch")
 """``--parts``: ``floor`` is the plain loop plus what every watched step cannot do without
-(the gradients' norms, one reduction, and one host read of them and the loss);
-``unsampled`` is ``gradoc.watch`` with weights, updates and activations never sampled."""
+(the gradients' norms, one reduction, and one host read of them and the loss); ``hooked``
+does the same from empty hooks at the points where gradoc's are (a wrapped ``backward()``,
+the root's forward hooks, the optimizer's step hooks): what any watcher built on PyTorch's
+Python hooks pays before doing anything; ``unsampled`` is ``gradoc.watch`` with weights,
+updates and activations never sampled."""
 
 
 def once(variant: str, script: Path, tmp: Path, k: int) -> tuple[float, float]:
@@ -208,7 +226,7 @@ def _blocks(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
             env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_BLOCKS": "1"}
             env.pop("TINY_PART", None)
             env.pop("TINY_WATCH", None)
-            if v in ("floor", "unsampled"):
+            if v in ("floor", "hooked", "unsampled"):
                 env["TINY_PART"] = v
             if v in ("watch", "unsampled"):
                 env["TINY_WATCH"] = str(tmp / f"run-{v}")
@@ -245,8 +263,9 @@ def _blocks(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
 
 def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
     """What a watched step costs, part by part (the training loop's time, ms per step): the
-    per-step ops every watched step needs (``floor`` - plain), gradoc's Python around them
-    and its writer thread (``unsampled`` - ``floor``), and the sampled statistics,
+    per-step ops every watched step needs (``floor`` - plain), the same ops called from
+    hooks at gradoc's points (``hooked`` - ``floor``), gradoc's Python in those hooks and
+    its writer thread (``unsampled`` - ``hooked``), and the sampled statistics,
     amortised (``watch`` - ``unsampled``); each the median over rounds of the difference
     within a round, so the parts add up to the total only roughly."""
     loops = _blocks(model, steps, rounds)
@@ -261,7 +280,8 @@ def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
         "steps": steps,
         "plain_ms": statistics.median(loops["plain"]),
         "ops_ms": added("floor", "plain"),
-        "python_ms": added("unsampled", "floor"),
+        "hooks_ms": added("hooked", "floor"),
+        "python_ms": added("unsampled", "hooked"),
         "sampled_ms": added("watch", "unsampled"),
         "total_ms": added("watch", "plain"),
         "ratio": statistics.median(a / b for a, b in zip(loops["watch"], loops["plain"])),
@@ -269,7 +289,8 @@ def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
 
 
 PARTS_HEADER = (
-    f"{'model':<12}{'plain ms':>9}{'per-step ops':>14}{'python+writer':>15}{'sampled':>9}"
+    f"{'model':<12}{'plain ms':>9}{'per-step ops':>14}{'hook points':>13}{'python+writer':>15}"
+    f"{'sampled':>9}"
     f"{'total':>9}{'ratio':>8}\n" + " " * 21 + "(ms added per step, the training loop's time)"
 )
 
@@ -277,7 +298,8 @@ PARTS_HEADER = (
 def _parts_line(row: dict[str, object]) -> str:
     g = {k: v for k, v in row.items() if isinstance(v, float)}
     return (
-        f"{row['model']:<12}{g['plain_ms']:>9.3f}{g['ops_ms']:>+14.3f}{g['python_ms']:>+15.3f}"
+        f"{row['model']:<12}{g['plain_ms']:>9.3f}{g['ops_ms']:>+14.3f}{g['hooks_ms']:>+13.3f}"
+        f"{g['python_ms']:>+15.3f}"
         f"{g['sampled_ms']:>+9.3f}{g['total_ms']:>+9.3f}{g['ratio']:>7.3f}x"
     )
 

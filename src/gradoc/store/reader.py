@@ -168,7 +168,8 @@ class _Block:
             if matrix.dtype == np.float32 and not np.array_equal(
                 matrix[k], values, equal_nan=True
             ):  # not a float32 value (measured in float64): the statistic stays float64
-                matrix = self.data[stat] = matrix.astype(np.float64)
+                with np.errstate(invalid="ignore"):  # the rows not filled yet hold anything
+                    matrix = self.data[stat] = matrix.astype(np.float64)
                 matrix[k] = values
         self.steps[stat].append(step)
 
