@@ -343,6 +343,10 @@ def _run(args: argparse.Namespace) -> int:
         after_run(lambda: print_run_summary(out, report), "print the diagnosis")
     if args.fix and report is not None:
         return fix(out, report, script, list(args.args), None, None)
+    if code < 0:  # python would have died of the signal (-2: a KeyboardInterrupt)
+        from .collect.termination import end_by
+
+        end_by(-code)
     return code
 
 

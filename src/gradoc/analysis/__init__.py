@@ -42,13 +42,15 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         findings.append(LogIncomplete().stopped(run.num_steps, stopped))
     problems = any(f.severity in SERIOUS for f in findings)
     unwatched = _not_watched(run) if run.num_steps == 0 else None
+    ending = run.ending if stopped is None else None  # a log that never closed
     facts = RunFacts(
         script=meta.script,
         steps=run.num_steps,
         duration_s=meta.duration_s,
         torch=meta.torch,
         gradoc=meta.gradoc,
-        status=meta.status,
+        status=ending.status if ending is not None else meta.status,
+        ending=ending.sentence if ending is not None else None,
         exit_code=meta.exit_code,
         guard=GuardSummary.from_json(meta.guard) if meta.guard else None,
         steps_counted_by=list(meta.steps_counted_by),

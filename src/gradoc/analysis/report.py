@@ -113,7 +113,11 @@ class RunFacts:
     torch: str | None = None
     gradoc: str | None = None
     status: str | None = None
-    """How the script ended: finished, crashed, interrupted, gave_up (the guard)."""
+    """How the script ended: finished, crashed, interrupted, terminated (SIGTERM), killed
+    (the process is gone, the log never closed), gave_up (the guard); running."""
+    ending: str | None = None
+    """A run whose log never closed: how it stands, in one sentence (its process gone or
+    still running, its last step and when)."""
     exit_code: int | None = None
     guard: GuardSummary | None = None
     steps_counted_by: list[str] = field(default_factory=list)
@@ -148,6 +152,8 @@ class RunFacts:
         }
         if self.ranks is not None:
             out["ranks"] = self.ranks.to_json()
+        if self.ending is not None:
+            out["ending"] = self.ending
         return out
 
     @classmethod
@@ -160,6 +166,7 @@ class RunFacts:
             torch=data.get("torch"),
             gradoc=data.get("gradoc"),
             status=data.get("status"),
+            ending=data.get("ending"),
             exit_code=data.get("exit_code"),
             guard=GuardSummary.from_json(guard) if guard else None,
             steps_counted_by=[str(c) for c in data.get("steps_counted_by") or []],

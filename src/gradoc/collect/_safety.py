@@ -19,6 +19,7 @@ from .._util.text import one_line, safe
 from ..guard import GuardGaveUp
 from ..locate.replay import own_depth
 from ..store import EventKind
+from . import termination
 
 
 def guarded(method: Callable[..., None]) -> Callable[..., None]:
@@ -127,8 +128,49 @@ open_runs: set[Any] = set()
 """Runs not closed yet: the program's exit closes them."""
 
 
+def remember(run: Any) -> None:
+    """An open run: the program's exit closes it, and so does a SIGTERM (``termination``)."""
+    open_runs.add(run)
+    termination.arm(close_terminated)
+
+
+def forget(run: Any) -> None:
+    """A closed run; the last one closed puts the program's SIGTERM handler back."""
+    open_runs.discard(run)
+    if not open_runs:
+        termination.disarm()
+
+
 @atexit.register
 def _close_open_runs() -> None:
-    """A script that never closed its run still leaves a complete log and report."""
+    """A script that never closed its run still leaves a complete log and report, which
+    says how it ended: an exception nothing caught (python printed it and keeps it in
+    ``sys.last_value``) is a crash, or Ctrl-C (an interrupted run)."""
+    # an interactive session keeps its last error, long past: not how it ended
+    interactive = hasattr(sys, "ps1") or "IPython" in sys.modules
+    ended = None if interactive else getattr(sys, "last_value", None)
+    status = "exited"
+    if isinstance(ended, KeyboardInterrupt):
+        status = "interrupted"
+    elif isinstance(ended, Exception):
+        status = "crashed"
     for run in list(open_runs):
-        run.close(status="exited")
+        if status != "exited":
+            run.event(
+                EventKind.CRASH if status == "crashed" else EventKind.INTERRUPTED,
+                f"{type(ended).__name__}: {one_line(ended)[:300]}",
+            )
+        run.close(status=status)
+
+
+def close_terminated(status: str, exit_code: int) -> None:
+    """SIGTERM with no handler of the program's (see ``termination``): every open run
+    closes, its report written, and says where it is before the process ends."""
+    for run in list(open_runs):
+        run.event(EventKind.TERMINATED, "SIGTERM: the run closed, then the process ended")
+        run.close(status=status, exit_code=exit_code)
+        print(
+            f"gradoc: terminated (SIGTERM) at step {run.step}; the run log and report are "
+            f"complete: {one_line(run.dir)}",
+            file=sys.stderr,
+        )

@@ -29,8 +29,8 @@ from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
 from ..store import EventKind, RunWriter, Stopped
 from ..store.writer import insert_rows
-from . import taps
-from ._safety import finish_safely, open_runs, sigint_deferred
+from . import taps, termination
+from ._safety import finish_safely, forget, remember, sigint_deferred
 from .layers import param_rows
 from .locating import Locator
 from .steps import Steps, probes_for
@@ -102,7 +102,7 @@ class Run(Shown):
         """Called with ("stats", step) once a step's statistics are read and with ("end",
         step) once it ended (``gradoc.runtime.replay`` arms its trace from them)."""
         taps.add_receiver(self.steps)
-        open_runs.add(self)
+        remember(self)  # the program's exit, or a SIGTERM, closes it
 
     @property
     def step(self) -> int:
@@ -215,7 +215,7 @@ class Run(Shown):
             guard_lr.uninstall()
         self.steps.send_last()
         self.set_meta(
-            status=status,
+            status=termination.status(status, exit_code, self.event),
             exit_code=exit_code,
             ended_at=time.time(),
             duration_s=round(time.monotonic() - self.t0, 3),
@@ -228,7 +228,7 @@ class Run(Shown):
         )
         self.closed = True
         self._writer.close()
-        open_runs.discard(self)
+        forget(self)
 
     def __enter__(self) -> Run:
         return self

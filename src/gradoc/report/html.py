@@ -463,6 +463,7 @@ def render(log: RunLog, report: Report) -> str:
             f"{run.steps} steps",
             f"{duration:.1f} s" if isinstance(duration, (int, float)) else "",
             f"script status: {_e(run.status)}" if run.status else "",
+            _e(run.ending) if run.ending else "",
             f"torch {_e(run.torch)}",
             f"gradoc {_e(run.gradoc)}",
         )

@@ -113,6 +113,8 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
     elif info.status not in (None, "finished"):
         head.append(f"  ·  script {one_line(info.status)}", style="yellow")
     console.print(head)
+    if info.ending:
+        console.print(_t(info.ending, style="yellow"))
     if report.not_watched:
         console.print(_t(report.not_watched, style="yellow"))
     for part in info.unwatched:

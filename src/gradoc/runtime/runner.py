@@ -7,6 +7,7 @@ import math
 import os
 import re
 import runpy
+import signal
 import sys
 import sysconfig
 import traceback
@@ -72,7 +73,8 @@ def _enter(path: Path, args: list[str]) -> str:
 
 
 def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> int:
-    """Run the script as ``__main__``; return the exit code ``python`` would have returned.
+    """Run the script as ``__main__``; return the exit code ``python`` would have returned
+    (-2: it ended by an uncaught KeyboardInterrupt, of which python dies by SIGINT).
 
     Exceptions from the script are printed as Python prints them (without gradoc's own
     frames) and turned into exit code 1; ``sys.exit`` keeps its code. When the script ends
@@ -87,9 +89,9 @@ def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> 
     except SystemExit as exc:
         _gather(clues, exc)
         return _exit_code(exc.code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # python ends by SIGINT then: so does gradoc run, at its end
         print("KeyboardInterrupt", file=sys.stderr)
-        return 130
+        return -signal.SIGINT
     except GuardGaveUp as exc:  # gradoc's own decision: its message, not a traceback
         print(exc, file=sys.stderr)
         return exc.exit_code

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from signal import SIGINT
 from typing import Any
 
 from .._util.json_types import JsonObject
@@ -95,7 +96,7 @@ def execute(
     with effects, _numerics(run, "numerics" in checks), scan:
         code = exec_script(script, script_args, clues)
     auto.remove()
-    status = "finished" if code == 0 else ("interrupted" if code == 130 else "failed")
+    status = "finished" if code == 0 else ("interrupted" if code == -SIGINT else "failed")
     if run.guard is not None and run.guard.gave_up:
         status = "gave_up"
     run.set_meta(
@@ -109,7 +110,7 @@ def execute(
     try:
         closed = run.close(status=status, exit_code=code, json_path=json_path)
     except KeyboardInterrupt:  # a second Ctrl-C: the log is complete, close said so
-        return code or 130, None
+        return code or -SIGINT, None
     report = written[-1] if closed is not None and written else None
     if report is not None and replay is not None:
         replayed = after_run(

@@ -87,6 +87,10 @@ class RunMeta(Mapping[str, Any]):
     setup: JsonObject | None = None
     """What the program set up (``gradoc.collect.setup``): parameters left out of every
     optimizer, modules left in eval() while it stepped."""
+    process: JsonObject | None = None
+    """The process writing the log: pid, start time, host (``store.liveness``)."""
+    heartbeat: float | None = None
+    """When the writer last committed (seconds since the epoch; about every second)."""
     compiled: bool = False
     check_numerics: bool = False
     table: Mapping[str, Any] = field(default_factory=dict, repr=False)

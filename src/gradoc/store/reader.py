@@ -22,6 +22,7 @@ from .._util.display import Shown
 from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..errors import RunLogError
+from .liveness import Ending, Writer, ending
 from .meta import DamagedLog, RunMeta
 from .meta import check as _check
 from .schema import PARAM_STATS, READABLE
@@ -447,6 +448,22 @@ class RunLog(Shown):
     @property
     def modules(self) -> list[Layer]:
         return [layer for layer in self.layers if layer.kind == "module"]
+
+    @functools.cached_property
+    def ending(self) -> Ending | None:
+        """How a run that never closed stands: its process gone (``killed``, though its
+        ``meta`` says ``running``) or still running; None once the run closed."""
+        writer = Writer.of(self.meta.process, self.meta.heartbeat)
+        rows = self._query("SELECT step, time FROM steps ORDER BY step DESC LIMIT 1")
+        started = self.meta.started_at
+        last = (int(rows[0][0]), started + float(rows[0][1])) if rows and started else None
+        return ending(self.meta.status, writer, last)
+
+    @property
+    def status(self) -> str | None:
+        """How the run ended (``meta['status']``), ``killed`` where the log never closed and
+        its process is gone."""
+        return self.ending.status if self.ending is not None else self.meta.status
 
     @property
     def num_steps(self) -> int:

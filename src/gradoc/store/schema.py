@@ -50,6 +50,7 @@ class EventKind(StrEnum):
     LOCATE_FAILED = "locate_failed"
     INTERNAL_ERROR = "internal_error"
     INTERRUPTED = "interrupted"
+    TERMINATED = "terminated"
     CRASH = "crash"
 
 

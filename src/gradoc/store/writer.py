@@ -35,6 +35,7 @@ from typing import Any
 from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..errors import UsageError
+from .liveness import identity
 from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
 
 Write = Callable[[sqlite3.Connection], int | None]
@@ -84,9 +85,8 @@ def create(path: Path) -> sqlite3.Connection:
     conn = connect(path)
     conn.executescript(DDL)
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    conn.execute(
-        "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (json.dumps(SCHEMA_VERSION),)
-    )
+    # the process writing it: a reader of a log that never closed checks whether it is gone
+    write_meta(conn, schema_version=SCHEMA_VERSION, process=identity())
     return conn
 
 
@@ -101,6 +101,8 @@ STAGE_S = 0.1
 """Longest a record waits staged on the training thread before the writer sees it."""
 STAGE_MAX = 16
 """Most records handed to the writer thread at once."""
+HEARTBEAT_S = 10.0
+"""Longest the writer goes without a commit (the heartbeat alone, while training pauses)."""
 
 
 class RunWriter:
@@ -127,7 +129,7 @@ class RunWriter:
         self._stage_s = min(STAGE_S, flush_every_s / 4)
         self._staged: list[Write] = []
         self._staged_at = time.monotonic()
-        self._stage_lock = threading.Lock()
+        self._stage_lock = threading.RLock()  # a SIGTERM's close may come while held
         # bounded in records: queue_size records wait at most, in batches
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size // self._stage_max))
         self._max_step = -1
@@ -209,7 +211,8 @@ class RunWriter:
                 pending >= self.flush_every_steps
                 or time.monotonic() - last_commit >= self.flush_every_s
             )
-            if due or item is _CLOSE or isinstance(item, _Flush):
+            idle = time.monotonic() - last_commit >= HEARTBEAT_S  # alive while training pauses
+            if due or idle or item is _CLOSE or isinstance(item, _Flush):
                 self._commit()
                 pending, last_commit = 0, time.monotonic()
             if isinstance(item, _Flush):
@@ -245,9 +248,13 @@ class RunWriter:
             return 0
 
     def _commit(self) -> None:
-        if self.error is not None or not self._conn.in_transaction:
+        """Commit what was applied, with the heartbeat (``store.liveness``)."""
+        if self.error is not None:
             return
         try:
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN")
+            write_meta(self._conn, heartbeat=round(time.time(), 3))
             self._conn.execute("COMMIT")
             if self._max_step - self._thinned_at >= max(1, self.keep_recent_steps // 4):
                 self._thin()
