@@ -153,8 +153,14 @@ def test_kill_9_keeps_the_steps_up_to_the_last_second_and_says_the_process_is_go
     assert "running" not in said.split("\n")[0]
 
 
-def _log(tmp_path: Path, process: dict[str, object], status: str = "running") -> Path:
-    """A small run's log whose meta says it is ``status`` and written by ``process``."""
+def _log(
+    tmp_path: Path,
+    process: dict[str, object],
+    status: str = "running",
+    heartbeat: float | None = None,
+) -> Path:
+    """A small run's log whose meta says it is ``status`` and written by ``process`` (last
+    heard from at ``heartbeat``; None: as the run wrote it)."""
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with gradoc.watch(model, opt, out=tmp_path / "run") as run:
@@ -166,6 +172,8 @@ def _log(tmp_path: Path, process: dict[str, object], status: str = "running") ->
     with db:
         for key, value in (("status", status), ("process", process)):
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+        if heartbeat is not None:
+            db.execute("UPDATE meta SET value = ? WHERE key = 'heartbeat'", (str(heartbeat),))
     db.close()
     return run.dir
 
@@ -188,6 +196,13 @@ def test_a_writer_on_another_host_is_not_judged_from_here(tmp_path: Path) -> Non
         assert log.status == "running"
         sentence = log.ending.sentence  # type: ignore[union-attr]
         assert "not checkable from this host" in sentence and "last heard from" in sentence
+
+
+def test_a_writer_on_another_host_silent_for_minutes_is_taken_as_gone(tmp_path: Path) -> None:
+    elsewhere = {"pid": 1, "started": 0.0, "host": "not-" + liveness.identity()["host"]}
+    with gradoc.open_run(_log(tmp_path, elsewhere, heartbeat=time.time() - 600)) as log:
+        assert log.status == "killed"
+        assert "has not written for 600 s" in log.ending.sentence  # type: ignore[union-attr]
 
 
 def test_a_closed_run_has_no_ending_to_tell(tmp_path: Path) -> None:

@@ -64,6 +64,7 @@ def watch(
     out: str | Path | None = None,
     *,
     config: WatchConfig | None = None,
+    resume: bool = False,
     **options: Any,
 ) -> Run:
     """Watch a training loop: one line, no other change to the loop.
@@ -79,6 +80,9 @@ def watch(
     ``skip_nonfinite_updates=True`` only skips non-finite steps. Under
     torchrun, rank r > 0 writes ``out/rank<r>`` (unless ``out`` names its rank already).
     ``out`` is made absolute now, so the script may change directory.
+    ``resume=True``: a job restarted from its checkpoint continues the run log in ``out``
+    as a new segment (its steps go on from the optimizer's state step, or from the last
+    logged step); without a log there, a new run starts.
 
     >>> import torch, gradoc
     >>> model = torch.nn.Linear(4, 2)
@@ -90,4 +94,6 @@ def watch(
     >>> gradoc.open_run(run.dir).scalar("loss").steps
     [0, 1, 2]
     """
-    return _watch(model, optimizer, out, config=config, finish=write_outputs, **options)
+    return _watch(
+        model, optimizer, out, config=config, finish=write_outputs, resume=resume, **options
+    )

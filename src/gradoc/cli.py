@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--out", metavar="DIR", help="run directory (default gradoc-runs/<script>-<time>)"
     )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run log in --out DIR as a new segment (a training restarted from "
+        "its checkpoint): its steps go on from the optimizer's state step, or after the last "
+        "logged step; without a log there, a new run starts",
+    )
     run.add_argument("--json", metavar="PATH", help="also write the report JSON here")
     run.add_argument(
         "--replay-budget",
@@ -312,9 +319,9 @@ def _run(args: argparse.Namespace) -> int:
     if world > 1:  # under torchrun: rank 0 in DIR, rank r in DIR/rank<r>; rank 0 merges
         from .runtime.distributed import rank_dir
 
-        out = rank_dir(args.out, script.stem, rank)
+        out = rank_dir(args.out, script.stem, rank, args.resume)
     else:
-        out = prepare_run_dir(args.out, script.stem)
+        out = prepare_run_dir(args.out, script.stem, resume="--resume" if args.resume else None)
     guard = GuardConfig() if args.guard else None
     json_path = json_path if rank == 0 else None
     replay = Replay(args.replay_budget, args.replay)
@@ -329,6 +336,7 @@ def _run(args: argparse.Namespace) -> int:
         checks,
         replay,
         sample_every=args.sample_every,
+        resume=args.resume,
     )
     # from here on, whatever fails, the script's exit code is the answer
     if world > 1 and report is not None:

@@ -24,6 +24,7 @@ from .report import (
     Ranks,
     Report,
     RunFacts,
+    Segment,
 )
 
 
@@ -51,6 +52,7 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         gradoc=meta.gradoc,
         status=ending.status if ending is not None else meta.status,
         ending=ending.sentence if ending is not None else None,
+        segments=[Segment.from_json(x) for x in meta.segments] if len(meta.segments) > 1 else [],
         exit_code=meta.exit_code,
         guard=GuardSummary.from_json(meta.guard) if meta.guard else None,
         steps_counted_by=list(meta.steps_counted_by),

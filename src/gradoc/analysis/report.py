@@ -64,6 +64,48 @@ class Ranks:
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    """A resumed run's segment (``store.segments``): where it started and how the one
+    before it ended."""
+
+    start_step: int
+    started_at: float | None = None
+    after: str | None = None
+    """How the segment before ended (``killed``, ``terminated``, ...); None: the first."""
+    after_last_step: int | None = None
+    """The last step the segment before recorded."""
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Segment:
+        after = data.get("after") or {}
+        return cls(
+            int(data.get("start_step") or 0),
+            data.get("started_at"),
+            after.get("status"),
+            after.get("last_step"),
+        )
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"start_step": self.start_step, "started_at": self.started_at}
+        if self.after is not None:
+            out["after"] = {"status": self.after, "last_step": self.after_last_step}
+        return out
+
+    def sentence(self) -> str:
+        """How the run went on here, in one sentence."""
+        start, last = self.start_step, self.after_last_step
+        said = f"resumed at step {start}; the run before ended ({self.after})"
+        if last is None:
+            return said + " before its first step"
+        said += f" after step {last}"
+        if last >= start:
+            return said + f"; steps {start}-{last} were trained again from the checkpoint"
+        if last + 1 < start:
+            return said + f"; steps {last + 1}-{start - 1} were not recorded (lost with it)"
+        return said
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectiveFacts:
     """One objective of the run (``detect.training``): what it trains, the kind of training
     it was judged as and why, its loss at the first and last step, and its policy's entropy
@@ -118,6 +160,8 @@ class RunFacts:
     ending: str | None = None
     """A run whose log never closed: how it stands, in one sentence (its process gone or
     still running, its last step and when)."""
+    segments: list[Segment] = field(default_factory=list)
+    """A resumed run's segments, oldest first (empty: one)."""
     exit_code: int | None = None
     guard: GuardSummary | None = None
     steps_counted_by: list[str] = field(default_factory=list)
@@ -154,6 +198,8 @@ class RunFacts:
             out["ranks"] = self.ranks.to_json()
         if self.ending is not None:
             out["ending"] = self.ending
+        if self.segments:
+            out["segments"] = [s.to_json() for s in self.segments]
         return out
 
     @classmethod
@@ -167,6 +213,7 @@ class RunFacts:
             gradoc=data.get("gradoc"),
             status=data.get("status"),
             ending=data.get("ending"),
+            segments=[Segment.from_json(x) for x in data.get("segments") or []],
             exit_code=data.get("exit_code"),
             guard=GuardSummary.from_json(guard) if guard else None,
             steps_counted_by=[str(c) for c in data.get("steps_counted_by") or []],

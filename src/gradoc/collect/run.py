@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
 from .._util.display import Shown
 from .._util.json_types import JsonObject
 from .._util.text import one_line
-from .._version import __version__
 from ..config import WatchConfig
 from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
@@ -33,6 +30,7 @@ from . import taps, termination
 from ._safety import finish_safely, forget, remember, sigint_deferred
 from .layers import param_rows
 from .locating import Locator
+from .resume import Resumption, opening_meta
 from .steps import Steps, probes_for
 from .watched import Watched
 
@@ -56,29 +54,22 @@ class Run(Shown):
         script: str | None = None,
         lr_scale: float = 1.0,
         finish: Finish | None = None,
+        resume: bool = False,
     ) -> None:
         """``lr_scale``: multiply every optimizer's learning rates (schedules included) when
         it is attached: ``gradoc run --lr-scale`` and ``--fix`` try a rate without an edit.
         ``finish(dir, json_path, stopped, sinks)``: called with the complete log at
         :meth:`close`, it writes what the run leaves (the report, the sinks) and returns the
-        report (``gradoc.runtime.finish.write_outputs``); without one only the log is written."""
+        report (``gradoc.runtime.finish.write_outputs``); without one only the log is written.
+        ``resume``: continue the log in ``directory`` as a new segment (``resume``)."""
         self.dir = Path(os.path.abspath(directory))  # fixed now: the script may chdir
         self.config, self._finish, self._lr_scale = config, finish, lr_scale
         self.closed = self.broken = False
-        self.t0 = time.monotonic()
-        self._writer = RunWriter(self.dir / "run.db", **config.writer_options())
+        self._writer = RunWriter(self.dir / "run.db", resume=resume, **config.writer_options())
+        prev = self._writer.previous
+        self.t0 = time.monotonic() - (prev.time_s if prev else 0.0)  # a segment's time goes on
         self.put = self._writer.put
-        self.set_meta(
-            gradoc=__version__,
-            torch=torch.__version__,
-            python=sys.version.split()[0],
-            script=script or (sys.argv[0] if sys.argv and sys.argv[0] else None),
-            argv=list(sys.argv),
-            started_at=time.time(),
-            status="running",
-            config=config.describe(),
-            lr_scale=lr_scale,
-        )
+        self.set_meta(**opening_meta(config, script, lr_scale, prev))
         self.find_owners: Callable[[set[int]], list[nn.Module]] | None = None
         """Set by ``gradoc run``: the modules that ran and own some of these tensors."""
         self.attach_early: Callable[[Optimizer], None] | None = None  # gradoc run: at a clip
@@ -94,6 +85,7 @@ class Run(Shown):
         """Where the run's non-finite origins are found (``gradoc run`` arms it)."""
         self.watched = Watched(self, probes := probes_for(self, config), self.module_names)
         self.steps = Steps(self, probes)
+        self.steps.resumption = Resumption(self, prev) if prev is not None else None
         # the step protocol (used by gradoc run, Lightning and the Hugging Face callback)
         self.before_step, self.pre_step = self.steps.before_step, self.steps.pre_step
         self.post_step, self.begin_step = self.steps.post_step, self.steps.begin_step

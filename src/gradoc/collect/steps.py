@@ -61,6 +61,7 @@ from .objectives import Objectives
 from .padding import PaddingAudit
 from .probe import Probe
 from .record import StepRow
+from .resume import Resumption
 from .setup import SetupCheck
 from .transfers import Transfers
 from .vitals import StepChecks
@@ -117,12 +118,17 @@ class Steps(taps.TapReceiver):
         self._counting: list[str] = []
         self.origins: dict[int, Origin] = {}  # step -> where its NaN was born
         self.reads_graph = any(isinstance(p, Locate) for p in probes)
+        self.resumption: Resumption | None = None
+        """A resumed run, until its first step fixes where its segment starts (``resume``)."""
 
     def add(
         self, optimizer: Any, params: list[WatchedParam], manual: bool = False
     ) -> WatchedOptimizer:
         """Watch an optimizer's steps; the first one attached counts the run's steps."""
         target = self.targets[optimizer] = WatchedOptimizer(optimizer, params, manual=manual)
+        if self.resumption is not None:  # its steps go on from where the program resumed
+            target.steps = self.resumption.start(optimizer)
+            self.count = target.steps if self.primary is None else self.count
         if not manual:  # what the updates are expected to look like depends on it
             self._optimizers.append(_described(optimizer))
             self.run.set_meta(optimizers=self._optimizers)
@@ -296,6 +302,10 @@ class Steps(taps.TapReceiver):
 
     def statistics(self, target: WatchedOptimizer) -> None:
         primary = target.optimizer is self.primary
+        if primary and self.resumption is not None:  # the segment's first step
+            self.count = target.steps = self.resumption.start(target.optimizer)  # loaded now
+            self.resumption.begin(self.count)
+            self.resumption = None
         target.ready = True
         self.locator.pause()
         # a guard asked for reads every step's norms (and so records them)

@@ -39,6 +39,7 @@ MARKERS = {
     "skipped_update": ("step skipped", "#b45309", "v"),
     "clipped": ("gradient clipped", _BLUE, "|"),
     "rollback": ("rollback", _PURPLE, "D"),
+    "resumed": ("resumed", "#6b7280", "|"),
 }
 
 
@@ -144,7 +145,7 @@ def loss_chart(steps: Sequence[int], values: Sequence[float], marks: dict[str, l
         if not at:
             continue
         name, colour, marker = MARKERS[kind]
-        if kind == "rollback":
+        if kind in ("rollback", "resumed"):
             for s in at:
                 fig.line(ax.x(s), top, ax.x(s), bottom, colour, 1, "4 3")
         if kind == "spike":  # at the loss it reached

@@ -196,7 +196,12 @@ def _marks(log: RunLog, report: Report) -> dict[str, list[int]]:
         "spike": sorted(spikes),
         **{
             k: sorted({e.step for e in events if e.kind == k and e.step is not None})
-            for k in (EventKind.SKIPPED_UPDATE, EventKind.CLIPPED, EventKind.ROLLBACK)
+            for k in (
+                EventKind.SKIPPED_UPDATE,
+                EventKind.CLIPPED,
+                EventKind.ROLLBACK,
+                EventKind.RESUMED,
+            )
         },
     }
 
@@ -210,7 +215,10 @@ def _loss_figures(log: RunLog, report: Report) -> list[str]:
         chart = (
             charts.loss_chart(loss.steps, loss.values, _marks(log, report)) if loss.steps else None
         )
-        said = "with the run's events: NaN/Inf, loss spikes, skipped and clipped steps, rollbacks."
+        said = (
+            "with the run's events: NaN/Inf, loss spikes, skipped and clipped steps, "
+            "rollbacks, restarts of a resumed run."
+        )
         if objectives and objectives[0].training != "supervised":
             o = objectives[0]
             said = f"judged {o.training} ({o.role}): {o.why}. " + said
@@ -464,6 +472,7 @@ def render(log: RunLog, report: Report) -> str:
             f"{duration:.1f} s" if isinstance(duration, (int, float)) else "",
             f"script status: {_e(run.status)}" if run.status else "",
             _e(run.ending) if run.ending else "",
+            *(_e(segment.sentence()) for segment in run.segments[1:]),
             f"torch {_e(run.torch)}",
             f"gradoc {_e(run.gradoc)}",
         )

@@ -115,6 +115,8 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
     console.print(head)
     if info.ending:
         console.print(_t(info.ending, style="yellow"))
+    for segment in info.segments[1:]:
+        console.print(_t(segment.sentence(), style="dim"))
     if report.not_watched:
         console.print(_t(report.not_watched, style="yellow"))
     for part in info.unwatched:

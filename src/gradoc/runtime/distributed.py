@@ -23,8 +23,9 @@ from ..detect.finding import Finding
 WAIT_S = 300.0
 
 
-def rank_dir(out: str | None, stem: str, rank: int) -> Path:
-    return prepare_run_dir(out if out is not None else torchrun_out(stem), rank=rank)
+def rank_dir(out: str | None, stem: str, rank: int, resume: bool = False) -> Path:
+    where = out if out is not None else torchrun_out(stem)  # one per job: it may be resumed
+    return prepare_run_dir(where, rank=rank, resume="--resume" if resume else None)
 
 
 def _located(f: Finding) -> bool:

@@ -53,10 +53,12 @@ def execute(
     checks: Sequence[str] = (),
     replay: Replay | None = None,
     sample_every: int | None = None,
+    resume: bool = False,
 ) -> tuple[int, Report | None]:
     """Run the script watched into ``out``; return its exit code and the report.
     ``checks``: ``gradoc run --check`` names; ``sample_every``: ``--sample-every`` (None:
-    the budgeted default); ``replay``: whether and how long to re-run
+    the budgeted default); ``resume``: continue the log in ``out`` (``--resume``);
+    ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
     from ..collect.auto import AutoAttach
     from ..collect.run import Run
@@ -76,7 +78,7 @@ def execute(
         written.append(finish_run(*args))
         return written[-1].to_json()
 
-    run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=finish)
+    run = Run(out, config, script=str(script), lr_scale=lr_scale, finish=finish, resume=resume)
     cwd, started = os.getcwd(), time.time()
     run.set_meta(
         launch={

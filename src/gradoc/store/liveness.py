@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 from .._util.json_types import JsonObject
 
+SILENT_S = 120.0
+"""A writer on another host not heard from for this long is taken as gone: it commits a
+heartbeat at least every 10 s while it runs (``writer.HEARTBEAT_S``)."""
 START_SLACK_S = 1.0
 """A live process whose start time differs from the recorded one by more than this is
 another process that got the pid (start times are read at 1/100 s on Linux)."""
@@ -98,6 +101,14 @@ class Writer:
         """Seconds since the last heartbeat."""
         return None if self.heartbeat is None else max(0.0, time.time() - self.heartbeat)
 
+    @property
+    def gone(self) -> bool:
+        """Gone: checked here, or on another host silent for ``SILENT_S``."""
+        if self.alive is None:
+            silent = self.silent_for()
+            return silent is not None and silent > SILENT_S
+        return not self.alive
+
 
 def _alive(pid: int, host: str, recorded: object) -> bool | None:
     if host and host != socket.gethostname():
@@ -136,6 +147,12 @@ def ending(
             "killed",
             f"ended without closing at {step}{when} (the process, pid {writer.pid}, is gone: "
             "killed, or out of memory)",
+        )
+    if writer.gone:  # on another host, silent
+        return Ending(
+            "killed",
+            f"ended without closing at {step}{when} (its process on {writer.host} has not "
+            f"written for {writer.silent_for():.0f} s)",
         )
     if writer.alive:
         return Ending("running", f"still running (pid {writer.pid}); its last {step}{when}")

@@ -87,6 +87,8 @@ class RunMeta(Mapping[str, Any]):
     setup: JsonObject | None = None
     """What the program set up (``gradoc.collect.setup``): parameters left out of every
     optimizer, modules left in eval() while it stepped."""
+    segments: list[JsonObject] = field(default_factory=list)
+    """A resumed run's segments, oldest first (``store.segments``); empty for one."""
     process: JsonObject | None = None
     """The process writing the log: pid, start time, host (``store.liveness``)."""
     heartbeat: float | None = None

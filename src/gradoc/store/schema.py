@@ -51,6 +51,7 @@ class EventKind(StrEnum):
     INTERNAL_ERROR = "internal_error"
     INTERRUPTED = "interrupted"
     TERMINATED = "terminated"
+    RESUMED = "resumed"
     CRASH = "crash"
 
 

@@ -37,6 +37,7 @@ from .._util.text import one_line
 from ..errors import UsageError
 from .liveness import identity
 from .schema import DDL, PER_LAYER_TABLES, SCHEMA_VERSION
+from .segments import Previous, previous
 
 Write = Callable[[sqlite3.Connection], int | None]
 """A record: writes itself with the connection, returns the step it belongs to (if any)."""
@@ -117,14 +118,27 @@ class RunWriter:
         queue_size: int = 256,
         keep_recent_steps: int = 2000,
         keep_old_steps: int = 2000,
+        resume: bool = False,
     ) -> None:
+        """``resume``: continue the log at ``path`` as a new segment (``previous`` says how
+        it stood; see ``segments``), or create it when there is none."""
         self.path = path
         self.flush_every_s = flush_every_s
         self.flush_every_steps = flush_every_steps
         self.keep_recent_steps = keep_recent_steps
         self.keep_old_steps = keep_old_steps
         self.error: BaseException | None = None
-        self._conn = create(path)
+        self.previous: Previous | None = None
+        if resume and path.exists():
+            self._conn = connect(path)
+            try:
+                self.previous = previous(self._conn, path.parent)
+            except BaseException:
+                self._conn.close()
+                raise
+            write_meta(self._conn, process=identity())  # its writer now
+        else:
+            self._conn = create(path)
         self._stage_max = max(1, min(STAGE_MAX, flush_every_steps // 2, queue_size))
         self._stage_s = min(STAGE_S, flush_every_s / 4)
         self._staged: list[Write] = []
@@ -132,7 +146,8 @@ class RunWriter:
         self._stage_lock = threading.RLock()  # a SIGTERM's close may come while held
         # bounded in records: queue_size records wait at most, in batches
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, queue_size // self._stage_max))
-        self._max_step = -1
+        last = self.previous.last_step if self.previous is not None else None
+        self._max_step = -1 if last is None else last
         self._thinned_at = 0
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="gradoc-writer", daemon=True)
