@@ -119,6 +119,8 @@ def test_the_programs_own_sigterm_handler_runs_as_without_gradoc(tmp_path: Path,
             assert "terminated" in kinds
         else:  # the script set its handler after gradoc run's: gradoc never heard of it
             assert log.status == "failed" and log.meta.exit_code == 3
+    said = _report(out)
+    assert f"script {'terminated' if mode == 'watch' else 'failed'}" in said
 
 
 @pytest.mark.parametrize("mode", ["watch", "run"])
@@ -133,11 +135,12 @@ def test_ctrl_c_ends_the_process_as_python_does(tmp_path: Path, mode: str) -> No
     assert "script interrupted" in _report(out)
 
 
+@pytest.mark.parametrize("mode", ["watch", "run"])
 def test_kill_9_keeps_the_steps_up_to_the_last_second_and_says_the_process_is_gone(
-    tmp_path: Path,
+    tmp_path: Path, mode: str
 ) -> None:
     plain, *_ = _ended(tmp_path, "plain", signal.SIGKILL, after=150)
-    code, last, _, out = _ended(tmp_path, "watch", signal.SIGKILL, after=150)
+    code, last, _, out = _ended(tmp_path, mode, signal.SIGKILL, after=150)
     assert plain == code == -signal.SIGKILL
     with gradoc.open_run(out) as log:
         assert log.meta.status == "running"  # it never closed

@@ -220,7 +220,7 @@ class Steps(taps.TapReceiver):
         if self.run.closed:
             return
         if optimizer is None:
-            optimizer = self._holding(params)
+            optimizer = _holding(self.targets, params)
         if optimizer is None:
             return
         if optimizer not in self.targets and self.run.attach_early is not None:
@@ -228,16 +228,6 @@ class Steps(taps.TapReceiver):
         target = self.targets.get(optimizer)
         if target is not None and not target.manual and not target.ready:
             self.pre_step(optimizer)
-
-    def _holding(self, params: list[Tensor]) -> Optimizer | None:
-        """The optimizer of the clipped parameters: the watched one holding the first of
-        them (no pass over every tensor on a step), else any live one."""
-        if not params:
-            return None
-        for optimizer, target in self.targets.items():
-            if not target.manual and id(params[0]) in target.ids():
-                return optimizer
-        return taps.optimizer_of(params[:1])
 
     @guarded
     def on_clip(self, kind: str, threshold: float, measured: Tensor, norm_type: float) -> None:
@@ -427,6 +417,17 @@ def _read_after_first_call(
         return result
 
     return first_call_read
+
+
+def _holding(targets: dict[Optimizer, WatchedOptimizer], params: list[Tensor]) -> Optimizer | None:
+    """The optimizer of the clipped parameters: the watched one holding the first of them
+    (no pass over every tensor on a step), else any live one."""
+    if not params:
+        return None
+    for optimizer, target in targets.items():
+        if not target.manual and id(params[0]) in target.ids():
+            return optimizer
+    return taps.optimizer_of(params[:1])
 
 
 def _one(tensors: Any) -> Any:

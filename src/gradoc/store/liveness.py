@@ -17,8 +17,10 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .._util.json_types import JsonObject
+from .meta import RunMeta
 
 SILENT_S = 120.0
 """A writer on another host not heard from for this long is taken as gone: it commits a
@@ -131,17 +133,15 @@ class Ending:
     """What a report says about it, in one sentence."""
 
 
-def ending(
-    status: str | None,
-    writer: Writer | None,
-    last: tuple[int, float] | None,
-) -> Ending | None:
-    """How a log whose ``status`` says ``running`` stands, given its writer and its last
-    step (number, wall time); None for a closed run, or a log that names no writer."""
-    if status != "running" or writer is None:
+def ending(meta: RunMeta, row: tuple[Any, ...] | None) -> Ending | None:
+    """How a log whose ``meta`` says ``running`` stands, given its last ``steps`` row (step,
+    time since the start); None for a closed run, or a log that names no writer."""
+    writer = Writer.of(meta.process, meta.heartbeat)
+    if meta.status != "running" or writer is None:
         return None
-    step = f"step {last[0]}" if last else "no step"
-    when = f", recorded at {_clock(last[1])}" if last else ""
+    step = f"step {row[0]}" if row else "no step"
+    started = meta.started_at
+    when = f", recorded at {_clock(started + float(row[1]))}" if row and started else ""
     if writer.alive is False:
         return Ending(
             "killed",

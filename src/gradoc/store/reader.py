@@ -22,7 +22,7 @@ from .._util.display import Shown
 from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..errors import RunLogError
-from .liveness import Ending, Writer, ending
+from .liveness import Ending, ending
 from .meta import DamagedLog, RunMeta
 from .meta import check as _check
 from .schema import PARAM_STATS, READABLE
@@ -400,7 +400,7 @@ class RunLog(Shown):
                 )
             self.version: int = version
             """The schema version the log was written with (``SCHEMA_VERSION`` now)."""
-            self.meta: RunMeta = self._read_meta()
+            self.meta: RunMeta = _meta(self._query("SELECT key, value FROM meta"))
             """The ``meta`` table, typed (and a read-only mapping of it)."""
             self.layers = [_layer_of(r) for r in self._query("SELECT * FROM layers ORDER BY id")]
         except BaseException:
@@ -414,13 +414,6 @@ class RunLog(Shown):
 
     def _unreadable(self, exc: BaseException) -> str:
         return f"{one_line(self.path)} is not a readable gradoc run log: {one_line(exc)}"
-
-    def _read_meta(self) -> RunMeta:
-        table = {}
-        for key, value in self._query("SELECT key, value FROM meta"):
-            _check(key, str, "a meta key")
-            table[key] = _json(value, f"meta {key!r}")
-        return RunMeta.of(table)
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
@@ -453,11 +446,8 @@ class RunLog(Shown):
     def ending(self) -> Ending | None:
         """How a run that never closed stands: its process gone (``killed``, though its
         ``meta`` says ``running``) or still running; None once the run closed."""
-        writer = Writer.of(self.meta.process, self.meta.heartbeat)
         rows = self._query("SELECT step, time FROM steps ORDER BY step DESC LIMIT 1")
-        started = self.meta.started_at
-        last = (int(rows[0][0]), started + float(rows[0][1])) if rows and started else None
-        return ending(self.meta.status, writer, last)
+        return ending(self.meta, rows[0] if rows else None)
 
     @property
     def status(self) -> str | None:
@@ -671,6 +661,14 @@ class RunLog(Shown):
     def events(self) -> list[Event]:
         rows = self._query("SELECT step, time, kind, message, data FROM events ORDER BY id")
         return [_event(*r) for r in rows]
+
+
+def _meta(rows: list[tuple[Any, ...]]) -> RunMeta:
+    table = {}
+    for key, value in rows:
+        _check(key, str, "a meta key")
+        table[key] = _json(value, f"meta {key!r}")
+    return RunMeta.of(table)
 
 
 def _text(raw: bytes) -> str:
