@@ -74,9 +74,9 @@ def _ended(
     return proc.returncode, max([last, *printed]), rest + err, out
 
 
-def _report(out: Path) -> str:
+def _report(out: Path, *more: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "report", str(out)],
+        [sys.executable, "-m", "gradoc", "report", str(out), *more],
         capture_output=True,
         text=True,
         timeout=120,
@@ -151,9 +151,11 @@ def test_kill_9_keeps_the_steps_up_to_the_last_second_and_says_the_process_is_go
         assert steps == list(range(len(steps)))
         # 10 ms steps: at most one second (flush_every_s) lost, and what the writer held
         assert len(steps) >= last + 1 - 100 - 20, (len(steps), last)
-    said = _report(out)
+    said = _report(out, "--html", str(tmp_path / "page.html"))
     assert "script killed" in said and "the process" in said and "is gone" in said
     assert "running" not in said.split("\n")[0]
+    page = (tmp_path / "page.html").read_text()
+    assert "script status: killed" in page and "ended without closing at step" in page
 
 
 def _log(
