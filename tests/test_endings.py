@@ -264,3 +264,36 @@ def test_a_handler_chaining_to_gradocs_does_not_end_the_program() -> None:
         termination.disarm()
         signal.signal(signal.SIGTERM, previous)
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+CLOSED_BY_SIGTERM = textwrap.dedent(
+    """
+    import os, signal, torch, gradoc
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = gradoc.watch(model, opt, out=os.environ["RUN_OUT"])
+    for _ in range(5):
+        opt.zero_grad(); model(torch.randn(4, 3)).pow(2).mean().backward(); opt.step()
+    close = run._writer.close
+    def terminated_while_closing():
+        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's signal, in the middle of it
+        close()
+    run._writer.close = terminated_while_closing
+    run.close()
+    print("after close", flush=True)
+    """
+)
+
+
+def test_a_sigterm_during_the_close_lets_it_finish_then_ends_the_process(tmp_path: Path) -> None:
+    script = tmp_path / "closing.py"
+    script.write_text(CLOSED_BY_SIGTERM)
+    out = tmp_path / "run"
+    env = {**os.environ, "RUN_OUT": str(out), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr  # as without gradoc: it died of it
+    assert "after close" not in done.stdout
+    report = json.loads((out / "report.json").read_text())  # the close finished first
+    assert report["run"]["status"] == "finished" and report["run"]["steps"] == 5

@@ -182,16 +182,17 @@ class Run(Shown):
         """
         if self.closed:
             return None
-        with sigint_deferred(self.dir):  # a second Ctrl-C must not cost the log
-            self._complete_log(status, exit_code)
-        if self._finish is None:
-            return None
-        stopped = None
-        if self._writer.error is not None:  # the log lacks the end of the run: say so
-            error = one_line(self._writer.error)
-            stopped = Stopped(error, self.step, status, exit_code)
-        finish, sinks = self._finish, dict(self.config.sinks)
-        return finish_safely(self, lambda: finish(self.dir, json_path, stopped, sinks))
+        with termination.closing():  # a SIGTERM that comes meanwhile waits for the report
+            with sigint_deferred(self.dir):  # a second Ctrl-C must not cost the log
+                self._complete_log(status, exit_code)
+            if self._finish is None:
+                return None
+            stopped = None
+            if self._writer.error is not None:  # the log lacks the end of the run: say so
+                error = one_line(self._writer.error)
+                stopped = Stopped(error, self.step, status, exit_code)
+            finish, sinks = self._finish, dict(self.config.sinks)
+            return finish_safely(self, lambda: finish(self.dir, json_path, stopped, sinks))
 
     def _complete_log(self, status: str, exit_code: int | None) -> None:
         """Unhook, let the probes finish, send the last statistics and close the run log."""

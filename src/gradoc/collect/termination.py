@@ -33,7 +33,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -50,6 +50,27 @@ received: list[int] = []
 
 _armed: dict[str, Any] = {}
 """While armed: ``pid`` (the process that armed), ``previous`` (the handler replaced)."""
+
+_closing = [0]
+"""Runs closing now (the signal came during a close, which its handler interrupted)."""
+_pending: list[tuple[int, Callable[[str, int], None]]] = []
+"""A SIGTERM that came during a close: it ends the process once the close is done."""
+
+
+@contextlib.contextmanager
+def closing() -> Iterator[None]:
+    """A run's close. A SIGTERM that interrupts it lets it finish (its report written),
+    then closes what else is open and ends the process, within ``CLOSE_S`` all told."""
+    _closing[0] += 1
+    try:
+        yield
+    finally:
+        _closing[0] -= 1
+        if _pending and not _closing[0]:
+            signum, close_all = _pending.pop()
+            with contextlib.suppress(BaseException):
+                close_all(TERMINATED, -signum)
+            end_by(signum)
 
 
 def arm(close_all: Any) -> None:
@@ -107,6 +128,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> Any:
     deadline = threading.Timer(CLOSE_S, os.kill, (os.getpid(), signum))
     deadline.daemon = True
     deadline.start()
+    if _closing[0]:  # interrupted a run's close: it finishes first (see ``closing``)
+        _pending.append((signum, _armed["close_all"]))
+        return None
     try:
         _armed["close_all"](TERMINATED, -signum)
     except BaseException as exc:  # the process ends by the signal whatever happened
