@@ -235,3 +235,24 @@ def test_a_log_written_on_another_host_is_resumed_once_its_writer_is_silent(
     with gradoc.open_run(tmp_path / "run") as log:
         assert log.scalar("loss").steps == [0, 1, 2, 3]
         assert log.meta.segments[1]["after"]["status"] == "killed"
+
+
+def test_a_segment_resumed_past_the_dense_steps_times_its_own_steps_for_the_cadence(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with gradoc.watch(model, opt, out=tmp_path / "run"):
+        _steps(model, opt, 3)
+    for state in opt.state.values():  # a checkpoint of step 300: past the dense sampling
+        state["step"].fill_(300.0)
+    with gradoc.watch(model, opt, out=tmp_path / "run", resume=True):
+        _steps(model, opt, 60)
+    with gradoc.open_run(tmp_path / "run") as log:
+        assert log.meta.segments[1]["start_step"] == 300
+        sampling = log.meta.sampling
+        assert sampling is not None and sampling["chosen_at"] == 350  # 50 steps timed
+        # chosen from both kinds of step, each timed in this segment
+        assert sampling["step_ms"] is not None and sampling["sampled_step_ms"] is not None
+        assert sampling["every"] >= 10

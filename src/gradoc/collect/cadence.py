@@ -6,13 +6,14 @@ statistics (weights and updates, activations) are sampled: with the default
 (200), where early problems show; from there every k-th step, k chosen so that the sampled
 steps cost about ``share`` (3%) of the training time.
 
-How k is chosen: the steps before ``choose_at`` (50) are timed, from the end of one step to
-the end of the next (the forward, the backward, the update and gradoc's work), step 0 left
-out (warm-up). ``cost`` is the median sampled step's time less the median plain step's; k is
-the smallest round number (10, 20, 50, 100, ... 1,000) with ``cost / k <= share * plain``,
-and never below ``dense``. Once chosen, k is fixed: which steps are sampled never depends on
-later timing (a replay samples the same steps given the same k). The choice, its inputs and
-the steps it applies from are ``meta['sampling']`` and the report's ``run.sampling``.
+How k is chosen: the first ``choose_at`` (50) steps are timed, from the end of one step to
+the end of the next (the forward, the backward, the update and gradoc's work), the first
+left out (warm-up); a resumed run's segment times its own first steps. ``cost`` is the
+median sampled step's time less the median plain step's; k is the smallest round number
+(10, 20, 50, 100, ... 1,000) with ``cost / k <= share * plain``, and never below ``dense``.
+Once chosen, k is fixed: which steps are sampled never depends on later timing (a replay
+samples the same steps given the same k). The choice, its inputs and the steps it applies
+from are ``meta['sampling']`` and the report's ``run.sampling``.
 
 A run whose configuration gives ``params`` or ``activations`` another schedule (``every(10)``,
 ``gradoc run --sample-every 10``) keeps that one: nothing is timed.
@@ -44,6 +45,7 @@ class Cadence(Probe):
         self.k: int | None = None
         """The cadence from ``spec.until`` on, once chosen."""
         self._last: float | None = None
+        self._seen = 0
         self._plain: list[float] = []
         self._sampled: list[float] = []
 
@@ -77,14 +79,15 @@ class Cadence(Probe):
             return
         now = time.perf_counter()
         last, self._last = self._last, now
-        if last is None or step < 1:
-            return  # step 0 carries the warm-up
+        self._seen += 1  # steps of this process: a resumed run's segment times its own
+        if last is None:
+            return  # the first step carries the warm-up
         (self._sampled if step % self.spec.dense == 0 else self._plain).append(now - last)
-        if step + 1 >= self.spec.choose_at:
-            self.choose()
+        if self._seen >= self.spec.choose_at:
+            self.choose(step + 1)
 
-    def choose(self) -> None:
-        """Fix k from the steps timed so far, and say so in the run log."""
+    def choose(self, at: int) -> None:
+        """Fix k from the steps timed so far, from step ``at`` on, and say so in the log."""
         spec = self.spec
         plain = statistics.median(self._plain) if self._plain else None
         sampled = statistics.median(self._sampled) if self._sampled else None
@@ -94,9 +97,11 @@ class Cadence(Probe):
             k = next((r for r in ROUND if r >= need), ROUND[-1])
             k = max(spec.dense, math.ceil(k / spec.dense) * spec.dense)
         self.k = k
-        self.record(plain, sampled)
+        self.record(plain, sampled, at)
 
-    def record(self, plain: float | None = None, sampled: float | None = None) -> None:
+    def record(
+        self, plain: float | None = None, sampled: float | None = None, at: int | None = None
+    ) -> None:
         """``meta['sampling']``: the budget, and k once chosen (``every``: None until then)."""
         spec = self.spec
         self.run.set_meta(
@@ -104,7 +109,7 @@ class Cadence(Probe):
                 "every": self.k,
                 "from": spec.until,
                 "before": spec.dense,
-                "chosen_at": spec.choose_at,
+                "chosen_at": spec.choose_at if at is None else at,
                 "step_ms": None if plain is None else round(plain * 1e3, 4),
                 "sampled_step_ms": None if sampled is None else round(sampled * 1e3, 4),
                 "share": spec.share,
