@@ -20,6 +20,7 @@ import torch
 
 import gradoc
 from gradoc.errors import UsageError
+from gradoc.runtime.replay import script_digest
 from gradoc.store import liveness
 
 TRAIN = textwrap.dedent(
@@ -256,3 +257,38 @@ def test_a_segment_resumed_past_the_dense_steps_times_its_own_steps_for_the_cade
         # chosen from both kinds of step, each timed in this segment
         assert sampling["step_ms"] is not None and sampling["sampled_step_ms"] is not None
         assert sampling["every"] >= 10
+
+
+def test_a_resumed_run_is_not_replayed_from_a_start_it_no_longer_has(tmp_path: Path) -> None:
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradoc.watch(model, opt, out=tmp_path / "run"):
+        _steps(model, opt, 2)
+    with gradoc.watch(model, opt, out=tmp_path / "run", resume=True):
+        _steps(model, opt, 2)
+    script = tmp_path / "train.py"
+    script.write_text("print('trained')\n")
+    launch = {
+        "script": str(script),
+        "args": [],
+        "cwd": str(tmp_path),
+        "sha256": script_digest(script),
+    }
+    db = sqlite3.connect(tmp_path / "run" / "run.db")
+    with db:  # as gradoc run leaves a script that stopped with a NaN in hand
+        stopped = {
+            "launch": launch,
+            "exit_clues": ["`loss` was nan at train.py:9"],
+            "exit_code": 1,
+            "ended_mid_step": True,
+        }
+        for key, value in stopped.items():
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+    db.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "replay", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "the run was resumed (at step 2)" in done.stderr and "trained" not in done.stdout

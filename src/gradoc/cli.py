@@ -449,7 +449,7 @@ def _fix_command(args: argparse.Namespace) -> int:
 def _replay_command(args: argparse.Namespace) -> int:
     from ._util.paths import _probe_dir
     from .report import print_run_summary, write_report
-    from .runtime.replay import replay, script_digest, unlocated_step
+    from .runtime.replay import not_replayable, replay, script_digest, unlocated_step
     from .store import open_run
 
     run_dir = Path(args.run_dir)
@@ -467,6 +467,9 @@ def _replay_command(args: argparse.Namespace) -> int:
     if step is None:
         print("gradoc replay: nothing to locate: the run has no NaN/Inf whose origin is unknown")
         return 0
+    why_not = not_replayable(meta, step)
+    if why_not is not None:
+        raise UsageError(f"cannot replay {one_line(run_dir)}: {why_not}")
     json_path = _output(args.json, "--json")
     _probe_dir(run_dir, "RUN_DIR")
     script, script_args = Path(launch["script"]), [str(a) for a in launch["args"]]

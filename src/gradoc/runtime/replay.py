@@ -48,6 +48,18 @@ def seed_everything(seed: int = SEED) -> None:
         pass
 
 
+def not_replayable(meta: RunMeta, step: int) -> str | None:
+    """Why a run cannot be replayed up to ``step`` (None: it can). A resumed run's script
+    starts again from its checkpoint, not from step 0, so its steps do not repeat."""
+    if len(meta.segments) < 2:
+        return None
+    start = meta.segments[-1].get("start_step")
+    return (
+        f"the run was resumed (at step {start}): a re-run starts the script again from its "
+        f"checkpoint, so its steps would not repeat up to step {step}"
+    )
+
+
 def unlocated_step(
     events: list[Any], meta: RunMeta, exit_code: int | None, clues: list[str]
 ) -> int | None:

@@ -225,12 +225,19 @@ def _replay_if_needed(
     from ..report import write_report
     from ..store import open_run
     from ..store.writer import append_event
-    from .replay import replay, unlocated_step
+    from .replay import not_replayable, replay, unlocated_step
 
     with open_run(out) as log:
         step = unlocated_step(log.events, log.meta, code, clues)
         whole = not log.meta.steps
+        why_not = None if step is None else not_replayable(log.meta, step)
     if step is None:
+        return None
+    if why_not is not None:
+        print(
+            f"gradoc: where the NaN/Inf of step {step} was born is not known; {why_not}",
+            file=sys.stderr,
+        )
         return None
     command = f"gradoc replay {shell(out)}"
     if options.budget == 0:
