@@ -83,9 +83,9 @@ if PART in ("floor", "hooked"):  # what every watched step must do: the gradient
     from gradoc.stats import norms, plan
     params = list(model.parameters())
     layout = plan(params)
-    def vitals(loss):
+    def vitals(loss):  # returns None: a step pre-hook's result replaces the step's arguments
         grads = [p.grad for p in params]
-        return math.isfinite(loss.item() + norms(grads, plan=layout).sum().item())
+        math.isfinite(loss.item() + norms(grads, plan=layout).sum().item())
 if PART == "hooked":  # the same, from empty hooks where gradoc's are: a wrapped backward(),
     import functools     # the root's forward pre- and post-hooks, the step's pre/post-hooks
     seen = {{}}
@@ -97,7 +97,7 @@ if PART == "hooked":  # the same, from empty hooks where gradoc's are: a wrapped
     torch.Tensor.backward = backward
     model.register_forward_pre_hook(lambda module, args: None)
     model.register_forward_hook(lambda module, args, kwargs, out: None, with_kwargs=True)
-    opt.register_step_pre_hook(lambda o, args, kwargs: vitals(seen["loss"]) and None)
+    opt.register_step_pre_hook(lambda o, args, kwargs: vitals(seen["loss"]))
     opt.register_step_post_hook(lambda o, args, kwargs: None)
 def train(first, n):
     for step in range(first, first + n):

@@ -16,11 +16,11 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
-import torch
 
 import gradoc
 from gradoc.collect import termination
 from gradoc.store import liveness
+from tests.test_store import _small_run, set_meta
 
 TRAIN = textwrap.dedent(
     """
@@ -166,21 +166,10 @@ def _log(
 ) -> Path:
     """A small run's log whose meta says it is ``status`` and written by ``process`` (last
     heard from at ``heartbeat``; None: as the run wrote it)."""
-    model = torch.nn.Linear(3, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
-        for _ in range(3):
-            opt.zero_grad()
-            model(torch.randn(4, 3)).pow(2).mean().backward()
-            opt.step()
-    db = sqlite3.connect(run.dir / "run.db")
-    with db:
-        for key, value in (("status", status), ("process", process)):
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-        if heartbeat is not None:
-            db.execute("UPDATE meta SET value = ? WHERE key = 'heartbeat'", (str(heartbeat),))
-    db.close()
-    return run.dir
+    run_dir = _small_run(tmp_path)
+    beat = {} if heartbeat is None else {"heartbeat": heartbeat}
+    set_meta(run_dir, status=status, process=process, **beat)
+    return run_dir
 
 
 def test_a_reused_pid_is_not_taken_for_the_runs_writer(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ import gradoc
 from gradoc.errors import UsageError
 from gradoc.runtime.replay import script_digest
 from gradoc.store import liveness
+from tests.test_store import set_meta
 
 TRAIN = textwrap.dedent(
     """
@@ -202,11 +202,7 @@ def test_a_log_still_being_written_is_not_resumed(tmp_path: Path) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with gradoc.watch(model, opt, out=tmp_path / "run"):
         _steps(model, opt, 2)
-    db = sqlite3.connect(tmp_path / "run" / "run.db")
-    with db:  # as if this live process still wrote it
-        for key, value in (("status", "running"), ("process", liveness.identity())):
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-    db.close()
+    set_meta(tmp_path / "run", status="running", process=liveness.identity())  # as if alive
     with pytest.raises(UsageError, match=r"still being written by pid \d+"):
         gradoc.watch(model, opt, out=tmp_path / "run", resume=True)
 
@@ -219,18 +215,11 @@ def test_a_log_written_on_another_host_is_resumed_once_its_writer_is_silent(
     with gradoc.watch(model, opt, out=tmp_path / "run"):
         _steps(model, opt, 2)
     elsewhere = {"pid": 1, "started": 0.0, "host": "not-" + liveness.identity()["host"]}
-    db = sqlite3.connect(tmp_path / "run" / "run.db")
-    with db:  # the job ran on another node, which went silent 10 minutes ago
-        for key, value in (("status", "running"), ("process", elsewhere)):
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-        db.execute("UPDATE meta SET value = ? WHERE key = 'heartbeat'", (str(time.time()),))
-    db.close()
+    # the job ran on another node, heard from just now
+    set_meta(tmp_path / "run", status="running", process=elsewhere, heartbeat=time.time())
     with pytest.raises(UsageError, match=r"still being written by pid 1 on not-"):
         gradoc.watch(model, opt, out=tmp_path / "run", resume=True)
-    db = sqlite3.connect(tmp_path / "run" / "run.db")
-    with db:
-        db.execute("UPDATE meta SET value = ? WHERE key = 'heartbeat'", (str(time.time() - 600),))
-    db.close()
+    set_meta(tmp_path / "run", heartbeat=time.time() - 600)  # which went silent 10 min ago
     with gradoc.watch(model, opt, out=tmp_path / "run", resume=True):
         _steps(model, opt, 2)
     with gradoc.open_run(tmp_path / "run") as log:
@@ -274,17 +263,13 @@ def test_a_resumed_run_is_not_replayed_from_a_start_it_no_longer_has(tmp_path: P
         "cwd": str(tmp_path),
         "sha256": script_digest(script),
     }
-    db = sqlite3.connect(tmp_path / "run" / "run.db")
-    with db:  # as gradoc run leaves a script that stopped with a NaN in hand
-        stopped = {
-            "launch": launch,
-            "exit_clues": ["`loss` was nan at train.py:9"],
-            "exit_code": 1,
-            "ended_mid_step": True,
-        }
-        for key, value in stopped.items():
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-    db.close()
+    set_meta(  # as gradoc run leaves a script that stopped with a NaN in hand
+        tmp_path / "run",
+        launch=launch,
+        exit_clues=["`loss` was nan at train.py:9"],
+        exit_code=1,
+        ended_mid_step=True,
+    )
     done = subprocess.run(
         [sys.executable, "-m", "gradoc", "replay", str(tmp_path / "run")],
         capture_output=True,

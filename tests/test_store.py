@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sqlite3
@@ -77,6 +78,16 @@ def _small_run(tmp_path: Path) -> Path:
             model(torch.randn(4, 3)).pow(2).mean().backward()
             opt.step()
     return run.dir
+
+
+def set_meta(run_dir: Path, **items: object) -> None:
+    """Write ``items`` into a closed run log's ``meta`` (JSON values), as a log that another
+    process wrote, or that ended otherwise, would hold them."""
+    db = sqlite3.connect(run_dir / "run.db")
+    with db:
+        for key, value in items.items():
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+    db.close()
 
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 tool is not installed")

@@ -321,7 +321,7 @@ def _run(args: argparse.Namespace) -> int:
 
         out = rank_dir(args.out, script.stem, rank, args.resume)
     else:
-        out = prepare_run_dir(args.out, script.stem, resume="--resume" if args.resume else None)
+        out = prepare_run_dir(args.out, script.stem, resume=args.resume)
     guard = GuardConfig() if args.guard else None
     json_path = json_path if rank == 0 else None
     replay = Replay(args.replay_budget, args.replay)

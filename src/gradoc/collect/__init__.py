@@ -27,15 +27,16 @@ def prepare_run_dir(
     *,
     rank: int = 0,
     flag: str = "--out",
-    resume: str | None = None,
+    resume: bool = False,
 ) -> Path:
     """Create the run directory and return it absolute (a script that changes directory
     keeps its run); refuse a file, a directory that already holds a run, or a place that
-    cannot be written. ``rank`` r > 0 (torchrun) gets ``OUT/rank<r>``. ``resume``: the
-    option that continues a run (``--resume``, ``resume=True``), given: a directory that
-    holds one is the run to continue (and one that does not, a run to start)."""
+    cannot be written. ``rank`` r > 0 (torchrun) gets ``OUT/rank<r>``. ``resume``: a
+    directory that holds a run is the run to continue (one that does not, a run to start).
+    Messages name the options as the caller's ``flag`` does (``--out``: the command line)."""
+    again = "--resume" if flag.startswith("--") else "resume=True"
     if resume and out is None:
-        raise UsageError(f"{resume} continues the run in a directory: give it with {flag}")
+        raise UsageError(f"{again} continues the run in a directory: give it with {flag}")
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path("gradoc-runs") / f"{name}-{stamp}"
@@ -49,10 +50,9 @@ def prepare_run_dir(
         raise UsageError(f"{flag} {one_line(base)} exists and is not a directory")
     path = base / f"rank{rank}" if rank else base
     if (path / "run.db").exists() and not resume:
-        cont = "--resume" if flag.startswith("--") else "resume=True"
         raise UsageError(
             f"{one_line(path)} already holds a run log (run.db); choose another {flag}, remove "
-            f"it, or continue it with {cont} (a training restarted from its checkpoint)"
+            f"it, or continue it with {again} (a training restarted from its checkpoint)"
         )
     return output_dir(path, flag)
 
@@ -89,33 +89,31 @@ def watch(
     stem = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
     name = stem if stem and not stem.startswith("-") else "run"  # `python -c` gives '-c'
     rank, world = torchrun_rank()
-    again = "resume=True" if resume else None
     if world == 1:
-        path = prepare_run_dir(out, name, flag="out=", resume=again)
+        path = prepare_run_dir(out, name, flag="out=", resume=resume)
         run = Run(path, cfg, finish=finish, resume=resume)
     else:
         where = torchrun_out(name) if out is None else Path(out)
-        run = _rank_run(where, name, rank, cfg, finish, again)
+        run = _rank_run(where, name, rank, cfg, finish, resume)
     run.attach(model, optimizer)
     return run
 
 
 def _rank_run(
-    out: Path, name: str, rank: int, cfg: WatchConfig, finish: Finish | None, again: str | None
+    out: Path, name: str, rank: int, cfg: WatchConfig, finish: Finish | None, resume: bool
 ) -> Run:
     """Under torchrun, ranks must never share a log, nor kill the job over one: rank r > 0
     writes ``out/rank<r>`` unless ``out`` already names its rank (``runs/rank1``,
     ``runs/r1``); a rank that finds ``out`` taken by another writes ``out/rank<r>``."""
     own = rank == 0 or re.search(rf"(?<![0-9]){rank}(?![0-9])", out.name) is not None
-    resume = again is not None
     if not own:
-        path = prepare_run_dir(out, name, rank=rank, flag="out=", resume=again)
+        path = prepare_run_dir(out, name, rank=rank, flag="out=", resume=resume)
         return Run(path, cfg, finish=finish, resume=resume)
     try:
-        path = prepare_run_dir(out, name, flag="out=", resume=again)
+        path = prepare_run_dir(out, name, flag="out=", resume=resume)
         return Run(path, cfg, finish=finish, resume=resume)
     except UsageError:
         if not (out / "run.db").exists():
             raise  # not a collision: a real problem with out
-        path = prepare_run_dir(out / f"rank{rank}", name, flag="out=", resume=again)
+        path = prepare_run_dir(out / f"rank{rank}", name, flag="out=", resume=resume)
         return Run(path, cfg, finish=finish, resume=resume)

@@ -61,13 +61,12 @@ def opening_meta(
     }
     if prev is None:
         return opened | {"started_at": now}
-    start = 0 if prev.last_step is None else prev.last_step + 1  # until the program says
     return opened | {
         "ended_at": None,
         "duration_s": None,
         "exit_code": None,
         "steps": None,
-        "segments": segments_after(prev, start, now),
+        "segments": segments_after(prev, prev.next_step, now),  # until the program says
     }
 
 
@@ -76,12 +75,11 @@ class Resumption:
 
     def __init__(self, run: Internal, prev: Previous) -> None:
         self.run, self.prev = run, prev
-        self.after = 0 if prev.last_step is None else prev.last_step + 1
 
     def start(self, optimizer: Any) -> int:
         """Where an optimizer's steps go on from: its state's count, else after the log's."""
         step = state_step(optimizer)
-        return self.after if step is None else step
+        return self.prev.next_step if step is None else step
 
     def begin(self, start: int) -> None:
         """The segment starts at step ``start``: said in the log before the step's rows."""

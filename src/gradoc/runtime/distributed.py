@@ -25,7 +25,7 @@ WAIT_S = 300.0
 
 def rank_dir(out: str | None, stem: str, rank: int, resume: bool = False) -> Path:
     where = out if out is not None else torchrun_out(stem)  # one per job: it may be resumed
-    return prepare_run_dir(where, rank=rank, resume="--resume" if resume else None)
+    return prepare_run_dir(where, rank=rank, resume=resume)
 
 
 def _located(f: Finding) -> bool:

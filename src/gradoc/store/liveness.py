@@ -38,17 +38,22 @@ def identity() -> JsonObject:
 def started(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), or None when this system does
     not say (then only whether the pid exists is checked)."""
+    return _status(pid)[1]
+
+
+def _status(pid: int) -> tuple[bytes | None, float | None]:
+    """Process ``pid``'s state (Linux; ``Z``: a zombie, it has exited though its parent has
+    not reaped it, so its pid still exists) and start time; None where not known."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
-            return _linux_stat(pid)[1]
-        return None
+            return _linux_stat(pid)
+        return None, None
     with contextlib.suppress(Exception):  # macOS, Windows: psutil, where installed
-        return float(importlib.import_module("psutil").Process(pid).create_time())
-    return None
+        return None, float(importlib.import_module("psutil").Process(pid).create_time())
+    return None, None
 
 
 def _linux_stat(pid: int) -> tuple[bytes, float]:
-    """Process ``pid``'s state (``Z``: a zombie, it has exited) and start time."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
     # the command name (field 2) may hold spaces and parentheses: fields after its last ')'
@@ -57,15 +62,6 @@ def _linux_stat(pid: int) -> tuple[bytes, float]:
     with open("/proc/stat", "rb") as f:
         boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
     return fields[0], boot + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _exited(pid: int) -> bool:
-    """An exited process its parent has not reaped yet (Linux), which still has its pid."""
-    if not sys.platform.startswith("linux"):
-        return False
-    with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
-        return _linux_stat(pid)[0] == b"Z"
-    return False
 
 
 def _exists(pid: int) -> bool:
@@ -115,9 +111,11 @@ class Writer:
 def _alive(pid: int, host: str, recorded: object) -> bool | None:
     if host and host != socket.gethostname():
         return None
-    if not _exists(pid) or _exited(pid):
+    if not _exists(pid):
         return False
-    now = started(pid)
+    state, now = _status(pid)
+    if state == b"Z":
+        return False
     if isinstance(recorded, (int, float)) and now is not None:
         return abs(now - recorded) <= START_SLACK_S
     return True

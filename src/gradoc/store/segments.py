@@ -24,6 +24,7 @@ from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..errors import UsageError
 from .liveness import Writer
+from .meta import RunMeta
 from .schema import SCHEMA_VERSION
 
 STEP_TABLES = ("steps", "param_arrays", "act_stats", "objective_losses", "policy_entropy")
@@ -45,6 +46,11 @@ class Previous:
     events: int = 0
     """The highest event id it holds (its events at or after the resume step go)."""
 
+    @property
+    def next_step(self) -> int:
+        """The step after its last (where a run that keeps no step count goes on)."""
+        return 0 if self.last_step is None else self.last_step + 1
+
 
 def previous(conn: sqlite3.Connection, path: object) -> Previous:
     """The log's state as a new segment opens it; refuses a log of another schema, or one
@@ -55,10 +61,10 @@ def previous(conn: sqlite3.Connection, path: object) -> Previous:
             f"{one_line(path)} holds a run log of schema {version} (another gradoc version); "
             f"this gradoc continues only version {SCHEMA_VERSION}: choose another directory"
         )
-    meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
-    status = meta.get("status") or "running"
+    meta = RunMeta.of({k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")})
+    status = meta.status or "running"
     if status == "running":
-        writer = Writer.of(meta.get("process"), meta.get("heartbeat"))
+        writer = Writer.of(meta.process, meta.heartbeat)
         if writer is not None and not writer.gone:
             where = f"pid {writer.pid}" + (f" on {writer.host}" if writer.alive is None else "")
             raise UsageError(
@@ -67,18 +73,16 @@ def previous(conn: sqlite3.Connection, path: object) -> Previous:
             )
         status = "killed"
     last, time_s = conn.execute("SELECT MAX(step), MAX(time) FROM steps").fetchone()
-    duration = meta.get("duration_s")
-    time_s = max(float(time_s or 0.0), float(duration or 0.0))
+    time_s = max(float(time_s or 0.0), float(meta.duration_s or 0.0))
     events = conn.execute("SELECT MAX(id) FROM events").fetchone()[0] or 0
-    segments = [s for s in meta.get("segments") or [] if isinstance(s, dict)]
-    if not segments:  # the first segment, which did not know it was one
-        segments = [{"start_step": 0, "started_at": meta.get("started_at")}]
-    return Previous(status, last, time_s, meta.get("started_at"), segments, events)
+    # the first segment did not know it was one
+    segments = meta.segments or [{"start_step": 0, "started_at": meta.started_at}]
+    return Previous(status, last, time_s, meta.started_at, segments, events)
 
 
 def segments_after(prev: Previous, start: int, now: float) -> list[JsonObject]:
     """``meta['segments']`` with a new segment starting at step ``start``."""
-    redone = 0 if prev.last_step is None else max(0, prev.last_step + 1 - start)
+    redone = max(0, prev.next_step - start)
     after = {"status": prev.status, "last_step": prev.last_step, "redone": redone}
     return [*prev.segments, {"start_step": start, "started_at": now, "after": after}]
 
