@@ -67,6 +67,28 @@ def early_late(values: Sequence[float], least: int = 3) -> tuple[float, float]:
     )
 
 
+IMPROVED = 0.5
+"""An objective improved clearly when the median loss of its last quarter is at most this
+share of the median of its first 10% of steps (it halved, or better)."""
+
+
+def improved(loss: Series, since: int | None = None) -> tuple[float, float] | None:
+    """Where a loss began and ended (:func:`early_late`) when it improved clearly: at least
+    20 finite values, the last five finite, and the end at most :data:`IMPROVED` of the start;
+    None otherwise. With ``since``, the start is the loss at that step (the first finite one
+    from it): what the run did after an event there."""
+    values = [v for v in loss.values if math.isfinite(v)]
+    if len(values) < 20 or not all(math.isfinite(v) for v in loss.values[-5:]):
+        return None
+    early, late = early_late(values)
+    if since is not None:
+        early = next(
+            (v for s, v in zip(loss.steps, loss.values) if s >= since and math.isfinite(v)),
+            math.nan,
+        )
+    return (early, late) if 0 < late <= IMPROVED * early else None
+
+
 def update_ratio(update: float, weight: float) -> float | None:
     """||update|| / ||weight|| (the weight before the update): the one definition, used by
     the detectors, the charts, the sinks and the collector. None where it means nothing: a

@@ -9,11 +9,9 @@ module here, one line in :data:`KINDS`, its tests and the regenerated reference
 
 from __future__ import annotations
 
-import math
-
 from ..detect.finding import SEVERITY_ORDER, Finding
 from ..detect.history import History
-from ..detect.signals import early_late, fmt
+from ..detect.signals import fmt, improved
 from ..detect.training import Objective
 from .accumulating_gradients import AccumulatingGradients
 from .adversarial_imbalance import AdversarialImbalance
@@ -42,6 +40,7 @@ from .poor_initialization import PoorInitialization
 from .saturated_units import SaturatedUnits
 from .tiny_updates import TinyUpdates
 from .vanishing_gradients import VanishingGradients
+from .zero_clip import ZeroClip
 
 KINDS: tuple[type[FindingKind], ...] = (
     Nonfinite,
@@ -69,6 +68,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     AccumulatingGradients,
     FrozenParameters,
     EvalMode,
+    ZeroClip,
     LogIncomplete,
 )
 
@@ -95,28 +95,36 @@ def unregister(name: str) -> None:
 
 
 def check_all(h: History) -> list[Finding]:
-    """Every registered kind's findings in a run's history, most severe first, then by step."""
+    """Every registered kind's findings in a run's history, most severe first, then by step.
+    A warning or an error that did no harm in the run is information, with the reason: each
+    kind's own harm rule first (``FindingKind.harmless``), then the statistics'
+    (:func:`_no_harm`)."""
     objectives = h.objectives
+    found = []
+    for kind in REGISTRY.values():
+        if not kind.judges_trend or (len(objectives) == 1 and objectives[0].falls):
+            found += [(f, h) for f in kind.check(h)]
+            continue
+        for o in objectives:
+            if o.falls:  # judged by its own loss, named after it
+                judged = h.of_objective(o)
+                found += [(_of(f, o.name, len(objectives)), judged) for f in kind.check(judged)]
+    for f, seen in found:
+        _harmless(f, seen)
+    findings = [f for f, _ in found]
     if len(objectives) == 1 and objectives[0].falls:
-        found = [f for kind in REGISTRY.values() for f in kind.check(h)]
-        _no_harm(found, objectives[0])
-    else:
-        found = []
-        for kind in REGISTRY.values():
-            if not kind.judges_trend:
-                found += kind.check(h)
-                continue
-            for o in objectives:
-                if o.falls:  # judged by its own loss, named after it
-                    found += [
-                        _of(f, o.name, len(objectives)) for f in kind.check(h.of_objective(o))
-                    ]
-    return sorted(found, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
+        _no_harm(findings, objectives[0])
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
 
 
-IMPROVED = 0.5
-"""An objective improved clearly when the median loss of its last quarter is at most this
-share of the median of its first 10% of steps (it halved, or better)."""
+def _harmless(f: Finding, h: History) -> None:
+    kind = REGISTRY.get(f.kind)
+    if kind is None or f.severity == "info":
+        return
+    why = kind.harmless(f, h)
+    if why is not None:
+        f.severity = "info"
+        f.summary += f" (information: {why})"
 
 
 def _no_harm(found: list[Finding], objective: Objective) -> None:
@@ -125,15 +133,15 @@ def _no_harm(found: list[Finding], objective: Objective) -> None:
     is information, with the reason. A saturated layer or small input gradients in a model
     whose loss fell 10x did not stop it learning."""
     if any(
-        REGISTRY[f.kind].judges_trend or f.kind == "nonfinite" for f in found if f.kind in REGISTRY
+        REGISTRY[f.kind].judges_trend or f.kind == "nonfinite"
+        for f in found
+        if f.kind in REGISTRY and f.severity != "info"
     ):
         return
-    values = [v for v in objective.loss.values if math.isfinite(v)]
-    if len(values) < 20 or not all(math.isfinite(v) for v in objective.loss.values[-5:]):
+    better = improved(objective.loss)
+    if better is None:
         return
-    early, late = early_late(values)
-    if not (0 < late <= IMPROVED * early):
-        return
+    early, late = better
     for f in found:
         kind = REGISTRY.get(f.kind)
         if kind is not None and kind.statistic and f.severity == "warning":

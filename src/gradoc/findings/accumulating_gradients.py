@@ -66,6 +66,10 @@ class AccumulatingGradients(FindingKind):
     """Each step's gradient is the running sum of the earlier ones."""
 
     name = "accumulating_gradients"
+    harm = (
+        "The mechanism itself: the gradient the optimizer applied was kept from the step before "
+        "(no zero_grad) on at least half of the steps checked."
+    )
     link = 20
     example_details = Accumulated(kept=8, checked=8, first_kept=None)
 

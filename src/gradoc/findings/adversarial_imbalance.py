@@ -78,6 +78,10 @@ class AdversarialImbalance(FindingKind):
     sample and the generator, starved of gradient, gets worse."""
 
     name = "adversarial_imbalance"
+    harm = (
+        "A game one side won: the discriminator's loss fell to at most 0.3 of its start while the "
+        "generator's rose to at least 2.5x its own. Either loss alone is no harm."
+    )
     caused_by = ("large_updates",)
     link = 30
 

@@ -20,7 +20,10 @@ distribution). Units that were alive at a sample and dead later died; a share be
 the start is a layer that barely passes anything (biases of -4 in front of the ReLUs left
 every unit inactive: ``benchmarks/accuracy.py``'s ``neg_bias``). Both stay warnings. The
 dormant-neuron work in reinforcement learning reads the same way: a dormant share that grows
-over training is the harm (Sokar et al., ICML 2023, "The dormant neuron phenomenon").
+over training is the harm (Sokar et al., ICML 2023, "The dormant neuron phenomenon"). Dead
+units are a statistic: where the run's one objective still improved clearly, they did not stop
+it learning, and they are information (a Siamese network at Adam lr 0.1 lost 72% of a layer in
+its first steps and its loss fell 0.20 to 0.03; ``tests/mechanisms/siamese_startup.py``).
 """
 
 from __future__ import annotations
@@ -97,6 +100,12 @@ class DeadUnits(FindingKind):
     samples of that time (the detector's ``first_sample``, ``alive_until``)."""
 
     name = "dead_units"
+    harm = (
+        "A statistic: units that died, or a layer that barely passes anything, are a warning "
+        "unless the run's one objective still improved clearly (halved), when they are "
+        "information."
+    )
+    statistic = True
     caused_by = (
         "accumulating_gradients",
         "loss_blowup",

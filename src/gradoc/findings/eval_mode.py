@@ -41,6 +41,11 @@ class EvalMode(FindingKind):
     while the optimizer stepped."""
 
     name = "eval_mode"
+    harm = (
+        "The mechanism itself: a BatchNorm in eval() that never learnt its statistics normalises "
+        "by a mean of 0 and a variance of 1. Dropout off, or BatchNorm frozen after it learnt, is "
+        "information."
+    )
     link = -1  # a set-up before the first step: the first link of whatever began with it
     example_details = InEval(modules=4, fresh_norms=2, names=[], kinds={})
 

@@ -24,6 +24,13 @@ develops:
    episodes grew from 1-3 steps to 7, ``tests/shapes/actor_critic_one_optimizer.py``:
    125x at step 111 while the agent improved, healthy).
 
+Harm: a gradient far beyond its weights is harm only when it lasts, grows, or the loss does not
+improve. Where only the scale rule fired, at the first sampled step alone (the next sample is
+back below the ratio), and the loss then improved clearly (``signals.improved``: the end at
+most half the loss at that step), it is information: the initialisation's first gradient,
+which the first updates corrected (a tutorial's ``nn.Linear(1, 1)`` on unnormalised prices:
+6.8e7x its weights at step 0, the loss 113,000 to 500; ``tests/mechanisms/linreg_prices.py``).
+
 The scale rule ignores a single sampled step, after ordinary ones, whose next sample is
 back below the ratio: one batch whose targets were x1000 gives a gradient 1e4x its
 weights for one step, and that is the batch's loss spike (tests/shapes/corrupted_batch.py).
@@ -41,7 +48,7 @@ import statistics
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import excursions, finite, fmt, median, weight_params
+from ..detect.signals import excursions, finite, fmt, improved, median, weight_params
 from ..detect.training import Training
 from ..detect.zclip import WARMUP, ZClip
 from .advice import (
@@ -77,8 +84,11 @@ def _ema_z(values: list[float], upto: int) -> float:
     return score if score is not None else math.nan
 
 
-def _scale_rule(h: History) -> tuple[int, str, float] | None:
-    worst: tuple[int, str, float] | None = None
+def _scale_rule(h: History) -> tuple[int, str, float, bool] | None:
+    """The first step (and its parameter, its ratio) at which a weight's gradient exceeded
+    ``SCALE_RATIO`` times its norm, earliest first, and whether that was the first sampled
+    step alone (the next sample back below)."""
+    worst: tuple[int, str, float, bool] | None = None
     for p in weight_params(h):
         w = h.param(p.name, "weight_norm")
         weights = dict(zip(w.steps, w.values))
@@ -90,10 +100,11 @@ def _scale_rule(h: History) -> tuple[int, str, float] | None:
         ]
         for i, (s, r) in enumerate(ratios):
             if r > SCALE_RATIO and math.isfinite(r):
-                if i > 0 and i + 1 < len(ratios) and ratios[i + 1][1] <= SCALE_RATIO:
+                back = i + 1 < len(ratios) and ratios[i + 1][1] <= SCALE_RATIO
+                if i > 0 and back:
                     continue  # one step after ordinary ones, and back: a spike
                 if worst is None or (s, -r) < (worst[0], -worst[2]):
-                    worst = (s, p.name, r)
+                    worst = (s, p.name, r, back)
                 break
     return worst
 
@@ -170,7 +181,7 @@ class ExplodingGradients(FindingKind):
         step = min(s for s in (scale and scale[0], growth and growth[0]) if s is not None)
         layer = None
         if scale is not None:
-            s, name, ratio = scale
+            s, name, ratio, _ = scale
             layer = h.module_of(name)
             evidence.append(Evidence(f"gradient norm / weight norm of {name}", fmt(ratio), step=s))
             parts.append(f"the gradient of {name} is {fmt(ratio)}x its weights at step {s}")
@@ -193,6 +204,23 @@ class ExplodingGradients(FindingKind):
                 evidence=evidence,
             )
         ]
+
+    harm = (
+        "A gradient beyond its weights that lasts or grows, or one that turns non-finite. One "
+        "at the first sampled step alone, on a run whose loss then halved, is information."
+    )
+
+    def harmless(self, f: Finding, h: History) -> str | None:
+        scale = _scale_rule(h)
+        if scale is None or not scale[3] or _growth_rule(h) is not None:
+            return None
+        better = improved(h.loss, since=scale[0])
+        if better is None:
+            return None
+        return (
+            f"only at step {scale[0]}, before the first updates corrected it; the loss then "
+            f"fell from {fmt(better[0])} to {fmt(better[1])}"
+        )
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         f.symptom = f"gradients far too large from step {f.step}" + (

@@ -35,6 +35,10 @@ class Fp16Overflow(FindingKind):
     """Under fp16 autocast a layer would produce inf (``--check amp``)."""
 
     name = "fp16_overflow"
+    harm = (
+        "A value past fp16's range (65504) in an output or a gradient on a sampled step: under "
+        "fp16 it becomes inf, and what follows NaN."
+    )
 
     def check(self, h: History) -> list[Finding]:
         amp = h.meta.amp

@@ -26,6 +26,10 @@ class Fp16Underflow(FindingKind):
     """Under fp16 a layer's values would flush to zero (``--check amp``)."""
 
     name = "fp16_underflow"
+    harm = (
+        "At the recommended loss scale, more than 10% of a gradient's non-zero values (25% of an "
+        "output's) would flush to zero under fp16."
+    )
 
     def check(self, h: History) -> list[Finding]:
         amp = h.meta.amp

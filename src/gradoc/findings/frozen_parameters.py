@@ -64,6 +64,11 @@ class FrozenParameters(FindingKind):
     """Most of the model's parameters never train."""
 
     name = "frozen_parameters"
+    harm = (
+        "Parameters that never train holding most of the model, on a loss that did not improve by "
+        "10%, or parameters a gradient reaches that no optimizer holds. On a loss that improved "
+        "(a frozen backbone on purpose) it is information."
+    )
     link = 30
     example_details = Frozen(share=0.9, frozen=[], gain=None, stalled=False)
 

@@ -45,6 +45,9 @@ class FindingKind:
     """Its rule reads a statistic, not harm (units saturated, gradients small at the input,
     updates tiny): on a run whose one objective improved clearly it is information, with
     the reason (``findings.check_all``)."""
+    harm: ClassVar[str] = ""
+    """The harm a warning or an error of this kind needs, in one or two sentences (the
+    findings reference states it; a kind whose rule reads harm itself says what it reads)."""
     example_details: ClassVar[Details | None] = None
     """Details for the findings reference's finding with no evidence: a kind whose
     explanation reads its details sets them."""
@@ -59,6 +62,12 @@ class FindingKind:
         """Fill in the symptom, fixes and monitoring of ``f`` and return the hypotheses
         weighed (ranked afterwards by the evidence, never by the order written here)."""
         raise NotImplementedError
+
+    def harmless(self, f: Finding, h: History) -> str | None:
+        """Why ``f``, a warning or an error, did no harm in this run (it becomes information,
+        with this reason), or None. The default finds none: a kind whose rule can fire on what
+        does no harm (a statistic at step 0, a transient that came back) says so here."""
+        return None
 
     # How a finding of this kind takes part in a story (diagnose/stories.py). The defaults
     # hold for every kind but the few that override them.

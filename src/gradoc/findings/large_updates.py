@@ -182,6 +182,10 @@ class LargeUpdates(FindingKind):
     """Single optimizer steps move weights by a large part of their size."""
 
     name = "large_updates"
+    harm = (
+        "An update beyond 0.3 of its weights after which the loss did not fall 10x more, or an "
+        "Adam-family rate as large as the weights themselves."
+    )
     caused_by = (
         "accumulating_gradients",
         "nonfinite",

@@ -26,6 +26,10 @@ class LengthAnomaly(FindingKind):
     """A batch arrived with sequence lengths outside the range seen before."""
 
     name = "length_anomaly"
+    harm = (
+        "Unusual lengths are news, not harm: a warning only where a batch of them coincides with "
+        "a non-finite value."
+    )
     caused_by = ("nonfinite",)
     link = 160
 

@@ -22,6 +22,9 @@ class LogIncomplete(FindingKind):
     the steps before it stopped."""
 
     name = "log_incomplete"
+    harm = (
+        "The log stopped before the run did: what the report says covers only the steps it holds."
+    )
 
     def stopped(self, recorded: int, stopped: Stopped) -> Finding:
         """The steps the run took that its log does not hold (``recorded`` of them kept)."""

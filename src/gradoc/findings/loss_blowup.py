@@ -26,6 +26,13 @@ of 8 with label noise included, stay below 1.3x). A blow-up may come back — Ad
 3.0 took a 4-class MLP from 1.4 to 1e5 and back to exactly chance, ln 4, with dead
 units — which ``loss_divergence`` (a loss that stays up) does not see.
 
+Harm: a blow-up that came back within ``TRANSIENT`` (10) steps of its onset, on a loss that
+ended at most half of where it started (the run clearly better for it), is information: Adam's
+first steps overshooting once at start-up (a Siamese network's contrastive loss 0.20 to 2.4 at
+step 1, back by step 4, ending at 0.03; ``tests/mechanisms/siamese_startup.py``). A loss that
+came back to about where it began (minGPT's adder at lr x1000: 2.3 to 34, then stuck at 2.1)
+or stayed up keeps its error.
+
 Noise: the rise must stand out of the run's own noise outside the event
 (``signals.stands_out``): a one-weight regression fit one sample a step rose 19.5x from its
 first loss, and its ordinary excursion is 19x (tests/shapes/one_weight_regression.py).
@@ -39,7 +46,7 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import ce_classes, excursions, fmt, loss_trend, stands_out
+from ..detect.signals import IMPROVED, ce_classes, excursions, fmt, loss_trend, stands_out
 from .advice import (
     at,
     at_chance,
@@ -60,6 +67,8 @@ SUSTAIN = 3
 FLOOR = 100.0
 BACK = 1.5
 """The loss has come back once the smoothed loss is below 1.5x the start level again."""
+TRANSIENT = 10
+"""Steps from the onset within which a blow-up that came back was a start-up transient."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -101,9 +110,26 @@ class LossBlowup(FindingKind):
         per_sample=False,
     )
 
+    harm = (
+        "The loss far above where it started and stayed up, or came back no lower than about "
+        "where it began. One back within 10 steps, ending at most half its start, is "
+        "information."
+    )
+
     def until(self, f: Finding) -> int | None:
         d = Blowup.known(f.details)
         return d.came_back_at if d is not None else None
+
+    def harmless(self, f: Finding, h: History) -> str | None:
+        d = Blowup.known(f.details)
+        if d is None or d.came_back_at is None or f.step is None:
+            return None
+        if d.came_back_at - f.step > TRANSIENT or not d.end_loss <= IMPROVED * d.start_loss:
+            return None
+        return (
+            f"a transient, back by step {d.came_back_at}; the loss then fell to "
+            f"{fmt(d.end_loss)}, below its start of {fmt(d.start_loss)}"
+        )
 
     def check(self, h: History) -> list[Finding]:
         series, per_sample = loss_trend(h)

@@ -112,6 +112,7 @@ class LossDivergence(FindingKind):
     """The loss climbs and does not come back."""
 
     name = "loss_divergence"
+    harm = "The loss itself: it climbed to twice its best and stayed up (or turned non-finite)."
     judges_trend = True
     caused_by = (
         "accumulating_gradients",

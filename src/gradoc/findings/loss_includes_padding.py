@@ -45,6 +45,10 @@ class LossIncludesPadding(FindingKind):
     """The loss is computed at padded positions as well."""
 
     name = "loss_includes_padding"
+    harm = (
+        "The mechanism itself: the loss takes a gradient at padded positions (the audit), or at "
+        "least 1% of the positions the labels score are pads."
+    )
 
     def check(self, h: History) -> list[Finding]:
         return audited(h, self.name) or _in_the_inputs(h)

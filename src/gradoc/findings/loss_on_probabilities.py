@@ -41,6 +41,10 @@ class LossOnProbabilities(FindingKind):
     """A loss that applies its own softmax (or sigmoid) was given probabilities, not logits."""
 
     name = "loss_on_probabilities"
+    harm = (
+        "The mechanism itself: a loss that takes logits (or log-probabilities) was given "
+        "probabilities, which bounds it away from its minimum and damps its gradient."
+    )
     link = 4
     example_details = Squashed(fed="softmax", classes=5, lowest=0.95)
 

@@ -73,10 +73,12 @@ class LossPlateau(FindingKind):
     """The loss does not go down: the model is not learning."""
 
     name = "loss_plateau"
+    harm = "The loss itself: it did not improve by 2% over the run, or it sits at chance (ln k)."
     judges_trend = True
     caused_by = (
         "accumulating_gradients",
         "eval_mode",
+        "zero_clip",
         "loss_on_probabilities",
         "nonfinite",
         "loss_blowup",

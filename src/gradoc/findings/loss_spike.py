@@ -93,6 +93,10 @@ class LossSpike(FindingKind):
     all the batch it was computed on; spikes that repeat are the optimizer's."""
 
     name = "loss_spike"
+    harm = (
+        "The loss itself: a jump far above its recent level that reached at least 1% of where the "
+        "loss began."
+    )
     judges_trend = True
     caused_by = ("accumulating_gradients", "nonfinite", "loss_blowup")
     link = 140

@@ -46,6 +46,10 @@ class LossUnbounded(FindingKind):
     """The loss falls through 0 by orders of magnitude: it has no minimum (a sign error)."""
 
     name = "loss_unbounded"
+    harm = (
+        "The loss itself: it fell through 0 to 1,000x its starting magnitude, which no bounded "
+        "loss can."
+    )
     link = 5
     judges_trend = True
     example_details = Unbounded(start=70.9, late=-1e21, node="SubBackward0")

@@ -296,6 +296,7 @@ class Nonfinite(FindingKind):
     growing before they overflowed (``details["grew_before"]``) point at a learning rate."""
 
     name = "nonfinite"
+    harm = "Any NaN or Inf in the loss or a gradient."
     caused_by = (
         "accumulating_gradients",
         "exploding_gradients",

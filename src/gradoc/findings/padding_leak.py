@@ -61,6 +61,10 @@ class PaddingLeak(FindingKind):
     of the module the audit names."""
 
     name = "padding_leak"
+    harm = (
+        "The mechanism itself: a real position's output changes when only the pads change (the "
+        "audit), or pads reach a model that takes a mask with no mask given."
+    )
 
     def check(self, h: History) -> list[Finding]:
         return audited(h, self.name) or _in_the_inputs(h)

@@ -28,6 +28,7 @@ class PaddingWaste(FindingKind):
     """Much of the compute goes to padded positions."""
 
     name = "padding_waste"
+    harm = "None: a cost, never more than information."
 
     def check(self, h: History) -> list[Finding]:
         lengths = h.meta.lengths or {}

@@ -68,6 +68,10 @@ class PolicyCollapse(FindingKind):
     explores, and its gradient is gone."""
 
     name = "policy_collapse"
+    harm = (
+        "The mechanism itself: a policy certain of one action within 10 updates of being "
+        "uncertain, and still so at the end; its gradient is gone."
+    )
     caused_by = ("large_updates",)
     link = 25
     example_details = Collapse(before=0.996, before_step=0, after=2.9e-6, late=2.9e-6, actions=2)

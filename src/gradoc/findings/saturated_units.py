@@ -25,6 +25,10 @@ class SaturatedUnits(FindingKind):
     """Sigmoid/tanh outputs at the flat ends, passing no gradient."""
 
     name = "saturated_units"
+    harm = (
+        "A statistic: saturated units are a warning unless the run's one objective still improved "
+        "clearly (halved), when they are information."
+    )
     statistic = True
     caused_by = (
         "loss_blowup",

@@ -25,8 +25,12 @@ class TinyUpdates(FindingKind):
     """The optimizer steps do not change the weights."""
 
     name = "tiny_updates"
+    harm = (
+        "A statistic: weights that never moved are a warning unless the run's one objective still "
+        "improved clearly (halved), when they are information."
+    )
     statistic = True
-    caused_by = ("nonfinite", "vanishing_gradients", "dead_units")
+    caused_by = ("zero_clip", "nonfinite", "vanishing_gradients", "dead_units")
     considers_zero_init = True
     link = 130
 

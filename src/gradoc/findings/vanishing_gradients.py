@@ -66,6 +66,10 @@ class VanishingGradients(FindingKind):
     """The input-side layers get almost no gradient."""
 
     name = "vanishing_gradients"
+    harm = (
+        "A statistic: small gradients at the input are a warning unless the run's one objective "
+        "still improved clearly (halved), when they are information."
+    )
     statistic = True
     caused_by = ("dead_units", "saturated_units", "loss_blowup", "loss_divergence")
     considers_zero_init = True

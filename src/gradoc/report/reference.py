@@ -106,9 +106,10 @@ def section(kind: FindingKind, story: Finding) -> str:
         lines += ["**Evidence it shows**", "", *(f"- {_cell(name)}" for name in signals), ""]
     if more:
         lines += ["**Diagnosis**", "", more, ""]
+    lines += [f"**Harm** {kind.harm}", ""]
     if kind.statistic:
         lines += [
-            "**Harm** A statistic, not harm seen: on a run whose one objective improved clearly "
+            "A statistic, not harm seen: on a run whose one objective improved clearly "
             "(the median loss of its last quarter at most half that of its first 10% of steps) "
             "with nothing non-finite and no loss-trend finding beside it, it is information, "
             "with that reason (`gradoc.findings.check_all`).",
@@ -116,7 +117,7 @@ def section(kind: FindingKind, story: Finding) -> str:
         ]
     if kind.judges_trend:
         lines += [
-            "**Harm** Judges the loss's trend: with several objectives, only those whose kind "
+            "Judges the loss's trend: with several objectives, only those whose kind "
             "of training expects the loss to fall (supervised), each by its own loss "
             "(`gradoc.detect.training`).",
             "",

@@ -1,0 +1,115 @@
+"""Harm before alarm, kind by kind (issue 46, item 2): every kind states the harm its warnings
+and errors need, the findings reference shows it, and a rule that reads a statistic, or an
+event that was over within a few steps, stays information on a run whose objective improved
+clearly. Each case here builds the same history twice: once where the loss does not improve
+(the warning or error stands) and once where it halves (information, with the reason)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from gradoc.detect.finding import Finding
+from gradoc.detect.history import History, synthetic
+from gradoc.findings import KINDS, REGISTRY, check_all
+from gradoc.report import reference
+
+N = 40
+FLAT = [1.0] * N
+FALLING = [1.0 - 0.8 * i / (N - 1) for i in range(N)]  # 1.0 to 0.2: halved, and more
+
+
+def _dead(loss: Sequence[float]) -> History:
+    dead = [0.0] * 80 + [0.3] * 20
+    steps = list(range(0, N, 10))
+    return synthetic(
+        loss=loss,
+        acts={"relu": {"zero_frac": [0.9] * len(steps)}},
+        act_steps=steps,
+        module_types={"relu": "ReLU"},
+        units={"relu": {s: ([0.5] * 100 if s == 0 else dead) for s in steps}},
+    )
+
+
+def _saturated(loss: Sequence[float]) -> History:
+    return synthetic(
+        loss=loss, acts={"tanh": {"sat_frac": [0.2, 0.7, 0.8, 0.9]}}, act_steps=[0, 10, 20, 30]
+    )
+
+
+def _vanishing(loss: Sequence[float]) -> History:
+    grads = {"l0.weight": [1e-7] * N, "l1.weight": [1e-4] * N, "l2.weight": [0.5] * N}
+    return synthetic(loss=loss, grad_norms=grads)
+
+
+def _tiny(loss: Sequence[float]) -> History:
+    return synthetic(
+        loss=loss,
+        grad_norms={"l0.weight": [0.1] * N},
+        param_stats={"l0.weight": {"weight_norm": [1.0] * N, "update_norm": [1e-10] * N}},
+    )
+
+
+def _exploding_at_step_0(loss: Sequence[float]) -> History:
+    """The first gradient 1e4x a weight that starts near 0, then ordinary (a tutorial's
+    ``nn.Linear(1, 1)`` on unnormalised targets)."""
+    return synthetic(
+        loss=[100 * v for v in loss],
+        grad_norms={"fc.weight": [1e2] + [1.0] * (N - 1)},
+        param_stats={"fc.weight": {"weight_norm": [1e-2] + [3.0] * (N - 1)}},
+    )
+
+
+def _blowup_at_start(loss: Sequence[float]) -> History:
+    """A loss that jumps 10x at step 1 and is back by step 4, then goes on as ``loss``."""
+    return synthetic(loss=[loss[0], 10.0, 9.0, 8.0, *(v * 0.9 for v in loss[4:])])
+
+
+STATISTICS: list[tuple[str, Callable[[Sequence[float]], History]]] = [
+    ("dead_units", _dead),
+    ("saturated_units", _saturated),
+    ("vanishing_gradients", _vanishing),
+    ("tiny_updates", _tiny),
+    ("exploding_gradients", _exploding_at_step_0),
+    ("loss_blowup", _blowup_at_start),
+]
+
+
+def _one(h: History, kind: str) -> Finding:
+    (f,) = [f for f in check_all(h) if f.kind == kind]
+    return f
+
+
+@pytest.mark.parametrize(("kind", "build"), STATISTICS, ids=[k for k, _ in STATISTICS])
+def test_a_statistic_or_a_transient_on_an_improving_objective_is_information(
+    kind: str, build: Callable[[Sequence[float]], History]
+) -> None:
+    stands = _one(build(FLAT), kind)
+    assert stands.severity in ("warning", "error"), stands.summary
+    better = _one(build(FALLING), kind)
+    assert better.severity == "info", better.summary
+    assert "(information: " in better.summary
+
+
+def test_an_exploding_gradient_that_lasts_keeps_its_error_on_an_improving_loss() -> None:
+    h = synthetic(
+        loss=FALLING,
+        grad_norms={"fc.weight": [1e2] * N},
+        param_stats={"fc.weight": {"weight_norm": [1e-2] * N}},
+    )
+    assert _one(h, "exploding_gradients").severity == "error"
+
+
+def test_a_blowup_that_ends_where_it_began_keeps_its_error() -> None:
+    """minGPT's adder at lr x1000: 2.3 to 34, back in a few steps to ~2.1, no better."""
+    h = synthetic(loss=[2.3, 34.0, 30.0, 20.0, *([2.1] * (N - 4))])
+    assert _one(h, "loss_blowup").severity == "error"
+
+
+def test_every_kind_states_its_harm_and_the_reference_shows_it() -> None:
+    page = reference.reference()
+    for kind in KINDS:
+        assert kind.harm.strip(), f"{kind.name} states no harm"
+        assert f"**Harm** {kind.harm}" in page, kind.name
+    assert set(REGISTRY) == {k.name for k in KINDS}
