@@ -35,5 +35,7 @@ for step in range(args.steps):
     loss_g.backward()
     g_opt.step()
     if step % 50 == 0:
-        print(f"step {step} D {loss_d.item():.4f} G {loss_g.item():.4f} "
-              f"fake mean {fake.mean().item():.3f} std {fake.std().item():.3f}")
+        print(
+            f"step {step} D {loss_d.item():.4f} G {loss_g.item():.4f} "
+            f"fake mean {fake.mean().item():.3f} std {fake.std().item():.3f}"
+        )
