@@ -10,8 +10,8 @@ Two rules.
    output layer starts at std 0.15 begins at 11.3 against ln 5000 = 8.5, 1.32x, the right
    word 16x less likely than under a uniform guess; ``tests/mechanisms/wide_vocab_init.py``).
    This is the first check of Karpathy's "A Recipe for Training Neural Networks"
-   ("verify loss @ init"): a character GPT whose init std is 1.0 instead of 0.02 starts at 35 against ln 65 = 4.2.
-   Healthy runs of the calibration set start within 1.2x of it.
+   ("verify loss @ init"): a character GPT whose init std is 1.0 instead of 0.02 starts at
+   35 against ln 65 = 4.2. Healthy runs of the calibration set start within 1.2x of it.
 2. Scale drift (needs per-module output std at the first activation sample):
 
 Rule: take the outputs of the linear and convolution layers in forward order at the
