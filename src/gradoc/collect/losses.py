@@ -153,6 +153,9 @@ def kind(node: Any) -> JsonObject:
         return {"node": name, "fn": "binary_cross_entropy", "classes": 2, **fed}
     if name in _REGRESSION:
         return {"node": name, "fn": _REGRESSION[name]}
+    written = by_hand(node)
+    if written is not None:
+        return {"node": name, "fn": written, "by_hand": True}
     smoothed = _label_smoothed(node)
     if smoothed is not None:
         return {"node": smoothed.name(), "fn": "cross_entropy", **_nll(smoothed)} | {
@@ -161,6 +164,48 @@ def kind(node: Any) -> JsonObject:
     if _actor_critic(node):
         return {"node": name, "fn": "actor_critic"}
     return {"node": name}
+
+
+_REDUCE = ("MeanBackward0", "MeanBackward1", "SumBackward0", "SumBackward1")
+_CONSTANT_SCALE = ("MulBackward0", "DivBackward0")
+
+
+def _below(node: Any) -> list[Any]:
+    return [fn for fn, _ in node.next_functions]
+
+
+def by_hand(node: Any) -> str | None:
+    """A regression written by hand, read from its nodes whatever the spelling: the mean or
+    sum of a squared difference (``(a - b).pow(2)``, ``(a - b) ** 2``, ``torch.square(a -
+    b)``, ``(a - b) * (a - b)``) is ``"mse_loss"``, of an absolute one ``"l1_loss"``; a
+    constant factor or divisor above it (``0.5 * ...``, ``... / n``) changes nothing. None
+    for anything else. Nothing is read from the device."""
+    for _ in range(2):  # 0.5 * (...).mean() / n
+        below = _below(node) if node.name() in _CONSTANT_SCALE else []
+        if len(below) != 2 or below[1] is not None or below[0] is None:
+            break
+        node = below[0]
+    if node.name() not in _REDUCE or not node.next_functions:
+        return None
+    inner = node.next_functions[0][0]
+    if inner is None:
+        return None
+    parts = _below(inner)
+    if not parts or parts[0] is None or parts[0].name() != "SubBackward0":
+        return None
+    name = inner.name()
+    if name == "PowBackward0" and getattr(inner, "_saved_exponent", None) == 2:
+        return "mse_loss"
+    if name == "AbsBackward0":
+        return "l1_loss"
+    if name == "MulBackward0" and len(parts) == 2 and parts[1] is not None:
+        same = parts[0] is parts[1] or (
+            parts[1].name() == "SubBackward0"
+            and [n.name() if n else None for n in _below(parts[0])]
+            == [n.name() if n else None for n in _below(parts[1])]
+        )
+        return "mse_loss" if same else None
+    return None
 
 
 _LOG_PROBS = (*LOG_PROBS, "LogsumexpBackward0")
@@ -197,12 +242,14 @@ def _names_below(node: Any) -> set[str]:
 def _actor_critic(node: Any) -> bool:
     """One loss for an actor and a critic: a sum with a term that weighs a policy's
     gathered log-probabilities (``-log_prob * advantage``) and a term that regresses a value
-    (``mse_loss``, ``smooth_l1_loss``). Each term is read apart, its first ``_SEARCH`` nodes
-    (an episode's losses stacked: the first few steps of each term are enough)."""
+    (``mse_loss``, ``smooth_l1_loss``, or one written by hand: :func:`by_hand`). Each term is
+    read apart, its first ``_SEARCH`` nodes (an episode's losses stacked: the first few steps
+    of each term are enough)."""
     if node.name() not in ("AddBackward0", "SubBackward0"):
         return False
-    names = [_names_below(t) for t in _terms(node, [])]
-    value = any(n & set(_REGRESSION) for n in names)
+    terms = _terms(node, [])
+    names = [_names_below(t) for t in terms]
+    value = any(n & set(_REGRESSION) for n in names) or any(by_hand(t) for t in terms)
     policy = any(
         {"GatherBackward0", "MulBackward0"} <= n and n & set(_LOG_PROBS) and not n & set(_NLL)
         for n in names
@@ -213,11 +260,15 @@ def _actor_critic(node: Any) -> bool:
 def _fed(node: Any, squash: str) -> JsonObject:
     """``{"fed": "softmax"}`` when a loss that takes logits was given probabilities: its input
     went through ``squash`` (``cross_entropy(softmax(x))``, whose log_softmax sits on the
-    softmax; ``binary_cross_entropy_with_logits(sigmoid(x))``)."""
+    softmax; ``binary_cross_entropy_with_logits(sigmoid(x))``); ``{"fed": "probabilities"}``
+    when ``nll_loss``, which takes log-probabilities, was given a softmax's output itself."""
     below = node.next_functions[0][0] if node.next_functions else None
-    if below is not None and below.name().startswith("LogSoftmaxBackward"):
+    logged = below is not None and below.name().startswith("LogSoftmaxBackward")
+    if logged and below is not None:
         below = below.next_functions[0][0] if below.next_functions else None
     if below is not None and below.name().startswith(squash + "Backward"):
+        if squash == "Softmax" and not logged:  # nll_loss(softmax(x)): no log at all
+            return {"fed": "probabilities"}
         return {"fed": squash.lower()}
     return {}
 

@@ -54,6 +54,8 @@ class Family(StrEnum):
     GRADIENTS = "gradients"
     LOOP = "loop"
     """The training loop's code: gradients never cleared, parameters left out of training."""
+    REGULARIZATION = "regularization"
+    """A penalty that outweighs the loss: weight decay strong enough to pin the weights."""
 
 
 FAMILIES: dict[Family, str] = {
@@ -68,6 +70,7 @@ FAMILIES: dict[Family, str] = {
     Family.BATCHING: "how batches are formed",
     Family.GRADIENTS: "the gradients themselves, with no upstream cause identified",
     Family.LOOP: "the training loop: gradients never cleared, parameters that never train",
+    Family.REGULARIZATION: "weight decay or another penalty that outweighs the loss",
 }
 
 

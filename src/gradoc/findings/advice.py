@@ -34,6 +34,69 @@ def lr_too_high(
     return Hypothesis(Family.LEARNING_RATE, LR_TOO_HIGH, check, base=base)
 
 
+DECAY_STRONG = 5e-3
+"""A weight decay that takes this share of every weight per step (``lr * wd``, over ``1 -
+momentum`` for SGD) halves an unused weight in ~140 steps: strong enough to pin the weights
+near 0 where the gradient cannot hold them (SGD at lr 0.1, momentum 0.9, wd 2: 2 per step,
+the loss at ln 5 for good; ``tests/mechanisms/decay_pinned.py``). Usual settings take 1e-5
+(AdamW lr 1e-3, wd 0.01) to 5e-4 (SGD lr 0.1, momentum 0.9, wd 5e-5)."""
+DECAY_ORDINARY = 5e-4
+SHRUNK = 0.5
+"""Weights whose median norm ended at most this share of where it began shrank."""
+
+
+def weight_decay(f: Finding, facts: Facts, lr: Hypothesis) -> Hypothesis | None:
+    """Weight decay strong enough to pin the weights, weighed against the learning rate with
+    the run's numbers; None where the optimizer has no weight decay."""
+    if facts.weight_decay is None:
+        return None
+    wd, share = facts.weight_decay
+    decay = Hypothesis(
+        Family.REGULARIZATION,
+        f"weight decay far too strong (weight_decay={fmt(wd)}): it pulls every weight to 0 "
+        "faster than the gradient can move it",
+        "re-run with weight_decay divided by 1000 (1e-4 to 1e-2 is usual): the loss should "
+        "leave where it sits",
+        base=0.05,
+    )
+    shrink = facts.weight_shrink
+    if share >= DECAY_STRONG:
+        decay.seen(
+            f"each step takes {fmt(share)} of every weight away (lr x weight_decay"
+            + (" / (1 - momentum)" if facts.optimizer == "SGD" else "")
+            + f"); usual settings take {fmt(1e-5)} to {fmt(DECAY_ORDINARY)}",
+            Weight.STRONG,
+        )
+        if shrink is not None and shrink <= SHRUNK:
+            decay.seen(
+                f"the weights shrank to {fmt(shrink)} of their initial norm (median over the "
+                "weight matrices)",
+                Weight.STRONG,
+            )
+            lr.against(
+                f"the weights shrank to {fmt(shrink)} of their initial norm: a learning rate "
+                "too high scatters or grows them; a decay pulls them to 0",
+                Weight.MODERATE,
+            )
+    elif share <= DECAY_ORDINARY:
+        decay.against(
+            f"each step takes {fmt(share)} of every weight away: an ordinary decay",
+            Weight.STRONG,
+        )
+    if shrink is not None and shrink > 1:
+        decay.against(f"the weights grew to {fmt(shrink)}x their initial norm", Weight.STRONG)
+    if decay.score > lr.score:
+        f.fixes.insert(
+            0,
+            Fix(
+                Horizon.IMMEDIATE,
+                f"lower weight_decay from {fmt(wd)} to about {fmt(wd / 1000)} (or use AdamW's "
+                "decoupled decay, 0.01-0.1 at its usual learning rates)",
+            ),
+        )
+    return decay
+
+
 def at(f: Finding) -> str:
     return f"step {f.step}" if f.step is not None else "the run"
 

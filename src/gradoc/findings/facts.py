@@ -51,6 +51,13 @@ class Facts:
     """The program's own gradient clipping: (its threshold, steps it bit on, steps it ran)."""
     optimizer: str | None = None
     """The first optimizer's class name (``meta['optimizers']``)."""
+    weight_decay: tuple[float, float] | None = None
+    """The first optimizer's weight decay, where it is above 0: (its setting, the share of
+    each weight it takes away per step: ``lr * wd``, over ``1 - momentum`` for SGD with
+    momentum, whose velocity accumulates the decay term)."""
+    weight_shrink: float | None = None
+    """The median over weight matrices of their last sampled norm over their first: below 1
+    the weights shrank over the run."""
     loss_noise: float | None = None
     """The run's own noise: the 95th percentile of the loss's excursions over its recent
     median (:func:`gradoc.detect.signals.excursions`); 1.3 for a batch-mean loss, 10 and
@@ -122,7 +129,31 @@ def gather(h: History, before: int | None) -> Facts:
         clip=_clip(h),
         optimizer=optimizer_type(h),
         loss_noise=loss_noise(h),
+        weight_decay=_weight_decay(h),
+        weight_shrink=_weight_shrink(h),
     )
+
+
+def _weight_decay(h: History) -> tuple[float, float] | None:
+    opts = h.meta.optimizers or []
+    first = opts[0] if opts else {}
+    wd, lr = first.get("weight_decay"), first.get("lr")
+    if not isinstance(wd, (int, float)) or not isinstance(lr, (int, float)) or wd <= 0:
+        return None
+    momentum = first.get("momentum") if first.get("type") == "SGD" else None
+    keep = 1.0 - momentum if isinstance(momentum, (int, float)) and 0 <= momentum < 1 else 1.0
+    return float(wd), lr * wd / keep
+
+
+def _weight_shrink(h: History) -> float | None:
+    ratios = [
+        w.values[-1] / w.values[0]
+        for p in weight_params(h)
+        if len((w := h.param(p.name, "weight_norm")).values) >= 2
+        and w.values[0] > 0
+        and math.isfinite(w.values[-1])
+    ]
+    return statistics.median(ratios) if ratios else None
 
 
 def _clip(h: History) -> tuple[float, int, int] | None:

@@ -56,6 +56,7 @@ from .advice import (
     lr_too_high,
     noise_note,
     update_signs,
+    weight_decay,
 )
 from .facts import Facts
 from .kind import Details, FindingKind
@@ -315,4 +316,5 @@ class LossBlowup(FindingKind):
         ]
         f.monitoring.append("the loss against its start level over the first steps (alert at 2x)")
         clipping(f, lr, facts)
-        return [lr, init, data]
+        decay = weight_decay(f, facts, lr)
+        return [lr, init, data] + ([decay] if decay else [])

@@ -36,7 +36,17 @@ from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis
 from ..detect.history import History
 from ..detect.signals import diverged, finite, fmt, loss_trend
 from ..store import EventKind
-from .advice import at, clip_advice, clipping, grad_jump, lr_fix, lr_too_high, related, update_signs
+from .advice import (
+    at,
+    clip_advice,
+    clipping,
+    grad_jump,
+    lr_fix,
+    lr_too_high,
+    related,
+    update_signs,
+    weight_decay,
+)
 from .facts import Facts
 from .kind import FindingKind
 
@@ -169,4 +179,5 @@ class LossDivergence(FindingKind):
         ]
         f.monitoring.append("smoothed loss against its best so far (alert at 2x)")
         clipping(f, lr, facts)
-        return [lr, grad]
+        decay = weight_decay(f, facts, lr)
+        return [lr, grad] + ([decay] if decay else [])

@@ -1,5 +1,10 @@
 """loss_on_probabilities: a loss that takes logits was given probabilities.
 
+``nll_loss`` given a softmax's output (not ``log_softmax``'s) is the same mistake one step on:
+it takes log-probabilities, so its loss is minus the probability of the right class, between
+-1 and 0, and its gradient through the softmax vanishes wherever the model is confidently
+wrong (``fed: "probabilities"``; ``tests/mechanisms/nll_on_softmax.py``).
+
 Needs: the loss's own autograd node (``meta['loss_fn']``, read once at the first
 ``backward()`` by ``collect/losses.py``): ``fed`` is set when the input of a cross-entropy
 went through a softmax (``F.cross_entropy(model(x), y)`` with an ``nn.Softmax`` ending the
@@ -25,7 +30,11 @@ from ..detect.signals import finite, fmt, loss_trend
 from .facts import Facts
 from .kind import Details, FindingKind
 
-_LOGITS = {"softmax": "cross_entropy", "sigmoid": "binary_cross_entropy_with_logits"}
+_LOGITS = {
+    "softmax": "cross_entropy",
+    "sigmoid": "binary_cross_entropy_with_logits",
+    "probabilities": "nll_loss",
+}
 
 
 @dataclass(slots=True)
@@ -64,8 +73,15 @@ class LossOnProbabilities(FindingKind):
                 step=0,
                 layer=None,
                 summary=(
-                    f"{_LOGITS[fed]} was given probabilities: its input went through a {fed} "
-                    "already, so the loss applies a second one"
+                    (
+                        "nll_loss was given probabilities, not log-probabilities: its input is a "
+                        "softmax's output, so the loss is minus the right class's probability "
+                        "(between -1 and 0), whose gradient vanishes where the model is "
+                        "confidently wrong"
+                        if fed == "probabilities"
+                        else f"{_LOGITS[fed]} was given probabilities: its input went through a "
+                        f"{fed} already, so the loss applies a second one"
+                    )
                     + (f"; the loss reached {fmt(lowest)} at best" if lowest is not None else "")
                     + (f" and cannot fall below {fmt(floor)}" if floor is not None else "")
                 ),
@@ -86,17 +102,26 @@ class LossOnProbabilities(FindingKind):
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         d = Squashed.of(f.details)
-        f.symptom = "the loss stalls above 0 however well the model classifies"
+        f.symptom = (
+            "the loss is a probability, not a log-likelihood: it sits between -1 and 0"
+            if d.fed == "probabilities"
+            else "the loss stalls above 0 however well the model classifies"
+        )
+        nll = d.fed == "probabilities"
         twice = Hypothesis(
             Family.ARCHITECTURE,
-            f"the model ends in a {d.fed} and the loss applies its own: "
+            "the model ends in a softmax and nll_loss takes its output as log-probabilities: "
+            "the log is missing"
+            if nll
+            else f"the model ends in a {d.fed} and the loss applies its own: "
             f"{_LOGITS[d.fed]} expects logits",
             f"check the model's last layer: remove the {d.fed} (apply it only where "
             "probabilities are read, at inference)",
             base=0.4,
         )
+        squash = "softmax" if nll else d.fed
         twice.seen(
-            f"the loss's input is the output of a {d.fed} (read from its autograd graph)",
+            f"the loss's input is the output of a {squash} (read from its autograd graph)",
             Weight.DECISIVE,
         )
         if d.lowest is not None:
@@ -104,7 +129,11 @@ class LossOnProbabilities(FindingKind):
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,
-                f"drop the final {d.fed} from the model and hand the logits to {_LOGITS[d.fed]}",
+                "end the model in log_softmax instead of softmax (or give the logits to "
+                "F.cross_entropy)"
+                if nll
+                else f"drop the final {d.fed} from the model and hand the logits to "
+                f"{_LOGITS[d.fed]}",
             ),
             Fix(
                 Horizon.SHORT_TERM,

@@ -35,7 +35,7 @@ from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, early_late, finite, fmt, loss_noise, loss_trend
-from .advice import at_chance, lr_fix
+from .advice import at_chance, lr_fix, weight_decay
 from .facts import Facts
 from .kind import Details, FindingKind
 
@@ -243,4 +243,9 @@ class LossPlateau(FindingKind):
         f.monitoring += ["loss against the trivial baseline", "update/weight ratio per layer"]
         if high.confirmed:
             f.fixes.insert(0, lr_fix(0.1, "lower the learning rate by 10x"))
-        return [data, low, blocked, high] + ([through_time] if ungated else [])
+        decay = weight_decay(f, facts, high)
+        return (
+            [data, low, blocked, high]
+            + ([through_time] if ungated else [])
+            + ([decay] if decay else [])
+        )
