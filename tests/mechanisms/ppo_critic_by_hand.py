@@ -1,12 +1,12 @@
 """A PPO-style agent whose critic's squared error is written by hand (``0.5 * (ret -
-value).pow(2).mean()``, not ``F.mse_loss``), an actor and a critic, each with its own Adam, on a corridor whose
-episodes lengthen as the agent learns to survive. The actor's clipped surrogate loss stays
-near 0; the critic's squared error on the returns grows with the episodes. With
+value).pow(2).mean()``, not ``F.mse_loss``): an actor and a critic, each with its own Adam,
+on a corridor whose episodes lengthen as the agent learns to survive. The actor's clipped
+surrogate loss stays near 0; the critic's squared error on the returns grows with the episodes. With
 ``--one-sample`` an update at step 40 is made from a batch of one transition, and the
 advantage normalisation ``(a - a.mean()) / a.std()`` divides by the std of one value: NaN,
 the actor's loss and gradients are NaN, and the program stops (exit 1).
 
-    python ppo_actor_critic.py [--updates N] [--one-sample]
+    python ppo_critic_by_hand.py [--updates N] [--one-sample]
 """
 
 import argparse
@@ -14,7 +14,6 @@ import sys
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributions import Categorical
 
 ap = argparse.ArgumentParser()

@@ -1,0 +1,98 @@
+"""The same mechanisms written another way (issue 46): programs of our own in
+tests/mechanisms/, spelled unlike the shapes the rules were first written for, each run
+unchanged under ``gradoc run``. A broken program gets the right headline and root cause; its
+healthy twin (or a healthy program whose statistics alone look alarming) gets no warning.
+
+- a tutorial's ``nn.Linear(1, 1)`` on unnormalised prices: a first gradient 6.8e7x its weight
+  that the first updates corrected, and a Siamese network whose loss jumps for a few steps at
+  start-up: information, not alarms;
+- a PPO critic whose squared error is written by hand: a critic, judged as reinforcement;
+- ``clip_grad_norm_(params, 0.0)``: zero_clip, and nothing folded under "learning rate";
+- weight decay 2.0 with SGD: the loss pinned at chance, root cause the decay;
+- a 5,000-word model starting 2.8 nats above chance (1.32x): poor_initialization;
+- ``nll_loss`` on a softmax's output: loss_on_probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MECHANISMS = Path(__file__).parent / "mechanisms"
+
+
+def gradoc_run(tmp_path: Path, script: str, *args: str) -> dict[str, Any]:
+    out = tmp_path / "run"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gradoc", "run", "--out", str(out), str(MECHANISMS / script), *args],
+        capture_output=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert (out / "report.json").exists(), done.stderr.decode()
+    return json.loads((out / "report.json").read_text())
+
+
+def serious(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+
+
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [("linreg_prices.py", "exploding_gradients"), ("siamese_startup.py", "dead_units")],
+)
+def test_what_did_no_harm_is_information_with_the_reason(
+    tmp_path: Path, script: str, kind: str
+) -> None:
+    report = gradoc_run(tmp_path, script)
+    assert not serious(report), [f["summary"] for f in serious(report)]
+    assert report["status"] == "healthy"
+    (seen,) = [f for f in report["findings"] if f["kind"] == kind]
+    assert "(information: " in seen["summary"], seen["summary"]
+
+
+def test_a_critic_whose_loss_is_written_by_hand_is_a_critic(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "ppo_critic_by_hand.py")
+    roles = {o["name"]: (o["training"], o["role"]) for o in report["run"]["objectives"]}
+    assert roles["critic"] == ("reinforcement", "critic"), roles
+    assert not serious(report), [f["summary"] for f in serious(report)]
+
+
+@pytest.mark.parametrize(
+    ("script", "broken", "healthy", "kind", "family"),
+    [
+        ("clip_zero.py", (), ("--clip", "1"), "zero_clip", "loop"),
+        ("decay_pinned.py", (), ("--decay", "2e-4"), "loss_blowup", "regularization"),
+        ("wide_vocab_init.py", (), ("--init-std", "0.02"), "poor_initialization", None),
+        ("nll_on_softmax.py", (), ("--log",), "loss_on_probabilities", "architecture"),
+    ],
+)
+def test_the_mechanism_is_the_headline_and_its_fix_is_healthy(
+    tmp_path: Path,
+    script: str,
+    broken: tuple[str, ...],
+    healthy: tuple[str, ...],
+    kind: str,
+    family: str | None,
+) -> None:
+    report = gradoc_run(tmp_path / "broken", script, *broken)
+    top = serious(report)[0]
+    assert top["kind"] == kind, [f["summary"] for f in report["findings"]]
+    if family is not None:
+        assert top["root_cause_family"] == family, top["root_cause"]
+    fine = gradoc_run(tmp_path / "fine", script, *healthy)
+    assert not serious(fine), [f["summary"] for f in serious(fine)]
+
+
+def test_a_clip_of_zero_rules_out_a_learning_rate_too_low(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "clip_zero.py")
+    top = serious(report)[0]
+    assert len(serious(report)) == 1, [f["summary"] for f in serious(report)]
+    assert "tiny_updates" in {r["kind"] for r in top["related"]}
+    assert any("learning rate" in r["cause"] for r in top["ruled_out"]), top["ruled_out"]
