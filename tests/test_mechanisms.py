@@ -6,7 +6,8 @@ healthy twin (or a healthy program whose statistics alone look alarming) gets no
 - a tutorial's ``nn.Linear(1, 1)`` on unnormalised prices: a first gradient 6.8e7x its weight
   that the first updates corrected, and a Siamese network whose loss jumps for a few steps at
   start-up: information, not alarms;
-- a PPO critic whose squared error is written by hand: a critic, judged as reinforcement;
+- a PPO critic whose squared error is written by hand (tests/shapes/ppo_actor_critic.py
+  ``--critic-by-hand``): a critic, judged as reinforcement;
 - ``clip_grad_norm_(params, 0.0)``: zero_clip, and nothing folded under "learning rate";
 - weight decay 2.0 with SGD: the loss pinned at chance, root cause the decay;
 - a 5,000-word model starting 2.8 nats above chance (1.32x): poor_initialization;
@@ -15,32 +16,21 @@ healthy twin (or a healthy program whose statistics alone look alarming) gets no
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests import test_shapes as shapes
+from tests.test_shapes import serious
+
 MECHANISMS = Path(__file__).parent / "mechanisms"
 
 
 def gradoc_run(tmp_path: Path, script: str, *args: str) -> dict[str, Any]:
-    out = tmp_path / "run"
+    """``gradoc run`` of a program in tests/mechanisms/ (or a path), its report.json."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", str(out), str(MECHANISMS / script), *args],
-        capture_output=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert (out / "report.json").exists(), done.stderr.decode()
-    return json.loads((out / "report.json").read_text())
-
-
-def serious(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+    return shapes.gradoc_run(tmp_path, str(MECHANISMS / script), *args)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +48,7 @@ def test_what_did_no_harm_is_information_with_the_reason(
 
 
 def test_a_critic_whose_loss_is_written_by_hand_is_a_critic(tmp_path: Path) -> None:
-    report = gradoc_run(tmp_path, "ppo_critic_by_hand.py")
+    report = gradoc_run(tmp_path, str(shapes.SHAPES / "ppo_actor_critic.py"), "--critic-by-hand")
     roles = {o["name"]: (o["training"], o["role"]) for o in report["run"]["objectives"]}
     assert roles["critic"] == ("reinforcement", "critic"), roles
     assert not serious(report), [f["summary"] for f in serious(report)]

@@ -3,9 +3,11 @@ episodes lengthen as the agent learns to survive. The actor's clipped surrogate 
 near 0; the critic's squared error on the returns grows with the episodes. With
 ``--one-sample`` an update at step 40 is made from a batch of one transition, and the
 advantage normalisation ``(a - a.mean()) / a.std()`` divides by the std of one value: NaN,
-the actor's loss and gradients are NaN, and the program stops (exit 1).
+the actor's loss and gradients are NaN, and the program stops (exit 1). With
+``--critic-by-hand`` the critic's squared error is written by hand, ``0.5 * (ret -
+value).pow(2).mean()``, as many PPO implementations write it: the same critic.
 
-    python ppo_actor_critic.py [--updates N] [--one-sample]
+    python ppo_actor_critic.py [--updates N] [--one-sample] [--critic-by-hand]
 """
 
 import argparse
@@ -19,6 +21,7 @@ from torch.distributions import Categorical
 ap = argparse.ArgumentParser()
 ap.add_argument("--updates", type=int, default=120)
 ap.add_argument("--one-sample", action="store_true")
+ap.add_argument("--critic-by-hand", action="store_true")
 args = ap.parse_args()
 torch.manual_seed(0)
 
@@ -77,7 +80,9 @@ for update in range(args.updates):
         agent.actor_opt.zero_grad()
         actor_loss.backward()
         agent.actor_opt.step()
-        critic_loss = F.mse_loss(value, ret)
+        critic_loss = (
+            0.5 * (ret - value).pow(2).mean() if args.critic_by_hand else F.mse_loss(value, ret)
+        )
         agent.critic_opt.zero_grad()
         critic_loss.backward()
         agent.critic_opt.step()
