@@ -82,7 +82,9 @@ def test_every_finding_ends_in_exactly_one_story_never_before_its_cause() -> Non
         seen += [(r.kind, r.step) for f in stories for r in f.related]
         assert sorted(seen) == sorted(labels)  # nothing lost, nothing twice
         for f in stories:
-            assert all(r.step >= f.step for r in f.related)  # causes come first
+            # causes come first; a set-up (a sign, a mode) was there from the first step,
+            # whatever step its rule saw it at
+            assert REGISTRY[f.kind].setup or all(r.step >= f.step for r in f.related)
 
 
 @pytest.fixture(scope="module")
@@ -294,3 +296,20 @@ def test_the_programs_own_clipping_is_a_signal_and_not_advised_again() -> None:
     signals = {e.signal: e.value for e in story.evidence}
     assert signals["steps the program's gradient clip at 1 bit"] == "40 of 50"
     assert not any("torch.nn.utils.clip_grad_norm_" in f.action for f in story.fixes)
+
+
+def test_a_set_up_heads_what_it_caused_whenever_its_rule_saw_it() -> None:
+    """A KL term with its sign flipped is there from the first step: the gradients that grow
+    from step 10 are its consequence, though the loss stays below 0 only from step 33; and a
+    generator left in eval() heads the game it unbalanced, though eval_mode is information."""
+    unbounded, exploding = (
+        _finding("loss_unbounded", 33, "error"),
+        _finding("exploding_gradients", 10, "error"),
+    )
+    (story,) = merge([exploding, unbounded])
+    assert story.kind == "loss_unbounded"
+    assert [r.kind for r in story.related] == ["exploding_gradients"]
+    (game,) = merge(
+        [_finding("adversarial_imbalance", 40, "warning"), _finding("eval_mode", 0, "info")]
+    )
+    assert (game.kind, game.severity) == ("eval_mode", "warning")

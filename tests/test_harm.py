@@ -12,7 +12,9 @@ import pytest
 
 from gradoc.detect.finding import Finding
 from gradoc.detect.history import History, synthetic
+from gradoc.diagnose import diagnose
 from gradoc.findings import KINDS, REGISTRY, check_all
+from gradoc.findings.frozen_parameters import Frozen
 from gradoc.report import reference
 
 N = 40
@@ -113,3 +115,20 @@ def test_every_kind_states_its_harm_and_the_reference_shows_it() -> None:
         assert kind.harm.strip(), f"{kind.name} states no harm"
         assert f"**Harm** {kind.harm}" in page, kind.name
     assert set(REGISTRY) == {k.name for k in KINDS}
+
+
+def test_a_left_out_finding_counts_its_tensors_alike_everywhere() -> None:
+    """98 tensors left out, 20 of them named: every sentence says 98."""
+    names = [f"block{i}.weight" for i in range(20)]
+    f = Finding(
+        kind="frozen_parameters",
+        severity="warning",
+        step=0,
+        layer=None,
+        summary="parameters left out of the optimizer: 98 tensors",
+        details=Frozen(0.6, names, None, False, left_out=True, tensors=98),
+    )
+    [story] = diagnose(synthetic(loss=FLAT), [f])
+    claims = [s.claim for h in story.hypotheses for s in h.signs]
+    assert any(c.startswith("98 tensors") for c in claims), claims
+    assert not any("20 tensors" in c for c in claims), claims

@@ -86,3 +86,13 @@ def test_a_clip_of_zero_rules_out_a_learning_rate_too_low(tmp_path: Path) -> Non
     assert len(serious(report)) == 1, [f["summary"] for f in serious(report)]
     assert "tiny_updates" in {r["kind"] for r in top["related"]}
     assert any("learning rate" in r["cause"] for r in top["ruled_out"]), top["ruled_out"]
+
+
+def test_an_optimizer_that_holds_only_frozen_parameters_trains_nothing(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path / "broken", "head_frozen_too.py")
+    top = serious(report)[0]
+    assert (top["kind"], top["severity"]) == ("frozen_parameters", "error"), top["summary"]
+    assert "trains nothing" in top["summary"] and "fc.weight" in top["summary"]
+    assert top["root_cause_family"] == "loop"
+    fine = gradoc_run(tmp_path / "fine", "head_frozen_too.py", "--order", "right")
+    assert not serious(fine), [f["summary"] for f in serious(fine)]

@@ -15,6 +15,9 @@ the host only (attributes and ``.grad`` presence, no tensor is read):
   initialisation a mean of 0 and a variance of 1) instead of the batch's; one whose
   ``num_batches_tracked`` is still 0 never learnt any (``fresh_norms``).
 
+- **idle**: an optimizer none of whose parameters had a gradient at any check (everything it
+  holds frozen, the new head included, or out of the loss's reach): its steps move nothing.
+
 ``meta['setup']`` holds what was seen (``findings.frozen_parameters`` and
 ``findings.eval_mode`` read it).
 """
@@ -22,7 +25,7 @@ the host only (attributes and ``.grad`` presence, no tensor is read):
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
 
@@ -56,6 +59,9 @@ class SetupCheck(Probe):
         """Name -> (class, a BatchNorm that never learnt its statistics) of the modal modules
         in eval() at every check so far."""
         self.elements = 0
+        self.idle: dict[str, int] | None = None
+        """Name -> elements of the parameters of the optimizers that held no gradient at any
+        check so far (optimizers with a gradient anywhere are left out of it)."""
 
     def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         if not primary or target.manual or target.steps not in CHECK_AT:
@@ -68,9 +74,11 @@ class SetupCheck(Probe):
         left: dict[str, int] = {}
         modes: dict[str, tuple[str, bool]] = {}
         elements = 0
+        names: dict[int, str] = {}
         for root, prefix in roots.items():
             for name, p in root.named_parameters():
                 elements += p.numel()
+                names[id(p)] = qualified(prefix, name)
                 if p.requires_grad and p.grad is not None and id(p) not in held:
                     left[qualified(prefix, name)] = p.numel()
             for name, m in root.named_modules():
@@ -79,12 +87,25 @@ class SetupCheck(Probe):
                     modes[key] = (type(m).__name__, _fresh(m))
         self.checks += 1
         self.elements = elements
+        self._idle(optimizers, names)
         self.left_out = (
             left if self.left_out is None else {k: v for k, v in self.left_out.items() if k in left}
         )
         self.in_eval = (
             modes if self.in_eval is None else {k: v for k, v in self.in_eval.items() if k in modes}
         )
+
+    def _idle(self, optimizers: set[Any], names: dict[int, str]) -> None:
+        """The optimizers' parameters (``names``: id -> qualified name) where none of an
+        optimizer's had a gradient at this check, kept where they had none at any check."""
+        idle: dict[str, int] = {}
+        for o in optimizers:
+            params = [p for g in o.param_groups for p in g["params"]]
+            if params and all(p.grad is None for p in params):
+                idle.update(
+                    {names.get(id(p), f"param{i}"): p.numel() for i, p in enumerate(params)}
+                )
+        self.idle = idle if self.idle is None else {k: v for k, v in self.idle.items() if k in idle}
 
     def close(self, step: int) -> JsonObject:
         if not self.checks:
@@ -95,6 +116,13 @@ class SetupCheck(Probe):
             setup["left_out"] = {
                 "tensors": len(names),
                 "elements": sum(self.left_out.values()),
+                "names": names[:NAMES],
+            }
+        if self.idle:
+            names = list(self.idle)
+            setup["idle"] = {
+                "tensors": len(names),
+                "elements": sum(self.idle.values()),
                 "names": names[:NAMES],
             }
         if self.in_eval:

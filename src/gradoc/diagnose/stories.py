@@ -8,9 +8,11 @@ that came later, nor on a transient that had ended. A NaN/Inf born in the user's
 never folded into another finding, and the divergence, plateau, spikes or odd updates that
 follow it are its consequences. Chains are followed to their first link: a learning rate
 that blows the loss up, which kills units, which leaves the loss on a plateau at chance, is
-one story headlined by the blow-up. A standing condition (an Adam learning rate as large as
-the weights) is a setting rather than an event: it joins the story of what it caused,
-whenever that began.
+one story headlined by the blow-up. A finding about what the program set up (a mode, a sign,
+a loss's input, a clip threshold: each kind's ``setup``) was there from the first step, whatever
+step its rule saw it at, and heads the story of what it caused. A standing condition (an Adam
+learning rate as large as the weights) is a setting rather than an event: it joins the story
+of what it caused, whenever that began.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def _when(f: Finding) -> tuple[float, int]:
         return (_onset(f), LAST_LINK)
     if kind.standing(f):
         return (float("inf"), LAST_LINK)
+    if kind.setup:  # there from the first step: the first link of what it caused
+        return (-1.0, kind.rank(f))
     return (_onset(f), kind.rank(f))
 
 

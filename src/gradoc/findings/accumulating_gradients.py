@@ -66,6 +66,7 @@ class AccumulatingGradients(FindingKind):
     """Each step's gradient is the running sum of the earlier ones."""
 
     name = "accumulating_gradients"
+    setup = True
     harm = (
         "The mechanism itself: the gradient the optimizer applied was kept from the step before "
         "(no zero_grad) on at least half of the steps checked."

@@ -82,7 +82,7 @@ class AdversarialImbalance(FindingKind):
         "A game one side won: the discriminator's loss fell to at most 0.3 of its start while the "
         "generator's rose to at least 2.5x its own. Either loss alone is no harm."
     )
-    caused_by = ("large_updates",)
+    caused_by = ("eval_mode", "large_updates")
     link = 30
 
     def check(self, h: History) -> list[Finding]:

@@ -41,6 +41,7 @@ class EvalMode(FindingKind):
     while the optimizer stepped."""
 
     name = "eval_mode"
+    setup = True
     harm = (
         "The mechanism itself: a BatchNorm in eval() that never learnt its statistics normalises "
         "by a mean of 0 and a variance of 1. Dropout off, or BatchNorm frozen after it learnt, is "

@@ -58,6 +58,10 @@ class Frozen(Details):
     stalled: bool
     left_out: bool = False
     """They received gradients that no optimizer applied (else: never a gradient)."""
+    tensors: int = 0
+    """How many tensors (``frozen`` names only the first ones); 0: as many as named."""
+    idle: list[str] | None = None
+    """An optimizer held only these, and none ever had a gradient: nothing it steps moves."""
 
 
 class FrozenParameters(FindingKind):
@@ -75,7 +79,57 @@ class FrozenParameters(FindingKind):
     def check(self, h: History) -> list[Finding]:
         if h.num_steps < MIN_STEPS or not h.params:
             return []
-        return [*self._never(h), *self._left_out(h)]
+        idle = self._idle(h)
+        return idle or [*self._never(h), *self._left_out(h)]
+
+    def _idle(self, h: History) -> list[Finding]:
+        """An optimizer none of whose parameters ever had a gradient: it trains nothing, and
+        the gradients the loss does produce (left out of it) are the story's evidence."""
+        setup = h.meta.setup or {}
+        idle = setup.get("idle") or {}
+        if not idle:
+            return []
+        left = setup.get("left_out") or {}
+        names = list(idle["names"])
+        gain = _gain(h)
+        elsewhere = (
+            f"; the gradients the loss produces go to {left['tensors']} tensors no optimizer "
+            f"holds (e.g. {', '.join(left['names'][:3])})"
+            if left
+            else ""
+        )
+        return [
+            Finding(
+                kind=self.name,
+                severity="error",
+                step=0,
+                layer=None,
+                summary=(
+                    f"the optimizer trains nothing: none of the {idle['tensors']} tensors it holds "
+                    f"(e.g. {', '.join(names[:3])}) ever received a gradient, so no step moves "
+                    f"a weight{elsewhere}"
+                    + (f"; the loss improved {gain:.1%}" if gain is not None else "")
+                ),
+                evidence=[
+                    Evidence(
+                        "tensors the optimizer holds that never had a gradient", idle["tensors"]
+                    ),
+                    Evidence(
+                        "tensors with a gradient that no optimizer holds", left.get("tensors", 0)
+                    ),
+                    Evidence("steps at which this was read", setup.get("checks")),
+                ],
+                details=Frozen(
+                    1.0,
+                    list(left.get("names") or [])[:50],
+                    gain,
+                    gain is not None and gain < IMPROVED,
+                    left_out=bool(left),
+                    tensors=int(left.get("tensors") or 0),
+                    idle=names,
+                ),
+            )
+        ]
 
     def _left_out(self, h: History) -> list[Finding]:
         setup = h.meta.setup or {}
@@ -104,7 +158,9 @@ class FrozenParameters(FindingKind):
                     Evidence("steps at which this was read", setup.get("checks")),
                 ]
                 + ([Evidence("relative improvement of the loss", round(gain, 4))] if gain else []),
-                details=Frozen(share, names[:50], gain, stalled, left_out=True),
+                details=Frozen(
+                    share, names[:50], gain, stalled, left_out=True, tensors=left["tensors"]
+                ),
             )
         ]
 
@@ -145,9 +201,12 @@ class FrozenParameters(FindingKind):
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         d = Frozen.of(f.details)
         names = d.frozen
+        count = d.tensors or len(names)
         f.symptom = (
-            f"{d.share:.0%} of the model's parameters never change, so the model cannot learn "
-            "with them"
+            "nothing the optimizer holds ever changes, so the model does not learn"
+            if d.idle
+            else f"{d.share:.0%} of the model's parameters never change, so the model cannot "
+            "learn with them"
         )
         off = Hypothesis(
             Family.LOOP,
@@ -165,13 +224,33 @@ class FrozenParameters(FindingKind):
             "for one)",
             base=0.1,
         )
-        if d.left_out:
+        if d.idle:
+            off.cause = (
+                "everything the optimizer holds is frozen: requires_grad=False on the very "
+                "parameters it was given (a freeze loop run after the new head was attached), "
+                "or the loss does not reach them"
+            )
+            off.seen(
+                f"none of the {len(d.idle)} tensors the optimizer holds had a gradient at any "
+                f"step read, e.g. {', '.join(d.idle[:3])}",
+                Weight.DECISIVE,
+            )
+            if d.left_out:
+                off.seen(
+                    f"{count} tensors no optimizer holds had gradients, e.g. "
+                    + ", ".join(names[:3]),
+                    Weight.STRONG,
+                )
+                cut.against(
+                    "the loss does produce gradients, elsewhere in the model", Weight.MODERATE
+                )
+        elif d.left_out:
             off.cause = (
                 "parameters left out of the optimizer: it was given only part of the model "
                 "(Adam(model.head.parameters())), so the rest receives gradients it never applies"
             )
             off.seen(
-                f"{len(names)} tensors ({fmt(d.share)} of the parameters) had a gradient after "
+                f"{count} tensors ({fmt(d.share)} of the parameters) had a gradient after "
                 f"backward() at each step read and were held by no optimizer, e.g. "
                 f"{', '.join(names[:3])}",
                 Weight.DECISIVE,
@@ -179,13 +258,23 @@ class FrozenParameters(FindingKind):
             cut.against("they received gradients: the graph reaches them", Weight.DECISIVE)
         else:
             never = (
-                f"{len(names)} tensors ({fmt(d.share)} of the parameters) never received a "
+                f"{count} tensors ({fmt(d.share)} of the parameters) never received a "
                 f"gradient, e.g. {', '.join(names[:3])}"
             )
             off.seen(never, Weight.DECISIVE)
             cut.seen(never, Weight.MODERATE)
         if d.stalled:
             off.seen(f"the loss improved only {d.gain or 0:.1%} over the run", Weight.MODERATE)
+        if d.idle:
+            f.fixes.append(
+                Fix(
+                    Horizon.IMMEDIATE,
+                    "unfreeze what the optimizer holds (the new head: "
+                    f"{(d.idle[0].rpartition('.')[0] or 'head')}.requires_grad_(True)), or freeze "
+                    "before attaching it; build the optimizer from what must train: "
+                    "[p for p in model.parameters() if p.requires_grad]",
+                )
+            )
         f.fixes += [
             Fix(
                 Horizon.IMMEDIATE,

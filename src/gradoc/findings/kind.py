@@ -41,6 +41,11 @@ class FindingKind:
     judges_trend: ClassVar[bool] = False
     """Its rule judges the loss's trend (it should fall): with several objectives it reads
     each one whose kind of training expects that (``detect.training``), and none other."""
+    setup: ClassVar[bool] = False
+    """It is about what the program set up (a mode, a sign, a loss's input, a clip threshold,
+    the optimizer's parameters), there from the first step whatever step its rule saw it at:
+    it heads the story of what it caused, whatever their onsets and severities
+    (``diagnose.stories``)."""
     statistic: ClassVar[bool] = False
     """Its rule reads a statistic, not harm (units saturated, gradients small at the input,
     updates tiny): on a run whose one objective improved clearly it is information, with

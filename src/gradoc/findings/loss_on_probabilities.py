@@ -50,6 +50,7 @@ class LossOnProbabilities(FindingKind):
     """A loss that applies its own softmax (or sigmoid) was given probabilities, not logits."""
 
     name = "loss_on_probabilities"
+    setup = True
     harm = (
         "The mechanism itself: a loss that takes logits (or log-probabilities) was given "
         "probabilities, which bounds it away from its minimum and damps its gradient."

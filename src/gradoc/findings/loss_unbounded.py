@@ -46,6 +46,7 @@ class LossUnbounded(FindingKind):
     """The loss falls through 0 by orders of magnitude: it has no minimum (a sign error)."""
 
     name = "loss_unbounded"
+    setup = True
     harm = (
         "The loss itself: it fell through 0 to 1,000x its starting magnitude, which no bounded "
         "loss can."

@@ -31,6 +31,7 @@ class ZeroClip(FindingKind):
     """The program clips its gradients to a norm (or value) of 0: every update is zero."""
 
     name = "zero_clip"
+    setup = True
     link = -1  # a set-up before the first step: the first link of whatever began with it
     harm = (
         "The mechanism itself: a threshold of 0 on at least half of the steps the clip ran, "
