@@ -11,7 +11,11 @@ healthy twin (or a healthy program whose statistics alone look alarming) gets no
 - ``clip_grad_norm_(params, 0.0)``: zero_clip, and nothing folded under "learning rate";
 - weight decay 2.0 with SGD: the loss pinned at chance, root cause the decay;
 - a 5,000-word model starting 2.8 nats above chance (1.32x): poor_initialization;
-- ``nll_loss`` on a softmax's output: loss_on_probabilities.
+- ``nll_loss`` on a softmax's output: loss_on_probabilities;
+- a generator whose optimizer was given the discriminator's parameters: the generator is
+  watched all the same (a loss trains through it), and named as left out of every optimizer;
+- a fine-tune whose freeze loop also froze the new head, the only thing its optimizer holds:
+  the optimizer trains nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def test_a_critic_whose_loss_is_written_by_hand_is_a_critic(tmp_path: Path) -> N
         ("decay_pinned.py", (), ("--decay", "2e-4"), "loss_blowup", "regularization"),
         ("wide_vocab_init.py", (), ("--init-std", "0.02"), "poor_initialization", None),
         ("nll_on_softmax.py", (), ("--log",), "loss_on_probabilities", "architecture"),
+        ("gan_optimizer_typo.py", (), ("--fixed",), "frozen_parameters", "loop"),
     ],
 )
 def test_the_mechanism_is_the_headline_and_its_fix_is_healthy(
@@ -86,6 +91,13 @@ def test_a_clip_of_zero_rules_out_a_learning_rate_too_low(tmp_path: Path) -> Non
     assert len(serious(report)) == 1, [f["summary"] for f in serious(report)]
     assert "tiny_updates" in {r["kind"] for r in top["related"]}
     assert any("learning rate" in r["cause"] for r in top["ruled_out"]), top["ruled_out"]
+
+
+def test_a_model_no_optimizer_holds_is_watched_and_named(tmp_path: Path) -> None:
+    report = gradoc_run(tmp_path, "gan_optimizer_typo.py")
+    top = serious(report)[0]
+    assert "no optimizer holds any parameter of netg" in top["summary"], top["summary"]
+    assert top["root_cause"].startswith("netg left out of every optimizer"), top["root_cause"]
 
 
 def test_an_optimizer_that_holds_only_frozen_parameters_trains_nothing(tmp_path: Path) -> None:

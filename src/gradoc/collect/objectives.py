@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .._util.json_types import JsonObject
-from . import losses
+from . import losses, taps
 from .manual import graph_leaves
 
 if TYPE_CHECKING:
@@ -123,6 +123,9 @@ class Objectives:
         optimizers = [o for o, t in steps.targets.items() if not t.manual]
         name = _trains(steps.watched.prefixes, target, optimizers)
         micros, new = self.stepped(target, micros, steps.count, name)
+        objective = self.of.get(target.optimizer)
+        if new and objective is not None:
+            _watch_unheld(objective, steps)
         if new and self.several():
             index = {o: i for i, o in enumerate(optimizers)}
             steps.run.set_meta(objectives=self.describe(index))
@@ -185,6 +188,26 @@ def _trains(
         return "+".join(names)
     place = optimizers.index(target.optimizer) if target.optimizer in optimizers else 0
     return f"optimizer {place}"
+
+
+def _watch_unheld(objective: Objective, steps: Stepping) -> None:
+    """Watch the models that ``objective``'s loss trains through and no optimizer holds (a
+    generator whose optimizer was given the discriminator's parameters): a module a watched
+    loss reaches is watched, held or not, so the set-up check sees their gradients go unused.
+    Under ``gradoc run`` only, where the modules that ran are known; once per objective."""
+    find = steps.run.find_owners
+    if find is None:
+        return
+    held = {
+        id(p)
+        for o in {*steps.targets, *taps.live_optimizers()}
+        for g in o.param_groups
+        for p in g["params"]
+    }
+    unheld = set(objective.reached) - held
+    owners = find(unheld) if unheld else []
+    if owners:
+        steps.watched.watch_modules(steps.watched.roots(owners, several=True))
 
 
 def _params(objective: Objective) -> set[int]:

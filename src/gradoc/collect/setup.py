@@ -59,6 +59,9 @@ class SetupCheck(Probe):
         """Name -> (class, a BatchNorm that never learnt its statistics) of the modal modules
         in eval() at every check so far."""
         self.elements = 0
+        self.whole: set[str] | None = None
+        """The watched models none of whose parameters any optimizer holds while some had a
+        gradient (a generator whose optimizer was given the discriminator's), at every check."""
         self.idle: dict[str, int] | None = None
         """Name -> elements of the parameters of the optimizers that held no gradient at any
         check so far (optimizers with a gradient anywhere are left out of it)."""
@@ -75,12 +78,17 @@ class SetupCheck(Probe):
         modes: dict[str, tuple[str, bool]] = {}
         elements = 0
         names: dict[int, str] = {}
+        whole: set[str] = set()
         for root, prefix in roots.items():
             for name, p in root.named_parameters():
                 elements += p.numel()
                 names[id(p)] = qualified(prefix, name)
                 if p.requires_grad and p.grad is not None and id(p) not in held:
                     left[qualified(prefix, name)] = p.numel()
+            if not any(id(p) in held for p in root.parameters()) and any(
+                n.startswith(prefix) for n in left
+            ):
+                whole.add(prefix.rstrip(".") or type(root).__name__)
             for name, m in root.named_modules():
                 if isinstance(m, _MODAL) and not m.training and _modal_now(m):
                     key = qualified(prefix, name) or prefix or type(m).__name__
@@ -88,6 +96,7 @@ class SetupCheck(Probe):
         self.checks += 1
         self.elements = elements
         self._idle(optimizers, names)
+        self.whole = whole if self.whole is None else self.whole & whole
         self.left_out = (
             left if self.left_out is None else {k: v for k, v in self.left_out.items() if k in left}
         )
@@ -118,6 +127,8 @@ class SetupCheck(Probe):
                 "elements": sum(self.left_out.values()),
                 "names": names[:NAMES],
             }
+            if self.whole:
+                setup["left_out"]["models"] = sorted(self.whole)
         if self.idle:
             names = list(self.idle)
             setup["idle"] = {

@@ -15,7 +15,10 @@ Parameters **left out of every optimizer** never train either, although they rec
 gradient each step (``meta['setup']``, read at early steps by ``collect/setup.py``: a model's
 towers whose optimizer was given only the head). That is the mechanism seen directly, and
 their gradient is computed for nothing: a warning when they hold at least ``SHARE`` of the
-watched models' elements or the loss stalled, information otherwise.
+watched models' elements, a whole model is in no optimizer (a generator whose optimizer was
+given the discriminator's parameters: gradoc watches every model a loss trains through, held
+or not; ``tests/mechanisms/gan_optimizer_typo.py``) or the loss stalled, information
+otherwise.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class Frozen(Details):
     """How many tensors (``frozen`` names only the first ones); 0: as many as named."""
     idle: list[str] | None = None
     """An optimizer held only these, and none ever had a gradient: nothing it steps moves."""
+    models: list[str] | None = None
+    """Whole models left out of every optimizer (their names)."""
 
 
 class FrozenParameters(FindingKind):
@@ -140,16 +145,23 @@ class FrozenParameters(FindingKind):
         gain = _gain(h)
         stalled = gain is not None and gain < IMPROVED
         names = list(left["names"])
+        models = list(left.get("models") or [])
         return [
             Finding(
                 kind=self.name,
-                severity="warning" if share >= SHARE or stalled else "info",
+                severity="warning" if share >= SHARE or stalled or models else "info",
                 step=0,
                 layer=None,
                 summary=(
                     f"parameters left out of the optimizer: {share:.1%} of the model's parameters "
                     f"({left['tensors']} tensors, e.g. {', '.join(names[:3])}) receive a gradient "
                     "every step that no optimizer applies"
+                    + (
+                        f"; no optimizer holds any parameter of {', '.join(models)}, which a "
+                        "loss trains through"
+                        if models
+                        else ""
+                    )
                     + (f"; the loss improved {gain:.1%}" if gain is not None else "")
                 ),
                 evidence=[
@@ -159,7 +171,13 @@ class FrozenParameters(FindingKind):
                 ]
                 + ([Evidence("relative improvement of the loss", round(gain, 4))] if gain else []),
                 details=Frozen(
-                    share, names[:50], gain, stalled, left_out=True, tensors=left["tensors"]
+                    share,
+                    names[:50],
+                    gain,
+                    stalled,
+                    left_out=True,
+                    tensors=left["tensors"],
+                    models=models or None,
                 ),
             )
         ]
@@ -246,7 +264,10 @@ class FrozenParameters(FindingKind):
                 )
         elif d.left_out:
             off.cause = (
-                "parameters left out of the optimizer: it was given only part of the model "
+                f"{', '.join(d.models)} left out of every optimizer: the optimizer meant for it "
+                "was built on another model's parameters (optimizer_g = Adam(net_d.parameters()))"
+                if d.models
+                else "parameters left out of the optimizer: it was given only part of the model "
                 "(Adam(model.head.parameters())), so the rest receives gradients it never applies"
             )
             off.seen(
