@@ -44,5 +44,5 @@ for i in range(args.steps):
     optimizerG.step()
     if i % 50 == 0:
         print(
-            f"[{i}] Loss_D {errD.item():.4f} Loss_G {errG.item():.4f} fake mean {fake.mean(0).tolist()}"
+            f"[{i}] Loss_D {errD.item():.4f} Loss_G {errG.item():.4f} fake {fake.mean(0).tolist()}"
         )
