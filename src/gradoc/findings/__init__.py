@@ -21,6 +21,7 @@ from .exploding_gradients import ExplodingGradients
 from .fp16_overflow import Fp16Overflow
 from .fp16_underflow import Fp16Underflow
 from .frozen_parameters import FrozenParameters
+from .game_stopped import GameStopped
 from .kind import FindingKind
 from .large_updates import LargeUpdates
 from .length_anomaly import LengthAnomaly
@@ -55,6 +56,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     LossUnbounded,
     LossOnProbabilities,
     AdversarialImbalance,
+    GameStopped,
     PolicyCollapse,
     PoorInitialization,
     LargeUpdates,

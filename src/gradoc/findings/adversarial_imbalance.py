@@ -59,14 +59,14 @@ def _onset(o: Objective, level: float) -> int | None:
     return onset if onset is not None else (steps[0] if steps else None)
 
 
-def _pairs(h: History) -> list[tuple[Objective, Objective]]:
+def pairs(h: History) -> list[tuple[Objective, Objective]]:
     adversarial = [o for o in h.objectives if o.training is Training.ADVERSARIAL]
     gens = [o for o in adversarial if o.role == "generator"]
     discs = [o for o in adversarial if o.role == "discriminator"]
     return [(g, d) for g in gens for d in discs]
 
 
-def _lr(h: History, o: Objective) -> float | None:
+def lr_of(h: History, o: Objective) -> float | None:
     if not o.optimizers or o.optimizers[0] >= len(h.meta.optimizers):
         return None
     lr = h.meta.optimizers[o.optimizers[0]].get("lr")
@@ -87,7 +87,7 @@ class AdversarialImbalance(FindingKind):
 
     def check(self, h: History) -> list[Finding]:
         found = []
-        for g, d in _pairs(h):
+        for g, d in pairs(h):
             gl, dl = _levels(g), _levels(d)
             if gl is None or dl is None or dl[0] <= 0 or gl[0] <= 0:
                 continue
@@ -118,7 +118,7 @@ class AdversarialImbalance(FindingKind):
         return found
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        pair = next(((g, d) for g, d in _pairs(h) if g.name == f.objective), None)
+        pair = next(((g, d) for g, d in pairs(h) if g.name == f.objective), None)
         g_name, d_name = (
             (pair[0].name, pair[1].name) if pair else ("the generator", "the discriminator")
         )
@@ -140,7 +140,7 @@ class AdversarialImbalance(FindingKind):
             base=0.1,
         )
         if pair is not None:
-            g_lr, d_lr = _lr(h, pair[0]), _lr(h, pair[1])
+            g_lr, d_lr = lr_of(h, pair[0]), lr_of(h, pair[1])
             if g_lr and d_lr:
                 ratio = d_lr / g_lr
                 claim = (
