@@ -14,6 +14,8 @@ healthy twin (or a healthy program whose statistics alone look alarming) gets no
 - ``nll_loss`` on a softmax's output: loss_on_probabilities;
 - a discriminator at 1,000x its generator's rate whose units all die: the game stopped (the
   generator gets no gradient), root cause the discriminator's rate;
+- a warm-up to a peak rate 100x too high: the learning rate, its tiny first updates no
+  evidence against it;
 - a generator whose optimizer was given the discriminator's parameters: the generator is
   watched all the same (a loss trains through it), and named as left out of every optimizer;
 - a fine-tune whose freeze loop also froze the new head, the only thing its optimizer holds:
@@ -69,6 +71,7 @@ def test_a_critic_whose_loss_is_written_by_hand_is_a_critic(tmp_path: Path) -> N
         ("nll_on_softmax.py", (), ("--log",), "loss_on_probabilities", "architecture"),
         ("gan_optimizer_typo.py", (), ("--fixed",), "frozen_parameters", "loop"),
         ("gan_stopped_game.py", (), ("--d-lr", "5e-3"), "game_stopped", "learning_rate"),
+        ("warmup_peak_too_high.py", (), ("--peak", "3e-3"), "loss_divergence", "learning_rate"),
     ],
 )
 def test_the_mechanism_is_the_headline_and_its_fix_is_healthy(

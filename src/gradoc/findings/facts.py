@@ -15,6 +15,7 @@ from ..detect.signals import (
     clip_factors,
     finite,
     loss_noise,
+    lr_share,
     optimizer_type,
     update_ratios,
     weight_params,
@@ -51,6 +52,10 @@ class Facts:
     """The program's own gradient clipping: (its threshold, steps it bit on, steps it ran)."""
     optimizer: str | None = None
     """The first optimizer's class name (``meta['optimizers']``)."""
+    warmed: float | None = None
+    """The highest learning rate before the first problem as a share of the run's highest:
+    below 1/2, a warm-up had not reached its peak, and the updates seen so far say little
+    about the rate the run trains at."""
     weight_decay: tuple[float, float] | None = None
     """The first optimizer's weight decay, where it is above 0: (its setting, the share of
     each weight it takes away per step: ``lr * wd``, over ``1 - momentum`` for SGD with
@@ -130,6 +135,7 @@ def gather(h: History, before: int | None) -> Facts:
         optimizer=optimizer_type(h),
         loss_noise=loss_noise(h),
         weight_decay=_weight_decay(h),
+        warmed=lr_share(h, limit),
         weight_shrink=_weight_shrink(h),
     )
 

@@ -56,6 +56,7 @@ from .advice import (
     lr_too_high,
     noise_note,
     update_signs,
+    warming,
     weight_decay,
 )
 from .facts import Facts
@@ -248,7 +249,7 @@ class LossBlowup(FindingKind):
                 Weight.STRONG,
                 value=first,
             )
-        elif first is not None and first < facts.large_ratio / 10:
+        elif first is not None and first < facts.large_ratio / 10 and not warming(h):
             lr.against(
                 f"the first update moved the weights by at most {fmt(first)} of their norm",
                 Weight.MODERATE,
