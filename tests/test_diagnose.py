@@ -345,3 +345,33 @@ def test_updates_under_a_warm_up_are_no_evidence_against_the_learning_rate() -> 
     warm_up = [0.1 * min(1.0, (s + 1) / 50) for s in steps]  # 0.002 at the first step
     assert "contradicted" not in lr_signs(warm_up)
     assert "contradicted" in lr_signs([0.1] * n)
+
+
+def test_outputs_not_watched_are_no_evidence_that_no_layer_was_dead() -> None:
+    """Inside a torch.compile'd model no per-module hook runs: a plateau there rules out no
+    dead or saturated layer, and credits no data problem for their absence (issue 46, item 5)."""
+    from dataclasses import replace
+
+    from gradoc.detect.history import synthetic
+    from gradoc.diagnose import diagnose
+    from gradoc.findings import check_all
+
+    n = 200
+    seen = synthetic(
+        loss=[2.0 + 0.01 * ((-1) ** s) for s in range(n)],
+        grad_norms={"fc.weight": [1.0] * n},
+        acts={"relu": {"zero_frac": [0.1] * 20}},
+        act_steps=list(range(0, n, 10)),
+        module_types={"relu": "ReLU"},
+    )
+    compiled = replace(seen, act_stats={}, meta=replace(seen.meta, compiled=True))
+
+    def blocked(h: object) -> tuple[list[str], list[str]]:
+        (top,) = [f for f in diagnose(h, check_all(h)) if f.kind == "loss_plateau"]  # type: ignore[arg-type]
+        hyp = next(x for x in top.hypotheses if "dead" in x.cause or "saturat" in x.cause)
+        return [s.state.value for s in hyp.signs], [r.cause for r in top.ruled_out]
+
+    states, ruled = blocked(seen)
+    assert "contradicted" in states and any("dead ReLUs" in c for c in ruled)
+    states, ruled = blocked(compiled)
+    assert "contradicted" not in states and not any("dead ReLUs" in c for c in ruled)

@@ -52,6 +52,9 @@ class Facts:
     """The program's own gradient clipping: (its threshold, steps it bit on, steps it ran)."""
     optimizer: str | None = None
     """The first optimizer's class name (``meta['optimizers']``)."""
+    outputs_seen: bool = True
+    """The modules' outputs were watched (not inside a ``torch.compile``'d model, where no
+    per-module hook runs): only then does "no dead or saturated layer" mean none was."""
     warmed: float | None = None
     """The highest learning rate before the first problem as a share of the run's highest:
     below 1/2, a warm-up had not reached its peak, and the updates seen so far say little
@@ -136,6 +139,7 @@ def gather(h: History, before: int | None) -> Facts:
         loss_noise=loss_noise(h),
         weight_decay=_weight_decay(h),
         warmed=lr_share(h, limit),
+        outputs_seen=bool(h.act_stats) and not h.meta.compiled,
         weight_shrink=_weight_shrink(h),
     )
 

@@ -217,6 +217,11 @@ class LossPlateau(FindingKind):
         if causes:
             for r in causes:
                 blocked.seen(str(r.summary), Weight.STRONG, step=r.step)
+        elif not facts.outputs_seen:  # what was not watched is no evidence either way
+            blocked.unseen(
+                "dead or saturated units: the modules' outputs were not watched (inside a "
+                "torch.compile'd model no per-module hook runs)"
+            )
         elif not ungated:  # the layer ratio does not see vanishing through time
             blocked.against("no dead, saturated or vanishing layer was found", Weight.MODERATE)
             f.ruled_out.append(
@@ -226,7 +231,7 @@ class LossPlateau(FindingKind):
                     "stayed above 1e-3",
                 )
             )
-        if not (causes or facts.early_peak_loss or ungated):
+        if not (causes or facts.early_peak_loss or ungated or not facts.outputs_seen):
             data.seen(
                 "nothing inside the model blocked learning (no dead, saturated or vanishing layer)",
                 Weight.WEAK,
