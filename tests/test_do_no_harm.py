@@ -660,3 +660,21 @@ def test_a_script_saved_just_before_the_run_is_not_a_file_the_run_wrote(tmp_path
         f"wrote {tmp_path / 'coarse.pt'}",
         f"wrote {tmp_path / 'written_during.pt'}",
     ]
+
+
+def test_a_process_a_library_starts_only_to_read_is_no_side_effect(tmp_path: Path) -> None:
+    """matplotlib runs ``fc-list`` to build its font cache, libraries ask ``nvidia-smi`` and
+    ``git describe``: none of them changes anything a re-run would repeat (issue 46, item 6).
+    ``git init`` does."""
+    from gradoc.runtime.effects import SideEffects
+
+    with SideEffects([tmp_path / "run"]) as fx:
+        subprocess.run(["uname", "-a"], capture_output=True, check=True)
+        subprocess.run(["git", "describe"], capture_output=True, cwd=tmp_path, check=False)
+        with contextlib.suppress(OSError):
+            subprocess.run(["fc-list"], capture_output=True, check=False)
+        os.system("nproc > /dev/null")
+    assert fx.seen == [], fx.seen
+    with SideEffects([tmp_path / "run"]) as fx:
+        subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    assert any(s.startswith("started a process") for s in fx.seen), fx.seen

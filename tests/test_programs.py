@@ -108,6 +108,17 @@ def test_the_nan_is_located_to_its_op_and_line(
     assert report["run"]["steps"] >= 1
 
 
+def test_an_origin_is_read_through_a_product_that_saved_one_operand(tmp_path: Path) -> None:
+    """``(1 - y) * torch.log(1 - p)`` saves ``1 - y`` alone (the other gradient needs only it):
+    with no re-run allowed, the graph still finds the log, since a product of a non-finite
+    input is non-finite (issue 46, item 6)."""
+    report, _ = gradoc_run(tmp_path / "run", "logreg_by_hand.py", "--replay-budget", "0")
+    origin = origin_of(report)
+    assert (origin["op"], origin["phase"]) == ("log", "forward"), origin
+    assert origin["line"] == line_of("logreg_by_hand.py", "torch.log(p)")
+    assert "without a replay" in origin["note"], origin["note"]
+
+
 def test_hand_written_steps_are_named_after_the_variables(tmp_path: Path) -> None:
     gradoc_run(tmp_path / "run", "mlp_by_hand_inf_grad.py")
     log = gradoc.open_run(tmp_path / "run")

@@ -7,8 +7,10 @@ where the values turned non-finite without running anything again:
 1. Each saved tensor tells whether the output of the node that made it (its ``grad_fn``) was
    finite; a node's saved result tells its own. The loss itself is known non-finite.
 2. Outputs no consumer saved (a sum's input) are worked out where that is exact: an op whose
-   operands were saved is recomputed (``a / b``, ``log(a)``), and an op that cannot make a
-   NaN/Inf from finite values (a sum, a view, a min) is finite exactly when its inputs are.
+   operands were saved is recomputed (``a / b``, ``log(a)``), an op that cannot make a
+   NaN/Inf from finite values (a sum, a view, a min) is finite exactly when its inputs are,
+   and a product (``a * b``, a matrix product) whose saved operands cannot tell is non-finite
+   when an input known below it is: NaN and inf times anything stay non-finite.
 3. From the loss down, the walk follows a non-finite input until it reaches a node whose
    inputs were all finite: that operation made the value. An operand that was already
    non-finite when it entered the graph (a tensor computed without gradient, the
@@ -58,6 +60,21 @@ _RECOMPUTE: dict[str, Callable[[Any], Tensor | None]] = {
     "PowBackward1": lambda n: _op(n, "_saved_self", "_saved_exponent", torch.pow),
 }
 """Operations whose output is worked out again from the operands they saved."""
+
+_KEEPS: dict[str, slice] = {
+    "MulBackward0": slice(None),
+    "DivBackward0": slice(0, 1),  # x / inf is 0: only a non-finite numerator carries through
+    "MmBackward0": slice(None),
+    "BmmBackward0": slice(None),
+    "MvBackward0": slice(None),
+    "DotBackward0": slice(None),
+    "AddmmBackward0": slice(None),
+}
+"""Operations whose output holds a NaN/Inf whenever one of these inputs does (a product: NaN
+times anything, inf times anything; a matrix product: the row and column it meets): where the
+operands they saved cannot tell (``a * b`` saves only the operand that the other's gradient
+needs, ``(1 - y) * log(1 - h)`` keeps ``1 - y``), a non-finite input known below passes its
+verdict up."""
 
 _OPERANDS: dict[str, tuple[str, str]] = {
     "div": ("divisor", "exactly 0"),
@@ -164,6 +181,11 @@ class _Graph:
         elif _TRANSPARENT.fullmatch(node.name()):
             inputs = [self.resolve(c, depth + 1) for c in _children(node)]
             verdict = False if False in inputs else (True if None not in inputs else None)
+        keeps = _KEEPS.get(node.name())
+        if verdict is None and keeps is not None:
+            carried = [c for c, _ in node.next_functions[keeps] if c is not None]
+            if False in [self.resolve(c, depth + 1) for c in carried]:
+                verdict = False
         if verdict is not None:
             self.finite[key] = verdict
         return verdict

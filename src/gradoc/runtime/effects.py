@@ -17,7 +17,9 @@ deep, a bounded number of entries) for files modified since the run began (a fil
 just before the run, the script itself, is not one: see :func:`_modified`). Not seen: a
 C extension writing elsewhere without Python's help, and the work of processes the
 script forks (a DataLoader worker's own writes). Python's bytecode cache
-(``__pycache__``) and ``os.devnull`` do not count.
+(``__pycache__``) and ``os.devnull`` do not count, nor does a process a library starts only
+to read (``fc-list`` for matplotlib's font cache, ``nvidia-smi``, ``git describe``:
+:data:`_READ_ONLY`).
 
 An audit hook cannot be removed, so it is installed once, by ``gradoc run`` only, and
 does nothing while no recorder is active; it costs one set lookup per audited event
@@ -56,6 +58,20 @@ _FILE_EVENTS = {
 _NET_EVENTS = {"socket.connect", "socket.sendto", "socket.sendmsg", "socket.bind"}
 _PROC_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn"}
 _EVENTS = frozenset({"open", *_FILE_EVENTS, *_NET_EVENTS, *_PROC_EVENTS})
+_READ_ONLY = {
+    "fc-list": None,  # matplotlib builds its font cache from it (the cache is its own file)
+    "fc-match": None,
+    "nvidia-smi": None,  # GPU queries (pynvml-less libraries call it)
+    "uname": None,
+    "nproc": None,
+    "lscpu": None,
+    "hostname": None,
+    "which": None,
+    "ldconfig": {"-p"},  # the cache printed, not rebuilt
+    "git": {"describe", "rev-parse", "status", "log", "show", "diff", "ls-files", "branch"},
+}
+"""Programs that libraries start to read something, and the subcommands or flags that only
+read (None: any use reads): no side effect that forbids a re-run."""
 
 SHOWN = 5
 """Side effects described (the rest are counted)."""
@@ -256,9 +272,33 @@ class SideEffects:
             address = one_line(args[1] if len(args) > 1 else "?")
             self._note(f"net:{address}", f"used the network ({address})")
         else:
+            argv = _argv(event, args)
+            if argv and _reads_only(argv):
+                return
             what = args[0] if args else event
             name = one_line(os.fsdecode(what) if isinstance(what, bytes) else what)
             self._note(f"proc:{name}", f"started a process ({name})")
+
+
+def _argv(event: str, args: tuple[Any, ...]) -> list[str]:
+    """The command line a process event starts, as words (empty when it cannot be read)."""
+    raw: Any = args[0] if event == "os.system" else (args[1] if len(args) > 1 else None)
+    if raw is None and args:
+        raw = args[0]
+    if isinstance(raw, (str, bytes)):
+        return os.fsdecode(raw).split()
+    if isinstance(raw, (list, tuple)):
+        return [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in raw]
+    return []
+
+
+def _reads_only(argv: list[str]) -> bool:
+    """A read-only program of :data:`_READ_ONLY`, used in a way that only reads."""
+    program = os.path.basename(argv[0])
+    if program not in _READ_ONLY:
+        return False
+    allowed = _READ_ONLY[program]
+    return allowed is None or (len(argv) > 1 and argv[1] in allowed)
 
 
 _recorder: SideEffects | None = None
