@@ -20,10 +20,13 @@ distribution). Units that were alive at a sample and dead later died; a share be
 the start is a layer that barely passes anything (biases of -4 in front of the ReLUs left
 every unit inactive: ``benchmarks/accuracy.py``'s ``neg_bias``). Both stay warnings. The
 dormant-neuron work in reinforcement learning reads the same way: a dormant share that grows
-over training is the harm (Sokar et al., ICML 2023, "The dormant neuron phenomenon"). Dead
-units are a statistic: where the run's one objective still improved clearly, they did not stop
-it learning, and they are information (a Siamese network at Adam lr 0.1 lost 72% of a layer in
-its first steps and its loss fell 0.20 to 0.03; ``tests/mechanisms/siamese_startup.py``).
+over training is the harm (Sokar et al., ICML 2023, "The dormant neuron phenomenon"). Units
+that were alive at a sample and died later, in a run whose one objective still improved
+clearly (``signals.improved``), did not stop it learning: information (a Siamese network at
+Adam lr 0.1 lost 72% of a layer in its first steps and its loss fell 0.30 to 0.08;
+``tests/mechanisms/siamese_startup.py``). A layer dead from its first sample stays a warning
+whatever the loss did: it barely passes anything (``benchmarks/accuracy.py``'s ``neg_bias``
+transformers still learn through their residual stream).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt
+from ..detect.signals import fmt, improved
 from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
 from .facts import Facts
 from .kind import Details, FindingKind
@@ -101,11 +104,9 @@ class DeadUnits(FindingKind):
 
     name = "dead_units"
     harm = (
-        "A statistic: units that died, or a layer that barely passes anything, are a warning "
-        "unless the run's one objective still improved clearly (halved), when they are "
-        "information."
+        "A layer that barely passes anything, or units that died while the loss did not improve "
+        "clearly. Units that died in a run whose one objective still halved are information."
     )
-    statistic = True
     caused_by = (
         "accumulating_gradients",
         "loss_blowup",
@@ -116,6 +117,19 @@ class DeadUnits(FindingKind):
     link = 80
 
     example_details = Timing(first_sample=0, alive_until=None)
+
+    def harmless(self, f: Finding, h: History) -> str | None:
+        d = Timing.known(f.details)
+        objectives = h.objectives
+        if d is None or d.alive_until is None or len(objectives) != 1 or not objectives[0].falls:
+            return None  # dead from the first sample: a layer that barely passes anything
+        better = improved(h.loss)
+        if better is None:
+            return None
+        return (
+            f"the units died after step {d.alive_until}, and the loss still fell from "
+            f"{fmt(better[0])} to {fmt(better[1])}, so this did not stop the model learning"
+        )
 
     def earliest(self, f: Finding) -> int | None:
         d = Timing.known(f.details)
