@@ -132,3 +132,49 @@ def test_a_left_out_finding_counts_its_tensors_alike_everywhere() -> None:
     claims = [s.claim for h in story.hypotheses for s in h.signs]
     assert any(c.startswith("98 tensors") for c in claims), claims
     assert not any("20 tensors" in c for c in claims), claims
+
+
+HARM_IS_READ = {
+    # the rule reads harm itself: the mechanism seen directly
+    "accumulating_gradients": "mechanism",
+    "eval_mode": "mechanism",
+    "zero_clip": "mechanism",
+    "game_stopped": "mechanism",
+    "policy_collapse": "mechanism",
+    "loss_on_probabilities": "mechanism",
+    "loss_includes_padding": "mechanism",
+    "padding_leak": "mechanism",
+    "fp16_overflow": "mechanism",
+    "fp16_underflow": "mechanism",
+    "nonfinite": "mechanism",
+    "frozen_parameters": "mechanism",
+    # the rule reads the loss itself
+    "loss_divergence": "loss",
+    "loss_plateau": "loss",
+    "loss_spike": "loss",
+    "loss_unbounded": "loss",
+    "adversarial_imbalance": "loss",
+    "poor_initialization": "loss",
+    # a setting whose size no healthy run shows
+    "large_updates": "setting",
+    # never more than information about training
+    "length_anomaly": "information",
+    "padding_waste": "information",
+    "log_incomplete": "information",
+}
+"""How each kind that is not in :data:`STATISTICS` reads its harm: a new kind must say which,
+or have a statistic case above."""
+
+
+def test_every_kind_reads_harm_or_stays_information_without_it() -> None:
+    covered = {k for k, _ in STATISTICS}
+    assert covered.isdisjoint(HARM_IS_READ)
+    assert covered | set(HARM_IS_READ) == set(REGISTRY), sorted(
+        set(REGISTRY) - covered - set(HARM_IS_READ)
+    )
+    for name, how in HARM_IS_READ.items():
+        harm = REGISTRY[name].harm
+        if how == "mechanism":
+            assert harm.startswith(("The mechanism itself", "Any NaN", "Parameters")), name
+        elif how == "loss":
+            assert "loss" in harm, name

@@ -54,7 +54,8 @@ def origin_of(report: dict[str, Any]) -> dict[str, Any]:
 
 # script, the text on the origin's line, op, phase, module, how steps are counted, exit code
 LOCATED = [
-    ("logreg_by_hand.py", "torch.log(p)", "aten.log.default", "forward", None, "backward()", 0),
+    # read from the loss's graph at backward(), through the product that saved one operand
+    ("logreg_by_hand.py", "torch.log(p)", "log", "forward", None, "backward()", 0),
     (
         "input_by_autograd_grad.py",
         "torch.sqrt(spread)",

@@ -160,22 +160,24 @@ def code_at(origin: Origin) -> CodeLine | None:
 
 
 WARMED = 0.5
-"""A learning rate that had not reached this share of its peak before the problem was still
-warming up: the updates seen then are no evidence against a rate too high at the peak."""
+"""A first update made at less than this share of the rate the problem came at was made in a
+warm-up: its size is no evidence against a rate too high."""
 
 
-def warming(h: History) -> bool:
-    """The first recorded update came while a warm-up was still climbing (the rate at the
-    first step below ``WARMED`` of its peak): it is no measure of the rate at its peak."""
-    first = h.lr.steps[0] if h.lr.steps else None
-    share = lr_share(h, first) if first is not None else None
-    return share is not None and share < WARMED
+def warming(h: History, step: int | None) -> bool:
+    """The first recorded update came while a warm-up was still climbing: the rate at the
+    first step was below ``WARMED`` of the highest rate up to ``step`` (the problem's), so
+    the first update is no measure of the rate the problem came at."""
+    if not h.lr.steps or step is None:
+        return False
+    first, upto = lr_share(h, h.lr.steps[0]), lr_share(h, step)
+    return first is not None and upto is not None and upto > 0 and first / upto < WARMED
 
 
 def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
     """The update/weight ratio before the problem against what this optimizer does on a
     healthy run (``Facts.large_ratio``): above it supports a learning rate too high, ten
-    times below it contradicts one, unless the rate was still warming up (``WARMED``)."""
+    times below it contradicts one."""
     if facts.max_update_ratio is None:
         lr.unseen(f"update/weight ratios above {fmt(facts.large_ratio)} before {at(f)}")
         return
@@ -185,17 +187,10 @@ def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
         f"update/weight ratio before {at(f)}: median {fmt(facts.median_update_ratio or 0)}, "
         f"max {fmt(peak)}, against {fmt(limit)} that is large for {opt}"
     )
-    warming = facts.warmed is not None and facts.warmed < WARMED
     if peak > limit:
         lr.seen(claim, Weight.STRONG, value=peak)
-    elif peak < limit / 10 and not warming:
+    elif peak < limit / 10:
         lr.against(claim, Weight.MODERATE, value=peak)
-    elif warming:  # the rate had not reached its peak: small updates say nothing of it
-        lr.unseen(
-            claim + f", while the learning rate was still warming up ({fmt(facts.warmed or 0)} "
-            "of its peak)",
-            value=peak,
-        )
     else:
         lr.unseen(claim, value=peak)
 
@@ -203,8 +198,6 @@ def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
 def lr_ruled_out(facts: Facts, f: Finding) -> RuledOut | None:
     """A learning rate too high, ruled out by updates far below this optimizer's large."""
     peak = facts.max_update_ratio
-    if facts.warmed is not None and facts.warmed < WARMED:
-        return None  # updates under a warm-up say nothing of the rate at its peak
     if peak is not None and peak < facts.large_ratio / 10:
         return RuledOut(
             LR_TOO_HIGH,

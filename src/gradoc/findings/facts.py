@@ -15,7 +15,6 @@ from ..detect.signals import (
     clip_factors,
     finite,
     loss_noise,
-    lr_share,
     optimizer_type,
     update_ratios,
     weight_params,
@@ -55,10 +54,6 @@ class Facts:
     outputs_seen: bool = True
     """The modules' outputs were watched (not inside a ``torch.compile``'d model, where no
     per-module hook runs): only then does "no dead or saturated layer" mean none was."""
-    warmed: float | None = None
-    """The highest learning rate before the first problem as a share of the run's highest:
-    below 1/2, a warm-up had not reached its peak, and the updates seen so far say little
-    about the rate the run trains at."""
     weight_decay: tuple[float, float] | None = None
     """The first optimizer's weight decay, where it is above 0: (its setting, the share of
     each weight it takes away per step: ``lr * wd``, over ``1 - momentum`` for SGD with
@@ -138,7 +133,6 @@ def gather(h: History, before: int | None) -> Facts:
         optimizer=optimizer_type(h),
         loss_noise=loss_noise(h),
         weight_decay=_weight_decay(h),
-        warmed=lr_share(h, limit),
         outputs_seen=bool(h.act_stats) and not h.meta.compiled,
         weight_shrink=_weight_shrink(h),
     )

@@ -36,8 +36,8 @@ class Fp16Overflow(FindingKind):
 
     name = "fp16_overflow"
     harm = (
-        "A value past fp16's range (65504) in an output or a gradient on a sampled step: under "
-        "fp16 it becomes inf, and what follows NaN."
+        "The mechanism itself: a value past fp16's range (65504) in an output or a gradient on "
+        "a sampled step, which under fp16 becomes inf, and what follows NaN."
     )
 
     def check(self, h: History) -> list[Finding]:

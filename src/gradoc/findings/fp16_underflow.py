@@ -27,8 +27,8 @@ class Fp16Underflow(FindingKind):
 
     name = "fp16_underflow"
     harm = (
-        "At the recommended loss scale, more than 10% of a gradient's non-zero values (25% of an "
-        "output's) would flush to zero under fp16."
+        "The mechanism itself: at the recommended loss scale, more than 10% of a gradient's "
+        "non-zero values (25% of an output's) would flush to zero under fp16."
     )
 
     def check(self, h: History) -> list[Finding]:

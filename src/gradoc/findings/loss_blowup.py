@@ -249,7 +249,7 @@ class LossBlowup(FindingKind):
                 Weight.STRONG,
                 value=first,
             )
-        elif first is not None and first < facts.large_ratio / 10 and not warming(h):
+        elif first is not None and first < facts.large_ratio / 10 and not warming(h, f.step):
             lr.against(
                 f"the first update moved the weights by at most {fmt(first)} of their norm",
                 Weight.MODERATE,
