@@ -16,6 +16,8 @@ healthy twin (or a healthy program whose statistics alone look alarming) gets no
   generator gets no gradient), root cause the discriminator's rate;
 - a warm-up to a peak rate 100x too high: the learning rate, its tiny first updates no
   evidence against it;
+- a character MLP of raw tensors whose softmax and cross-entropy are written out and whose
+  output layer starts unscaled: poor_initialization, read against ln 27;
 - a generator whose optimizer was given the discriminator's parameters: the generator is
   watched all the same (a loss trains through it), and named as left out of every optimizer;
 - a fine-tune whose freeze loop also froze the new head, the only thing its optimizer holds:
@@ -28,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import torch.nn.functional as F
 
+from gradoc.collect.losses import kind
 from tests import test_shapes as shapes
 from tests.test_shapes import serious
 
@@ -72,6 +77,7 @@ def test_a_critic_whose_loss_is_written_by_hand_is_a_critic(tmp_path: Path) -> N
         ("gan_optimizer_typo.py", (), ("--fixed",), "frozen_parameters", "loop"),
         ("gan_stopped_game.py", (), ("--d-lr", "5e-3"), "game_stopped", "learning_rate"),
         ("warmup_peak_too_high.py", (), ("--peak", "3e-3"), "loss_divergence", "learning_rate"),
+        ("char_mlp_by_hand.py", (), ("--scaled",), "poor_initialization", "initialization"),
     ],
 )
 def test_the_mechanism_is_the_headline_and_its_fix_is_healthy(
@@ -114,3 +120,37 @@ def test_an_optimizer_that_holds_only_frozen_parameters_trains_nothing(tmp_path:
     assert top["root_cause_family"] == "loop"
     fine = gradoc_run(tmp_path / "fine", "head_frozen_too.py", "--order", "right")
     assert not serious(fine), [f["summary"] for f in serious(fine)]
+
+
+def _spellings() -> list[tuple[str, torch.Tensor, dict[str, Any]]]:
+    torch.manual_seed(0)
+    x = torch.randn(8, 5, requires_grad=True)
+    y, t = torch.randint(0, 5, (8,)), torch.randint(0, 2, (8,)).float()
+    target, p = torch.randn(8), torch.sigmoid(x[:, 0])
+    counts = x.exp()
+    prob = counts / counts.sum(1, keepdims=True)
+    mse = {"fn": "mse_loss", "by_hand": True}
+    ce5 = {"fn": "cross_entropy", "classes": 5, "by_hand": True}
+    return [
+        ("pow", (x[:, 0] - target).pow(2).mean(), mse),
+        ("square", torch.square(target - x[:, 0]).sum(), mse),
+        ("product", ((x[:, 0] - target) * (x[:, 0] - target)).mean(), mse),
+        ("half", 0.5 * ((target - x[:, 0]) ** 2).mean(), mse),
+        ("abs", (x[:, 0] - target).abs().mean(), {"fn": "l1_loss", "by_hand": True}),
+        ("log_softmax picked", -F.log_softmax(x, 1)[range(8), y].mean(), ce5),
+        ("gathered", -(x.log_softmax(-1).gather(1, y[:, None])).mean(), ce5),
+        ("softmax written out", -prob[torch.arange(8), y].log().mean(), ce5),
+        ("binary", -(t * torch.log(p) + (1 - t) * torch.log(1 - p)).mean(), {"classes": 2}),
+        ("summed: no chance level", -F.log_softmax(x, 1)[range(8), y].sum(), {"fn": None}),
+        ("cubed: no regression", (x[:, 0] - target).pow(3).mean(), {"fn": None}),
+        ("a product of two inputs", (x[:, 0] * target).mean(), {"fn": None}),
+    ]
+
+
+@pytest.mark.parametrize(("spelling", "loss", "read"), _spellings(), ids=lambda v: str(v)[:30])
+def test_a_loss_is_read_from_what_it_computes(
+    spelling: str, loss: torch.Tensor, read: dict[str, Any]
+) -> None:
+    """A squared error, an absolute one, a cross-entropy: however each is written."""
+    said = kind(loss.grad_fn)
+    assert {k: said.get(k) for k in read} == read, (spelling, said)

@@ -156,6 +156,9 @@ def kind(node: Any) -> JsonObject:
     written = by_hand(node)
     if written is not None:
         return {"node": name, "fn": written, "by_hand": True}
+    likelihood = log_likelihood(node)
+    if likelihood is not None:
+        return {"node": name, "fn": "cross_entropy", "classes": likelihood, "by_hand": True}
     smoothed = _label_smoothed(node)
     if smoothed is not None:
         return {"node": smoothed.name(), "fn": "cross_entropy", **_nll(smoothed)} | {
@@ -206,6 +209,74 @@ def by_hand(node: Any) -> str | None:
         )
         return "mse_loss" if same else None
     return None
+
+
+_PICK = ("IndexBackward0", "GatherBackward0")
+_STRIPPED = ("NegBackward0", "MeanBackward0", "MeanBackward1")
+
+
+def log_likelihood(node: Any) -> int | None:
+    """A cross-entropy written by hand, and its number of classes: minus the mean of the
+    log-probabilities picked at the targets (``-log_softmax(x)[range(n), y].mean()``,
+    ``-torch.log(softmax(x)).gather(1, y).mean()``, ``-prob[range(n), y].log().mean()`` with
+    ``prob`` a softmax written out), k the softmax's width; or a binary one,
+    ``-(y * log(p) + (1 - y) * log(1 - p)).mean()``, 2 classes. A mean only, with no factor
+    above it: a sum or ``2 * ce`` has no chance level of ln k. None for anything else (a
+    policy's log-probabilities weighed by an advantage are no cross-entropy)."""
+    negated = False
+    for _ in range(3):  # -(...).mean() or (-...).mean(): a mean, so that ln k is its chance
+        below = _below(node)
+        if not below or below[0] is None or node.name() not in _STRIPPED:
+            break
+        negated, node = negated or node.name() == "NegBackward0", below[0]
+    if not negated:
+        return None
+    if node.name() == "LogBackward0":  # -prob[range(n), y].log().mean(): picked, then logged
+        pick = _below(node)[0] if node.next_functions else None
+        return _picked_probabilities(pick) if pick is not None else None
+    if node.name() in _PICK:
+        inner = _below(node)[0] if node.next_functions else None
+        if inner is not None and inner.name() == "LogBackward0":
+            inner = _below(inner)[0] if inner.next_functions else None
+            if inner is None or not inner.name().startswith("SoftmaxBackward"):
+                return None
+        elif inner is None or not inner.name().startswith("LogSoftmaxBackward"):
+            return None
+        try:
+            result, dim = inner._saved_result, int(inner._saved_dim)
+        except (AttributeError, RuntimeError, TypeError):
+            return None
+        dim = dim - (1 << 64) if dim >= 1 << 63 else dim  # saved as unsigned
+        if not isinstance(result, Tensor) or not -result.dim() <= dim < result.dim():
+            return None
+        return int(result.shape[dim])
+    if node.name() == "AddBackward0":
+        terms = [t for t in _below(node) if t is not None]
+        logs = [
+            t
+            for t in terms
+            if t.name() == "MulBackward0"
+            and any(c is not None and c.name() == "LogBackward0" for c in _below(t))
+        ]
+        return 2 if len(terms) == 2 and len(logs) == 2 else None
+    return None
+
+
+def _picked_probabilities(pick: Any) -> int | None:
+    """The classes of a 2-D softmax (``softmax(x)``, or ``exp(x) / exp(x).sum(1)`` written
+    out) indexed at the targets: its width."""
+    if pick.name() != "IndexBackward0":
+        return None
+    source = _below(pick)[0] if pick.next_functions else None
+    written = (
+        source is not None
+        and source.name() == "DivBackward0"
+        and any(c is not None and c.name() == "ExpBackward0" for c in _below(source))
+    )
+    if source is None or not (source.name().startswith("SoftmaxBackward") or written):
+        return None
+    sizes = getattr(pick, "_saved_self_sym_sizes", None)
+    return int(sizes[1]) if isinstance(sizes, tuple) and len(sizes) == 2 else None
 
 
 _LOG_PROBS = (*LOG_PROBS, "LogsumexpBackward0")

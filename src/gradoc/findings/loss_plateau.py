@@ -85,6 +85,7 @@ class LossPlateau(FindingKind):
         "dead_units",
         "vanishing_gradients",
         "saturated_units",
+        "poor_initialization",
         "tiny_updates",
         "loss_divergence",
         "frozen_parameters",
