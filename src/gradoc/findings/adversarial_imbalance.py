@@ -66,6 +66,15 @@ def pairs(h: History) -> list[tuple[Objective, Objective]]:
     return [(g, d) for g in gens for d in discs]
 
 
+def players(h: History, f: Finding) -> tuple[tuple[Objective, Objective] | None, str, str]:
+    """The (generator, discriminator) pair a finding about ``f.objective`` is about, and
+    their names (generic words where the pair is not found)."""
+    pair = next(((g, d) for g, d in pairs(h) if g.name == f.objective), None)
+    if pair is None:
+        return None, "the generator", "the discriminator"
+    return pair, pair[0].name, pair[1].name
+
+
 def lr_of(h: History, o: Objective) -> float | None:
     if not o.optimizers or o.optimizers[0] >= len(h.meta.optimizers):
         return None
@@ -118,10 +127,7 @@ class AdversarialImbalance(FindingKind):
         return found
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        pair = next(((g, d) for g, d in pairs(h) if g.name == f.objective), None)
-        g_name, d_name = (
-            (pair[0].name, pair[1].name) if pair else ("the generator", "the discriminator")
-        )
+        pair, g_name, d_name = players(h, f)
         f.symptom = (
             f"{d_name} separates real from generated samples outright and {g_name}'s loss climbs"
         )

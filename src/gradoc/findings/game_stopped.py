@@ -26,7 +26,7 @@ from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis
 from ..detect.history import History
 from ..detect.signals import fmt
 from ..detect.training import Objective
-from .adversarial_imbalance import lr_of, pairs
+from .adversarial_imbalance import lr_of, pairs, players
 from .advice import related
 from .facts import Facts
 from .kind import FindingKind
@@ -110,10 +110,7 @@ class GameStopped(FindingKind):
         return found
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
-        pair = next(((g, d) for g, d in pairs(h) if g.name == f.objective), None)
-        g_name, d_name = (
-            (pair[0].name, pair[1].name) if pair else ("the generator", "the discriminator")
-        )
+        pair, g_name, d_name = players(h, f)
         f.symptom = f"neither {g_name} nor {d_name} learns any more: the game stopped"
         rate = Hypothesis(
             Family.LEARNING_RATE,
