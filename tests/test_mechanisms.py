@@ -154,3 +154,28 @@ def test_a_loss_is_read_from_what_it_computes(
     """A squared error, an absolute one, a cross-entropy: however each is written."""
     said = kind(loss.grad_fn)
     assert {k: said.get(k) for k in read} == read, (spelling, said)
+
+
+def test_another_models_optimizer_alive_in_the_process_is_not_this_runs(tmp_path: Path) -> None:
+    """An optimizer of another model, alive in the same process and never used (a test's
+    leftover, an EMA's), holds parameters with no gradient: it is not this run's optimizer
+    training nothing (a flaky false error in CI before the set-up check read only the run's)."""
+    import json
+
+    import torch.nn as nn
+
+    import gradoc
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        stale = torch.optim.SGD(nn.Linear(3, 3).parameters(), lr=0.1)  # noqa: F841
+        for _ in range(120):
+            x = torch.randn(32, 8)
+            loss = F.cross_entropy(model(x), (x[:, 0] > 0).long())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    report = json.loads((run.dir / "report.json").read_text())
+    assert not serious(report), [f["summary"] for f in serious(report)]

@@ -79,10 +79,12 @@ class SetupCheck(Probe):
         elements = 0
         names: dict[int, str] = {}
         whole: set[str] = set()
+        graded = False
         for root, prefix in roots.items():
             for name, p in root.named_parameters():
                 elements += p.numel()
                 names[id(p)] = qualified(prefix, name)
+                graded = graded or p.grad is not None
                 if p.requires_grad and p.grad is not None and id(p) not in held:
                     left[qualified(prefix, name)] = p.numel()
             if not any(id(p) in held for p in root.parameters()) and any(
@@ -95,7 +97,8 @@ class SetupCheck(Probe):
                     modes[key] = (type(m).__name__, _fresh(m))
         self.checks += 1
         self.elements = elements
-        self._idle(optimizers, names)
+        if graded:  # no gradient anywhere: read after a zero_grad(), which tells nothing
+            self._idle(set(self.run.steps.targets), names)  # this run's, not every one alive
         self.whole = whole if self.whole is None else self.whole & whole
         self.left_out = (
             left if self.left_out is None else {k: v for k, v in self.left_out.items() if k in left}

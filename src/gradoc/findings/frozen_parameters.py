@@ -92,8 +92,9 @@ class FrozenParameters(FindingKind):
         the gradients the loss does produce (left out of it) are the story's evidence."""
         setup = h.meta.setup or {}
         idle = setup.get("idle") or {}
-        if not idle:
-            return []
+        recorded = {p.name for p in h.params}
+        if not idle or not all(_frozen(h, n) for n in idle["names"] if n in recorded):
+            return []  # a gradient was recorded for one of them: it trained
         left = setup.get("left_out") or {}
         names = list(idle["names"])
         gain = _gain(h)
