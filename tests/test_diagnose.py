@@ -376,3 +376,30 @@ def test_outputs_not_watched_are_no_evidence_that_no_layer_was_dead() -> None:
     assert "contradicted" in states and any("dead ReLUs" in c for c in ruled)
     states, ruled = blocked(compiled)
     assert "contradicted" not in states and not any("dead ReLUs" in c for c in ruled)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "lr", "decay", "state"),
+    [
+        ("SGD", 0.1, 2.0, "seen"),  # 2.0 where 2e-4 was meant: the decay pins the weights
+        ("Adam", 0.01, 0.5, "seen"),  # a GCN's coupled decay at 1000x
+        ("AdamW", 0.1, 0.1, "contradicted"),  # nanoGPT's usual decay at a rate 100x too high
+    ],
+)
+def test_a_decay_is_judged_by_its_own_setting_not_by_the_rate_it_is_multiplied_by(
+    optimizer: str, lr: float, decay: float, state: str
+) -> None:
+    """``lr * weight_decay`` is large for a decay 1000x too strong and for a usual decay under
+    a learning rate 100x too high: only the first is the decay's doing (issue 46, item 3)."""
+    from dataclasses import replace
+
+    from gradoc.detect.history import synthetic
+    from gradoc.diagnose import diagnose
+    from gradoc.findings import check_all
+
+    h = synthetic(loss=[2.0] * 10 + [2.1, 5.0, 30.0, 25.0, 28.0] + [26.0] * 45)
+    said = {"type": optimizer, "lr": lr, "weight_decay": decay, "momentum": 0.0}
+    run = replace(h, meta=replace(h.meta, optimizers=[said]))
+    top = next(f for f in diagnose(run, check_all(run)) if f.kind == "loss_blowup")
+    reg = next(x for x in top.hypotheses if x.family.value == "regularization")
+    assert state in {s.state.value for s in reg.signs}, [s.claim for s in reg.signs]

@@ -41,6 +41,13 @@ near 0 where the gradient cannot hold them (SGD at lr 0.1, momentum 0.9, wd 2: 2
 the loss at ln 5 for good; ``tests/mechanisms/decay_pinned.py``). Usual settings take 1e-5
 (AdamW lr 1e-3, wd 0.01) to 5e-4 (SGD lr 0.1, momentum 0.9, wd 5e-5)."""
 DECAY_ORDINARY = 5e-4
+DECOUPLED = ("AdamW", "Lion")
+"""Optimizers whose weight decay is decoupled from the gradient (``w -= lr * wd * w``)."""
+USUAL_DECAY = {True: 0.1, False: 5e-3}
+"""The largest usual weight_decay, decoupled (AdamW: 0.01-0.1) or added to the gradient (SGD,
+Adam: 1e-5 to 5e-4, 5e-3 at most): a decay is far too strong at 10x it (a GCN's Adam at 0.5,
+timm's AdamW at 5, SGD at 2). Below that, a large ``lr * wd`` is the learning rate's doing
+(nanoGPT at lr 0.1 with its usual AdamW decay of 0.1)."""
 SHRUNK = 0.5
 """Weights whose median norm ended at most this share of where it began shrank."""
 
@@ -60,13 +67,29 @@ def weight_decay(f: Finding, facts: Facts, lr: Hypothesis) -> Hypothesis | None:
         base=0.05,
     )
     shrink = facts.weight_shrink
-    if share >= DECAY_STRONG:
+    decoupled = facts.optimizer in DECOUPLED
+    usual = USUAL_DECAY[decoupled]
+    if share >= DECAY_STRONG and wd < 10 * usual:  # the rate makes it strong, not the decay
+        decay.against(
+            f"weight_decay={fmt(wd)} is usual for {facts.optimizer or 'this optimizer'} (up to "
+            f"{fmt(usual)}); it takes {fmt(share)} of every weight a step because the learning "
+            "rate is large",
+            Weight.MODERATE,
+        )
+    elif share >= DECAY_STRONG:
         decay.seen(
             f"each step takes {fmt(share)} of every weight away (lr x weight_decay"
             + (" / (1 - momentum)" if facts.optimizer == "SGD" else "")
             + f"); usual settings take {fmt(1e-5)} to {fmt(DECAY_ORDINARY)}",
             Weight.STRONG,
         )
+        first, rate = facts.first_update_ratio, facts.lr
+        if first is not None and rate is not None and rate * wd >= first / 2:
+            lr.against(
+                f"the first update ({fmt(first)} of a weight's norm) is what the decay alone "
+                f"takes in one step (lr x weight_decay = {fmt(rate * wd)})",
+                Weight.MODERATE,
+            )
         if shrink is not None and shrink <= SHRUNK:
             decay.seen(
                 f"the weights shrank to {fmt(shrink)} of their initial norm (median over the "
