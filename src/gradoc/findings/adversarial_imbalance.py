@@ -75,6 +75,14 @@ def players(h: History, f: Finding) -> tuple[tuple[Objective, Objective] | None,
     return pair, pair[0].name, pair[1].name
 
 
+def rates(h: History, pair: tuple[Objective, Objective] | None) -> tuple[float, float] | None:
+    """The (generator's, discriminator's) learning rates, when both are known and above 0."""
+    if pair is None:
+        return None
+    g_lr, d_lr = lr_of(h, pair[0]), lr_of(h, pair[1])
+    return (g_lr, d_lr) if g_lr and d_lr else None
+
+
 def lr_of(h: History, o: Objective) -> float | None:
     if not o.optimizers or o.optimizers[0] >= len(h.meta.optimizers):
         return None
@@ -145,21 +153,18 @@ class AdversarialImbalance(FindingKind):
             f"give {d_name} spectral normalisation or fewer updates per step of {g_name}",
             base=0.1,
         )
-        if pair is not None:
-            g_lr, d_lr = lr_of(h, pair[0]), lr_of(h, pair[1])
-            if g_lr and d_lr:
-                ratio = d_lr / g_lr
-                claim = (
-                    f"{d_name}'s learning rate is {fmt(ratio)}x {g_name}'s "
-                    f"({fmt(d_lr)} vs {fmt(g_lr)})"
-                )
-                if ratio >= 5:
-                    rate.seen(claim, Weight.STRONG, value=ratio)
-                    strong.against(
-                        claim + ": the rate, not the capacity, tips the game", Weight.WEAK
-                    )
-                else:
-                    rate.against(claim, Weight.MODERATE, value=ratio)
+        both = rates(h, pair)
+        if both is not None:
+            g_lr, d_lr = both
+            ratio = d_lr / g_lr
+            claim = (
+                f"{d_name}'s learning rate is {fmt(ratio)}x {g_name}'s ({fmt(d_lr)} vs {fmt(g_lr)})"
+            )
+            if ratio >= 5:
+                rate.seen(claim, Weight.STRONG, value=ratio)
+                strong.against(claim + ": the rate, not the capacity, tips the game", Weight.WEAK)
+            else:
+                rate.against(claim, Weight.MODERATE, value=ratio)
         f.ruled_out.append(
             RuledOut(
                 "the discriminator's loss rising means divergence",

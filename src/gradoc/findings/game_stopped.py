@@ -26,7 +26,7 @@ from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis
 from ..detect.history import History
 from ..detect.signals import fmt
 from ..detect.training import Objective
-from .adversarial_imbalance import lr_of, pairs, players
+from .adversarial_imbalance import pairs, players, rates
 from .advice import related
 from .facts import Facts
 from .kind import FindingKind
@@ -126,15 +126,16 @@ class GameStopped(FindingKind):
             f"check that {g_name}'s loss.grad_fn reaches {g_name}'s parameters",
             base=0.1,
         )
-        if pair is not None:
-            g_lr, d_lr = lr_of(h, pair[0]), lr_of(h, pair[1])
-            if g_lr and d_lr and d_lr >= 10 * g_lr:
+        both = rates(h, pair)
+        if both is not None:
+            g_lr, d_lr = both
+            if d_lr >= 10 * g_lr:
                 rate.seen(
                     f"{d_name}'s learning rate {fmt(d_lr)} is {fmt(d_lr / g_lr)}x {g_name}'s "
                     f"({fmt(g_lr)})",
                     Weight.STRONG,
                 )
-            elif g_lr and d_lr:
+            else:
                 rate.against(
                     f"{d_name}'s learning rate {fmt(d_lr)}, {g_name}'s {fmt(g_lr)}", Weight.MODERATE
                 )
