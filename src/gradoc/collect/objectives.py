@@ -198,12 +198,7 @@ def _watch_unheld(objective: Objective, steps: Stepping) -> None:
     find = steps.run.find_owners
     if find is None:
         return
-    held = {
-        id(p)
-        for o in {*steps.targets, *taps.live_optimizers()}
-        for g in o.param_groups
-        for p in g["params"]
-    }
+    held = taps.param_ids({*steps.targets, *taps.live_optimizers()})
     unheld = set(objective.reached) - held
     owners = find(unheld) if unheld else []
     if owners:
@@ -211,7 +206,7 @@ def _watch_unheld(objective: Objective, steps: Stepping) -> None:
 
 
 def _params(objective: Objective) -> set[int]:
-    return {id(p) for opt in objective.optimizers for g in opt.param_groups for p in g["params"]}
+    return taps.param_ids(objective.optimizers)
 
 
 def _reach(node: Any) -> frozenset[int]:

@@ -73,7 +73,7 @@ class SetupCheck(Probe):
         if not roots:
             return
         optimizers = {*self.run.steps.targets, *taps.live_optimizers()}
-        held = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
+        held = taps.param_ids(optimizers)
         left: dict[str, int] = {}
         modes: dict[str, tuple[str, bool]] = {}
         elements = 0

@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -346,6 +346,11 @@ _ITEM = Patch(Tensor, "item", _tap_read("read with loss.item()"))
 """``item()`` is called once per parameter inside an optimizer's step (Adam's step
 counts): it passes through while a watched optimizer steps (see :func:`reading_items`)."""
 _items_on = [True]
+
+
+def param_ids(optimizers: Iterable[Optimizer]) -> set[int]:
+    """The ids of the parameters ``optimizers`` hold."""
+    return {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
 
 
 def _optimizer_params() -> list[Tensor]:

@@ -89,16 +89,6 @@ def improved(loss: Series, since: int | None = None) -> tuple[float, float] | No
     return (early, late) if 0 < late <= IMPROVED * early else None
 
 
-def lr_share(h: History, upto: float) -> float | None:
-    """The highest learning rate at or before step ``upto`` as a share of the run's highest
-    (1: the rate had peaked; well below: a warm-up was still climbing); None unrecorded."""
-    rates = [v for v in h.lr.values if math.isfinite(v)]
-    before = [v for s, v in zip(h.lr.steps, h.lr.values) if s <= upto and math.isfinite(v)]
-    if not rates or not before or max(rates) <= 0:
-        return None
-    return max(before) / max(rates)
-
-
 def update_ratio(update: float, weight: float) -> float | None:
     """||update|| / ||weight|| (the weight before the update): the one definition, used by
     the detectors, the charts, the sinks and the collector. None where it means nothing: a

@@ -20,7 +20,7 @@ from ..detect.finding import (
     Weight,
 )
 from ..detect.history import History
-from ..detect.signals import ce_classes, fmt, lr_share
+from ..detect.signals import ce_classes, fmt
 from .facts import Facts
 
 LR_TOO_HIGH = "learning rate too high"
@@ -191,10 +191,10 @@ def warming(h: History, step: int | None) -> bool:
     """The first recorded update came while a warm-up was still climbing: the rate at the
     first step was below ``WARMED`` of the highest rate up to ``step`` (the problem's), so
     the first update is no measure of the rate the problem came at."""
-    if not h.lr.steps or step is None:
+    if step is None:
         return False
-    first, upto = lr_share(h, h.lr.steps[0]), lr_share(h, step)
-    return first is not None and upto is not None and upto > 0 and first / upto < WARMED
+    rates = [v for s, v in zip(h.lr.steps, h.lr.values) if s <= step and math.isfinite(v)]
+    return bool(rates) and rates[0] < WARMED * max(rates)
 
 
 def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
