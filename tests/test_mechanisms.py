@@ -21,7 +21,9 @@ healthy twin (or a healthy program whose statistics alone look alarming) gets no
 - a generator whose optimizer was given the discriminator's parameters: the generator is
   watched all the same (a loss trains through it), and named as left out of every optimizer;
 - a fine-tune whose freeze loop also froze the new head, the only thing its optimizer holds:
-  the optimizer trains nothing.
+  the optimizer trains nothing;
+- a DCGAN whose loop previews its generator in eval() after the first batch and never puts it
+  back: BatchNorm statistics that counted one batch are still mostly their defaults.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def test_a_critic_whose_loss_is_written_by_hand_is_a_critic(tmp_path: Path) -> N
         ("gan_stopped_game.py", (), ("--d-lr", "5e-3"), "game_stopped", "learning_rate"),
         ("warmup_peak_too_high.py", (), ("--peak", "3e-3"), "loss_divergence", "learning_rate"),
         ("char_mlp_by_hand.py", (), ("--scaled",), "poor_initialization", "initialization"),
+        ("dcgan_preview_eval.py", (), ("--restore",), "eval_mode", "loop"),
     ],
 )
 def test_the_mechanism_is_the_headline_and_its_fix_is_healthy(
@@ -179,3 +182,31 @@ def test_another_models_optimizer_alive_in_the_process_is_not_this_runs(tmp_path
             opt.step()
     report = json.loads((run.dir / "report.json").read_text())
     assert not serious(report), [f["summary"] for f in serious(report)]
+
+
+@pytest.mark.parametrize(
+    ("batches", "momentum", "fresh"),
+    [
+        (0, 0.1, True),
+        (1, 0.1, True),
+        (6, 0.1, True),
+        (7, 0.1, False),
+        (100, 0.1, False),
+        (1, 0.01, True),
+        (0, None, True),
+        (1, None, False),
+    ],
+)
+def test_a_batchnorm_that_counted_a_few_batches_learnt_next_to_nothing(
+    batches: int, momentum: float | None, fresh: bool
+) -> None:
+    """Its defaults weigh (1 - momentum)^n of its running statistics: more than half, and in
+    eval() it normalises by a mean of 0 and a variance of 1 all but unchanged."""
+    import torch.nn as nn
+
+    from gradoc.collect.setup import _fresh
+
+    norm = nn.BatchNorm1d(4, momentum=momentum)
+    for _ in range(batches):
+        norm(torch.randn(16, 4) * 5 + 3)
+    assert _fresh(norm) is fresh

@@ -135,8 +135,9 @@ def test_a_compiled_model_is_named_as_written(tmp_path: Path) -> None:
 
 
 def test_an_lbfgs_closure_is_located_the_same_way_every_time(tmp_path: Path) -> None:
-    """The closure computes the loss: its division by zero is found by calling it again,
-    traced; uninitialised memory is never a birth, so five runs agree."""
+    """The closure computes the loss: its division by zero is read from the loss's graph at
+    the backward inside the closure (the linear layer's output is known finite from its
+    finite operands), at the step the closure ran; five runs agree."""
 
     def one(i: int) -> dict[str, Any]:
         (tmp_path / str(i)).mkdir()
@@ -145,7 +146,8 @@ def test_an_lbfgs_closure_is_located_the_same_way_every_time(tmp_path: Path) -> 
     with ThreadPoolExecutor(2) as pool:
         origins = list(pool.map(one, range(5)))
     first = origins[0]
-    assert (first["op"], first["phase"]) == ("aten.div.Tensor", "forward")
+    assert (first["op"], first["phase"]) == ("div", "forward")
+    assert "without a replay" in first["note"], first["note"]
     assert first["line"] == line_of("lbfgs_mape.py", "/ target")
     assert first["step"] == 0  # read after the closure ran, not before
     assert all((o["op"], o["line"], o["step"]) == (first["op"], first["line"], 0) for o in origins)
@@ -285,3 +287,33 @@ def test_a_program_that_printed_a_nan_without_steps_is_replayed_from_the_start()
     meta = RunMeta.of({"steps": 0, "printed_nonfinite": ["encoding [nan, 0.84]"]})
     assert unlocated_step([], meta, 0, []) == 0
     assert unlocated_step([], RunMeta.of({"steps": 0, "printed_nonfinite": []}), 0, []) is None
+
+
+def test_an_overflow_under_a_matmul_that_saved_one_operand_is_born_at_the_exp(
+    tmp_path: Path,
+) -> None:
+    """``exp(xb @ W + b)`` overflows thousands of steps in, on one row stored in other units:
+    the matmul saved only ``xb`` (W's gradient needs it), so its output is known finite only
+    from its finite operands. With no re-run allowed (a re-run's budget would end before that
+    step), the graph still names the exp, not a division or the log after it."""
+    report, _ = gradoc_run(tmp_path / "run", "softmax_regression_late.py", "--replay-budget", "0")
+    origin = origin_of(report)
+    assert (origin["op"], origin["phase"], origin["step"]) == ("exp", "forward", 11875), origin
+    assert origin["line"] == line_of("softmax_regression_late.py", "torch.exp(")
+    assert "without a replay" in origin["note"], origin["note"]
+
+
+def test_a_float16_product_of_finite_operands_is_not_known_finite() -> None:
+    """65,504 is float16's largest value: a product of finite float16 operands may overflow,
+    so the walk does not pass a birth below it."""
+    from gradoc.locate.graph import _Graph
+
+    x = torch.full((2, 2), 300.0, dtype=torch.float16)
+    w = torch.full((2, 2), 300.0, dtype=torch.float16, requires_grad=True)
+    wide = torch.full((2, 2), 300.0, requires_grad=True)
+    half, single = (x @ w).exp(), (x.float() @ wide).exp()
+    for out, known in ((half, None), (single, True)):
+        graph = _Graph()
+        graph.read(out.grad_fn)
+        (mm,) = [fn for fn, _ in out.grad_fn.next_functions]
+        assert graph.resolve(mm) is known

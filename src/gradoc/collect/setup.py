@@ -13,7 +13,8 @@ the host only (attributes and ``.grad`` presence, no tensor is read):
   while the optimizer steps: ``model.eval()`` left on after a validation pass, or set once
   before the loop. BatchNorm then normalises with its running statistics (at
   initialisation a mean of 0 and a variance of 1) instead of the batch's; one whose
-  ``num_batches_tracked`` is still 0 never learnt any (``fresh_norms``).
+  defaults still weigh more than half its statistics (``num_batches_tracked`` 0, or a
+  preview after the first batches) learnt next to nothing (``fresh_norms``).
 
 - **idle**: an optimizer none of whose parameters had a gradient at any check (everything it
   holds frozen, the new head included, or out of the loss's reach): its steps move nothing.
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from .grads import WatchedOptimizer
 
 CHECK_AT = (1, 10, 100)
+DEFAULTS_WEIGH = 0.5  # running statistics still mostly their defaults above this weight
 """Primary steps at which the set-up is read (the first step is skipped: a program may
 switch modes or build its optimizer's groups lazily around it)."""
 
@@ -153,13 +155,21 @@ class SetupCheck(Probe):
 
 
 def _fresh(m: nn.Module) -> bool:
-    """A BatchNorm whose running statistics were never updated (still a mean of 0 and a
-    variance of 1): in eval() it normalises by nothing it learnt. One that has counted
-    batches (pretrained, or frozen on purpose after training) is not."""
+    """A BatchNorm whose running statistics are still mostly their defaults (a mean of 0 and
+    a variance of 1): in eval() it normalises by next to nothing it learnt. With a momentum
+    m, n counted batches leave the defaults a weight of (1 - m)^n, so one put in eval() after
+    a first preview (one batch: 0.9) is as fresh as one never trained. One that counted
+    enough batches (pretrained, or frozen on purpose after training) is not; nor is one
+    whose momentum is None (a cumulative average: one batch replaces the defaults)."""
+    if not isinstance(m, nn.modules.batchnorm._BatchNorm):
+        return False
     tracked = getattr(m, "num_batches_tracked", None)
-    return (
-        isinstance(m, nn.modules.batchnorm._BatchNorm) and tracked is not None and not int(tracked)
-    )
+    if tracked is None:
+        return False
+    n = int(tracked)
+    if m.momentum is None:
+        return n == 0
+    return (1.0 - float(m.momentum)) ** n > DEFAULTS_WEIGH
 
 
 def _modal_now(m: nn.Module) -> bool:

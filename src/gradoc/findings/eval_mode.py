@@ -10,7 +10,10 @@ BatchNorm into a fixed affine map by its running statistics, which training then
 updates: a network whose BatchNorm has never counted a batch normalises by a mean of 0 and a
 variance of 1, whatever its activations are (a CNN whose activations grow layer by layer
 stalls with them, our ``tests/shapes/eval_left_on.py``). That is the mechanism seen directly:
-a **warning** when a BatchNorm in eval() never learnt its statistics (``fresh_norms``).
+a **warning** when a BatchNorm in eval() learnt next to nothing: its defaults still weigh
+more than half its statistics (``fresh_norms``: never counted a batch, or put in eval() by a
+preview after the first batches, as a GAN's loop that samples its generator does,
+``tests/mechanisms/dcgan_preview_eval.py``).
 BatchNorm frozen after it learnt statistics (fine-tuning a pretrained network with frozen
 BN, a common recipe) and dropout switched off are **information**: nothing in them is
 harm by itself.
@@ -43,9 +46,9 @@ class EvalMode(FindingKind):
     name = "eval_mode"
     setup = True
     harm = (
-        "The mechanism itself: a BatchNorm in eval() that never learnt its statistics normalises "
-        "by a mean of 0 and a variance of 1. Dropout off, or BatchNorm frozen after it learnt, is "
-        "information."
+        "The mechanism itself: a BatchNorm in eval() whose statistics are still mostly their "
+        "defaults normalises by a mean of 0 and a variance of 1. Dropout off, or BatchNorm frozen "
+        "after it learnt, is information."
     )
     link = -1  # a set-up before the first step: the first link of whatever began with it
     example_details = InEval(modules=4, fresh_norms=2, names=[], kinds={})
@@ -65,15 +68,17 @@ class EvalMode(FindingKind):
                 summary=(
                     f"modules left in eval() while the optimizer stepped: {d.modules} ({kinds})"
                     + (
-                        f"; {d.fresh_norms} BatchNorm never learnt its running statistics and "
-                        "normalises by a mean of 0 and a variance of 1"
+                        f"; {d.fresh_norms} BatchNorm had learnt next to nothing (running "
+                        "statistics still mostly a mean of 0 and a variance of 1)"
                         if d.fresh_norms
                         else ""
                     )
                 ),
                 evidence=[
                     Evidence("modules in eval() at every step read", d.modules),
-                    Evidence("BatchNorm in eval() that never counted a batch", d.fresh_norms),
+                    Evidence(
+                        "BatchNorm in eval() still mostly at its default statistics", d.fresh_norms
+                    ),
                     Evidence("modules", ", ".join(d.names[:5]), type="code"),
                     Evidence("steps at which this was read", (h.meta.setup or {}).get("checks")),
                 ],
@@ -101,8 +106,9 @@ class EvalMode(FindingKind):
         )
         if d.fresh_norms:
             left.seen(
-                f"{d.fresh_norms} BatchNorm had counted no batch (num_batches_tracked 0): its "
-                "statistics are still a mean of 0 and a variance of 1",
+                f"{d.fresh_norms} BatchNorm had counted too few batches for its running "
+                "statistics to be more than half learnt: they are still mostly a mean of 0 and "
+                "a variance of 1",
                 Weight.STRONG,
             )
         f.fixes += [

@@ -74,7 +74,12 @@ _KEEPS: dict[str, slice] = {
 times anything, inf times anything; a matrix product: the row and column it meets): where the
 operands they saved cannot tell (``a * b`` saves only the operand that the other's gradient
 needs, ``(1 - y) * log(1 - h)`` keeps ``1 - y``), a non-finite input known below passes its
-verdict up."""
+verdict up; and where every operand is finite, so is the product (in float32 and wider,
+an overflow aside, as for a sum: ``exp(x @ W)`` whose matmul saved only ``x`` is born at the
+exp)."""
+
+_PRODUCTS = {k for k in _KEEPS if k != "DivBackward0"}
+"""Of those, the ones finite whenever their operands are (not a division: x / 0)."""
 
 _OPERANDS: dict[str, tuple[str, str]] = {
     "div": ("divisor", "exactly 0"),
@@ -186,9 +191,21 @@ class _Graph:
             carried = [c for c, _ in node.next_functions[keeps] if c is not None]
             if False in [self.resolve(c, depth + 1) for c in carried]:
                 verdict = False
+            elif (
+                node.name() in _PRODUCTS
+                and not _half(node)
+                and all(self.resolve(c, depth + 1) for c in _children(node))
+            ):
+                verdict = True  # finite operands: a finite product, in float32 and wider
         if verdict is not None:
             self.finite[key] = verdict
         return verdict
+
+
+def _half(node: Any) -> bool:
+    """Whether ``node`` works in float16, whose products of finite values overflow (65,504):
+    its output is not known finite from finite operands."""
+    return any(t.dtype == torch.float16 for _, t in _saved(node))
 
 
 def _children(node: Any) -> list[Any]:
