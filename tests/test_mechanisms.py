@@ -210,3 +210,16 @@ def test_a_batchnorm_that_counted_a_few_batches_learnt_next_to_nothing(
     for _ in range(batches):
         norm(torch.randn(16, 4) * 5 + 3)
     assert _fresh(norm) is fresh
+
+
+def test_a_loss_the_decay_holds_at_chance_says_nothing_of_the_learning_rate(
+    tmp_path: Path,
+) -> None:
+    """Weights a decay of 2 pulled to 0 predict nothing: that the loss ends at chance, and
+    never gets below where it went, is the decay's doing, not a sign of a rate too high."""
+    report = gradoc_run(tmp_path, "decay_pinned.py")
+    top = serious(report)[0]
+    (rate,) = [h for h in top["hypotheses"] if h["family"] == "learning_rate"]
+    assert rate["likelihood"] == "low", rate
+    said = " ".join(rate["support"])
+    assert "chance level" not in said and "never got below" not in said, said

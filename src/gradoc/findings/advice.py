@@ -120,6 +120,18 @@ def weight_decay(f: Finding, facts: Facts, lr: Hypothesis) -> Hypothesis | None:
     return decay
 
 
+def pinned(facts: Facts) -> bool:
+    """Weights a far too strong decay pulled to 0 (a decay 10x the largest usual one, each
+    step taking ``DECAY_STRONG`` or more, weights shrunk to ``SHRUNK`` or less): a loss that
+    then sits at chance, never below where it went, is the decay's doing, and tells
+    nothing of the learning rate."""
+    if facts.weight_decay is None or facts.weight_shrink is None:
+        return False
+    wd, share = facts.weight_decay
+    usual = USUAL_DECAY[facts.optimizer in DECOUPLED]
+    return share >= DECAY_STRONG and wd >= 10 * usual and facts.weight_shrink <= SHRUNK
+
+
 def at(f: Finding) -> str:
     return f"step {f.step}" if f.step is not None else "the run"
 
@@ -369,6 +381,7 @@ __all__ = [
     "lr_ruled_out",
     "lr_too_high",
     "noise_note",
+    "pinned",
     "related",
     "update_signs",
     "zero_init",

@@ -55,6 +55,7 @@ from .advice import (
     lr_fix,
     lr_too_high,
     noise_note,
+    pinned,
     update_signs,
     warming,
     weight_decay,
@@ -256,16 +257,18 @@ class LossBlowup(FindingKind):
             )
         else:
             update_signs(lr, facts, f)
+        decayed = pinned(facts)  # a loss the decay holds at chance tells nothing of the rate
         for r in f.related:
             if r.kind == "dead_units":
                 lr.seen(f"units died after the blow-up ({r.summary})", Weight.MODERATE, step=r.step)
-            elif r.kind == "loss_plateau":
+            elif r.kind == "loss_plateau" and not decayed:
                 lr.seen("the loss never got below where the blow-up left it", Weight.MODERATE)
             elif r.kind == "exploding_gradients":
                 lr.seen(f"the gradients grew with it ({r.summary})", Weight.WEAK, step=r.step)
         k = at_chance(d.end_loss, h)
         if k is not None:
             f.symptom += f"; it ended at ln({k}), chance level: the model predicts nothing"
+        if k is not None and not decayed:
             lr.seen(
                 f"the loss ended at chance level, ln({k}) = {fmt(math.log(k))}", Weight.MODERATE
             )
