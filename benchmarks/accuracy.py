@@ -53,6 +53,7 @@ held-out split.
     python benchmarks/accuracy.py --quick              # one run per family (CI)
     python benchmarks/accuracy.py --only mlp:lr_adam   # some runs, with their headlines
     python benchmarks/accuracy.py --sample-every 50    # the rules on sparse samples
+    python benchmarks/accuracy.py --grads-every 5      # the rules on lean per-step reads
     python benchmarks/accuracy.py --real               # ../shared/real-programs, same table
     python benchmarks/accuracy.py --real makemore_lr_x1000 timeseq_mape_div0
 
@@ -655,6 +656,11 @@ class Outcome:
     seconds: float = 0.0
 
 
+GRADS_EVERY: int | None = None
+"""``--grads-every N``: the gradients' norms read every N steps from the start (the loss
+every step), as a lean cadence reads them from step 200 on steps too short for them
+(``gradoc.lean``): whether the rules detect, onset and locate as well on such reads."""
+
 SAMPLE_EVERY: int | None = None
 """``--sample-every N``: weights, updates and activations sampled every N steps from the
 start, where the sampling budget (``gradoc.budget``) samples every 10 steps to step 200 and
@@ -680,6 +686,8 @@ def train(spec: Spec, out: Path) -> Outcome:
     watch: dict[str, Any] = dict(FAULTS[spec.fault].watch) if not spec.healthy else {}
     if SAMPLE_EVERY is not None:  # --sample-every: sparser samples than the budget's first
         watch |= {"params": gradoc.every(SAMPLE_EVERY), "activations": gradoc.every(SAMPLE_EVERY)}
+    if GRADS_EVERY is not None:
+        watch |= {"grads": gradoc.every(GRADS_EVERY)}
     with gradoc.watch(model, opt, out=out, **watch):
         for step in range(STEPS):
             x, y, c = inject(spec, step, batch(spec, step, size))
@@ -977,6 +985,13 @@ def main(argv: list[str] | None = None) -> int:
         help="weights, updates and activations every N steps from the start (a robustness "
         "check of the rules on sparse samples; default: gradoc's budget)",
     )
+    ap.add_argument(
+        "--grads-every",
+        type=int,
+        metavar="N",
+        help="the gradients' norms every N steps from the start, the loss every step (the "
+        "rules on a lean cadence's reads; default: every step until gradoc's budget says)",
+    )
     ap.add_argument("--real", nargs="*", metavar="CASE", help="the real programs (all, or CASEs)")
     ap.add_argument("--real-dir", type=Path, default=REAL, help="where the real programs are")
     args = ap.parse_args(argv)
@@ -991,6 +1006,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.sample_every < 1:
             ap.error("--sample-every must be >= 1")
         SAMPLE_EVERY = args.sample_every
+    global GRADS_EVERY
+    if args.grads_every is not None:
+        if args.grads_every < 1:
+            ap.error("--grads-every must be >= 1")
+        GRADS_EVERY = args.grads_every
     splits = list(SPLITS) if args.split == "all" else [args.split]
     summaries = []
     for split in splits:

@@ -17,7 +17,7 @@ import torch.nn as nn
 import gradoc
 from gradoc.collect import cadence as cadence_module
 from gradoc.collect.cadence import Cadence
-from gradoc.schedule import budget
+from gradoc.schedule import budget, lean
 
 
 class _Run:
@@ -182,3 +182,138 @@ def test_statistics_travel_every_flush_every_steps_where_each_step_is_read_at_on
     log = gradoc.open_run(run.dir)
     assert log.num_steps == 60
     assert len(log.scalar("loss").values) == 60 and len(log.scalar("grad_norm").values) == 60
+
+
+def _timed_reads(monkeypatch: pytest.MonkeyPatch, plain_ms: float, reads_ms: float) -> Cadence:
+    """A cadence on the per-step reads' budget fed 50 steps of ``plain_ms`` whose reads took
+    ``reads_ms``."""
+    clock = [0.0]
+    monkeypatch.setattr(cadence_module.time, "perf_counter", lambda: clock[0])
+    c = Cadence(_Run(), budget())  # type: ignore[arg-type]
+    c.lean = lean()
+    for step in range(50):
+        clock[0] += (plain_ms - reads_ms / 2) / 1e3
+        c.collected(reads_ms / 2e3, sampled=step % 10 == 0)  # the norms' reduction
+        clock[0] += reads_ms / 2e3
+        c.decided(None, None)  # type: ignore[arg-type]  # their host read, with the loss
+        c.end_step(step, False)
+    return c
+
+
+def test_reads_that_do_not_fit_a_short_step_are_read_every_few_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reads may take a quarter of the larger of 3% of the step and 0.1 ms: 0.064 ms on a
+    1.15 ms step is 2.6x that (0.025 ms), so every 5th step (the 100-tensor model's)."""
+    c = _timed_reads(monkeypatch, 1.15, 0.064)
+    assert c.kg == 5
+    sampling = c.run.meta["sampling"]  # type: ignore[attr-defined]
+    assert (sampling["grads_every"], sampling["reads_ms"], sampling["reads_budget_ms"]) == (
+        5,
+        0.064,
+        0.025,
+    )
+    read = [s for s in range(190, 260) if c.read(s)]
+    sampled = [s for s in range(200, 260) if c.sampled(s)]
+    assert read == sorted({*range(190, 200), *range(200, 260, 5), *sampled})
+
+
+@pytest.mark.parametrize(
+    ("plain_ms", "reads_ms", "kg"),
+    [(0.25, 0.02, 1), (100.0, 0.5, 1), (100.0, 2.0, 5), (0.2, 30.0, 1000)],
+)
+def test_reads_that_fit_are_read_every_step(
+    monkeypatch: pytest.MonkeyPatch, plain_ms: float, reads_ms: float, kg: int
+) -> None:
+    """0.02 ms fits a 0.25 ms step (the floor: a quarter of 0.1 ms); 0.5 ms fits a 100 ms
+    step (a quarter of 3 ms), 2 ms does not; never sparser than 1 in 1,000."""
+    c = _timed_reads(monkeypatch, plain_ms, reads_ms)
+    assert c.kg == kg
+    assert all(c.read(s) for s in range(0, 200))
+
+
+class _NanGrad(torch.autograd.Function):
+    """The identity, whose backward makes every gradient NaN (a finite loss)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * float("nan")
+
+
+class _Net(nn.Module):
+    def __init__(self, bad_at: int, how: str) -> None:
+        super().__init__()
+        self.a, self.b, self.bad_at, self.how = nn.Linear(8, 16), nn.Linear(16, 1), bad_at, how
+
+    def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
+        h = self.a(x)
+        if step == self.bad_at:
+            h = _NanGrad.apply(h) if self.how == "grad" else h / 0.0  # division on this line
+        return self.b(torch.relu(h))
+
+
+def _lean_run(tmp_path: Path, how: str, steps: int = 420, bad_at: int = 333) -> dict[str, Any]:
+    """A run whose per-step reads never fit (a budget of 0: every 1,000th step from 200)."""
+    torch.manual_seed(0)
+    model = _Net(bad_at, how)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    never_fits = gradoc.lean(share=1e-6, floor_ms=0)
+    with gradoc.watch(model, opt, out=tmp_path / "run", grads=never_fits):
+        for step in range(steps):
+            loss = ((model(x, step) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    report: dict[str, Any] = json.loads((tmp_path / "run" / "report.json").read_text())
+    return report
+
+
+def test_a_lean_run_reads_the_loss_every_step_and_the_gradients_every_kg(tmp_path: Path) -> None:
+    report = _lean_run(tmp_path, "none")
+    with gradoc.open_run(tmp_path / "run") as log:
+        kg, k = log.meta.sampling["grads_every"], log.meta.sampling["every"]
+        grads, loss = log.scalar("grad_norm").steps, log.scalar("loss").steps
+    assert kg == 1000
+    assert loss == list(range(420))
+    assert grads == [*range(200), *range(200, 420, k)]  # the sampled steps keep theirs
+    assert "gradient norms every step to step 200, then every 1000" in report["run"]["sampling"]
+    assert "the loss every step" in report["run"]["sampling"]
+
+
+def test_a_nan_loss_on_a_lean_step_is_seen_and_located_at_its_step(tmp_path: Path) -> None:
+    (top,) = [f for f in _lean_run(tmp_path, "loss")["findings"] if f["kind"] == "nonfinite"]
+    origin = top["origin"]
+    assert (top["step"], origin["step"], origin["phase"]) == (333, 333, "forward"), origin
+    assert origin["op"] == "aten.div.Tensor" and not origin["late"]
+
+
+def test_a_nan_gradient_on_a_lean_step_is_found_in_its_backward_a_step_late(
+    tmp_path: Path,
+) -> None:
+    """Its gradients were not read; held by reference, they are read when the next step's
+    loss (computed on the weights its update wrote) comes back non-finite: the birth is the
+    backward of the step before, not the update that carried it."""
+    (top,) = [f for f in _lean_run(tmp_path, "grad")["findings"] if f["kind"] == "nonfinite"]
+    origin = top["origin"]
+    assert (top["step"], origin["step"], origin["phase"], origin["late"]) == (
+        333,
+        333,
+        "backward",
+        True,
+    ), origin
+    assert "born in the backward pass of step 333" in top["summary"], top["summary"]
+    assert "optimizer" not in top["summary"].split(";")[0]
+
+
+def test_gradients_asked_for_every_step_are_read_every_step(tmp_path: Path) -> None:
+    model, opt, loop = _train(260)
+    with gradoc.watch(model, opt, out=tmp_path / "run", grads=1):
+        loop()
+    with gradoc.open_run(tmp_path / "run") as log:
+        assert "grads_every" not in log.meta.sampling
+        assert log.scalar("grad_norm").steps == list(range(260))

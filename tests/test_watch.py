@@ -283,6 +283,7 @@ def test_bounded_queue_and_thinning_keep_everything_needed(tmp_path: Path) -> No
         keep_recent_steps=40,
         keep_old_steps=16,
         activations=1,
+        grads=1,  # every step's rows, to thin (a lean cadence would read fewer)
     ):
 
         def poison() -> None:

@@ -1,7 +1,7 @@
 """gradoc's public API, in one module: what ``import gradoc`` gives.
 
 - watching a loop: :func:`watch` (a :class:`Run`), configured by :class:`WatchConfig`
-  and :class:`GuardConfig`; :func:`every`, :func:`log_spaced`, :func:`never` say when;
+  and :class:`GuardConfig`; :func:`every`, :func:`log_spaced`, :func:`never`, :func:`lean` say when;
 - reading a run log: :func:`open_run` (a :class:`RunLog` of :class:`Series`);
 - in Jupyter, a :class:`Run` shows a live status while it trains, and a closed run or a
   :class:`RunLog` shows its report inline;
@@ -31,7 +31,7 @@ from .locate.numerics import NumericsError, check_numerics
 from .locate.padding import audit_padding
 from .report import notebook as _notebook  # noqa: F401  (runs show their report in Jupyter)
 from .runtime.finish import write_outputs
-from .schedule import budget, every, log_spaced, never
+from .schedule import budget, every, lean, log_spaced, never
 from .store import RunLog, Series, open_run
 from .tools import apply_checkpointing, plan_checkpointing
 
@@ -50,6 +50,7 @@ __all__ = [
     "budget",
     "check_numerics",
     "every",
+    "lean",
     "log_spaced",
     "never",
     "open_run",

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch.nn as nn
 
-from .schedule import Schedule, as_schedule, budget, every
+from .schedule import Schedule, as_schedule, budget, lean
 
 
 @dataclass(kw_only=True, slots=True)
@@ -22,8 +22,10 @@ class WatchConfig:
     (:class:`~gradoc.schedule.budget`; ``params=10`` fixes it by hand).
     """
 
-    grads: Schedule = field(default_factory=lambda: every(1))
-    """Per-parameter gradient L2 norm and non-finite count; the global norm."""
+    grads: Schedule = field(default_factory=lean)
+    """Per-parameter gradient L2 norm and non-finite count; the global norm. Every step, or on
+    steps too short for these reads to fit the budget every k-th from step 200
+    (:class:`~gradoc.schedule.lean`); ``grads=1`` reads them every step whatever they cost."""
     params: Schedule = field(default_factory=budget)
     """Per-parameter gradient max-abs, weight norm (before the step) and update norm."""
     activations: Schedule = field(default_factory=budget)

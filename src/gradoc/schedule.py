@@ -85,6 +85,37 @@ class budget:
 
 
 @dataclass(frozen=True, slots=True)
+class lean:
+    """Every step, unless the program's steps are too short for the per-step reads to fit:
+    the default for the gradients' norms. The reads (each gradient's norm, in one reduction,
+    and one host read of them with the loss) may take ``reads_share`` of the per-step budget,
+    the larger of ``share`` of the step and ``floor_ms``; where they take more, they are read
+    every k-th step from ``budget().until`` on, k the smallest round number that fits,
+    chosen with the sampled statistics' cadence and recorded with it. The loss is read every
+    step either way. Only a run whose weights and activations sample on a :class:`budget`
+    times its steps; elsewhere (``--sample-every``), and under a guard, this is every step.
+
+    >>> [s for s in range(3) if lean()(s)]
+    [0, 1, 2]
+    """
+
+    share: float = 0.03
+    floor_ms: float = 0.1
+    reads_share: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share < 1 or self.floor_ms < 0 or not 0 < self.reads_share <= 1:
+            raise ValueError("lean needs 0 < share < 1, floor_ms >= 0 and 0 < reads_share <= 1")
+
+    def budget_s(self, step_s: float) -> float:
+        """What the reads may take of a step of ``step_s`` seconds."""
+        return self.reads_share * max(self.share * step_s, self.floor_ms / 1e3)
+
+    def __call__(self, step: int) -> bool:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
 class never:
     """Never collect (turns a statistic off)."""
 

@@ -8,6 +8,7 @@ take the :class:`Report` it returns; ``gradoc.report.json`` writes and reads rep
 
 from __future__ import annotations
 
+from .._util.json_types import JsonObject
 from ..detect import History
 from ..detect.precision import advice
 from ..detect.signals import clip_factors
@@ -80,7 +81,7 @@ def sampling(meta: RunMeta, steps: int) -> str | None:
         said = f"weights, updates and activations every {chosen.get('before')} steps"
         start = chosen.get("from")
         if not isinstance(start, int) or steps <= start or chosen.get("every") is None:
-            return said
+            return said + ("; gradient norms every step" if "grads_every" in chosen else "")
         said += f" to step {start}, then every {chosen.get('every')}"
         step, sampled = chosen.get("step_ms"), chosen.get("sampled_step_ms")
         if isinstance(step, (int, float)) and isinstance(sampled, (int, float)):
@@ -89,11 +90,27 @@ def sampling(meta: RunMeta, steps: int) -> str | None:
                 f"sampled one {sampled:.3g} ms; budget {100 * float(chosen.get('share', 0)):g}%"
                 " of the training time)"
             )
-        return said
+        return said + _reads(chosen, start)
     config = meta.config or {}
     if "params" not in config:
         return None
     return f"weights and updates on {config['params']}, activations on {config.get('activations')}"
+
+
+def _reads(chosen: JsonObject, start: int) -> str:
+    """The per-step reads' cadence (``collect.cadence``), said after the sampled one."""
+    if "grads_every" not in chosen:
+        return ""
+    kg = chosen.get("grads_every")
+    if kg == 1 or kg is None:
+        return "; gradient norms every step"
+    reads, allowed = chosen.get("reads_ms"), chosen.get("reads_budget_ms")
+    why = (
+        f" (their reads took {reads:.3g} ms a step, over their budget of {allowed:.3g} ms)"
+        if isinstance(reads, (int, float)) and isinstance(allowed, (int, float))
+        else ""
+    )
+    return f"; gradient norms every step to step {start}, then every {kg}{why}; the loss every step"
 
 
 def loss_read(meta: RunMeta) -> str | None:

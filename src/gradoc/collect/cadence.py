@@ -17,6 +17,15 @@ from are ``meta['sampling']`` and the report's ``run.sampling``.
 
 A run whose configuration gives ``params`` or ``activations`` another schedule (``every(10)``,
 ``gradoc run --sample-every 10``) keeps that one: nothing is timed.
+
+**The per-step reads on a lean step** (issue 47): the gradients' norms and their host read
+are timed too, on the same steps (:meth:`Cadence.reads`). Where they take more than their
+part of the per-step budget (:class:`~gradoc.schedule.lean`: a quarter of the larger of 3%
+of the step and 0.1 ms), they are read every ``kg``-th step from ``until`` on (and on every
+sampled step), ``kg`` the smallest of ``READS_ROUND`` that fits, fixed and recorded with k
+(``grads_every``). The loss is still read every step: a NaN/Inf in it is seen, and located,
+at its step; a non-finite gradient under a finite loss shows at the next read, in the next
+step's loss or in the weights its update wrote.
 """
 
 from __future__ import annotations
@@ -27,14 +36,19 @@ import statistics
 import time
 from typing import TYPE_CHECKING
 
-from ..schedule import budget
+from ..schedule import budget, lean
 from .probe import Probe
 
 if TYPE_CHECKING:
+    from ..guard import Vitals
     from .context import Internal
+    from .grads import WatchedOptimizer
 
 ROUND = (10, 20, 50, 100, 200, 500, 1000)
 """The cadences k may take: round numbers, so that the sampled steps read well."""
+
+READS_ROUND = (2, 5, *ROUND)
+"""The cadences the per-step reads may take on steps too short for them."""
 
 
 class Cadence(Probe):
@@ -48,6 +62,16 @@ class Cadence(Probe):
         self._seen = 0
         self._plain: list[float] = []
         self._sampled: list[float] = []
+        self.lean: lean | None = None
+        """The per-step reads' budget, when the gradients' norms are read on it."""
+        self.kg: int | None = None
+        """The per-step reads' cadence from ``spec.until`` on, once chosen (1: every step)."""
+        self._reads: list[float] = []
+        self._read_s: float | None = None
+        self._collect: float | None = None
+        """The step being timed: what reducing its gradients' norms took."""
+        self._began = 0.0
+        """The median per-step reads' time the choice was made from."""
 
     @classmethod
     def of(cls, run: Internal) -> Cadence | None:
@@ -64,6 +88,9 @@ class Cadence(Probe):
         run.config = own = dataclasses.replace(config)  # the user's config is left as given
         for name in specs:
             setattr(own, name, cadence.sampled)
+        if isinstance(config.grads, lean):
+            cadence.lean = config.grads
+            own.grads = cadence.read
         cadence.record()
         return cadence
 
@@ -73,6 +100,33 @@ class Cadence(Probe):
         if k is None or step < self.spec.until:
             return step % self.spec.dense == 0
         return step % k == 0
+
+    def read(self, step: int) -> bool:
+        """The per-step reads' schedule: every step, or (steps too short for them) every
+        ``kg``-th from ``until`` on and on every sampled step."""
+        kg = self.kg
+        if kg is None or kg == 1 or step < self.spec.until:
+            return True
+        return step % kg == 0 or self.sampled(step)
+
+    def timing(self) -> bool:
+        """The steps are still being timed (nothing chosen yet)."""
+        return self.k is None and self.lean is not None
+
+    def collected(self, seconds: float, sampled: bool) -> None:
+        """A timed step's gradients' norms took ``seconds`` to reduce; their host read, with
+        the loss, comes at ``decided`` (a sampled step's reads are not a plain step's)."""
+        self._collect = None if sampled else seconds
+        self._began = time.perf_counter()
+
+    def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
+        if primary and self._collect is not None:
+            self._began = time.perf_counter()  # the other probes' work is not the reads'
+
+    def decided(self, target: WatchedOptimizer, vitals: Vitals) -> None:
+        if self._collect is not None:  # set by the primary optimizer's collect, just before
+            self._reads.append(self._collect + time.perf_counter() - self._began)
+            self._collect = None
 
     def end_step(self, step: int, activations_seen: bool) -> None:
         if self.k is not None:
@@ -97,6 +151,13 @@ class Cadence(Probe):
             k = next((r for r in ROUND if r >= need), ROUND[-1])
             k = max(spec.dense, math.ceil(k / spec.dense) * spec.dense)
         self.k = k
+        if self.lean is not None:
+            self.kg = 1
+            reads = statistics.median(self._reads[1:] or self._reads) if self._reads else None
+            if plain and reads is not None and reads > self.lean.budget_s(plain):
+                need = reads / self.lean.budget_s(plain)
+                self.kg = next((r for r in READS_ROUND if r >= need), READS_ROUND[-1])
+            self._read_s = reads
         self.record(plain, sampled, at)
 
     def record(
@@ -113,5 +174,18 @@ class Cadence(Probe):
                 "step_ms": None if plain is None else round(plain * 1e3, 4),
                 "sampled_step_ms": None if sampled is None else round(sampled * 1e3, 4),
                 "share": spec.share,
+                **self._reads_meta(plain),
             }
         )
+
+    def _reads_meta(self, plain: float | None) -> dict[str, float | int | None]:
+        """The per-step reads' cadence (``grads_every``: 1, every step), what they took and
+        their budget, once chosen; nothing where the gradients keep a schedule of their own."""
+        if self.lean is None:
+            return {}
+        reads = self._read_s
+        return {
+            "grads_every": self.kg,
+            "reads_ms": None if reads is None else round(reads * 1e3, 4),
+            "reads_budget_ms": None if plain is None else round(self.lean.budget_s(plain) * 1e3, 4),
+        }

@@ -106,6 +106,28 @@ class WatchedOptimizer:
     ready: bool = False
     """This step's statistics were read (at the program's clip or its scaler's
     ``unscale_``, before the optimizer's step): its step pre-hook reads nothing more."""
+    unread: tuple[int, list[Tensor | None]] | None = None
+    """This step's gradients when they are not read (a lean step, see ``cadence``), held by
+    reference (no copy) until the next step's vitals: a non-finite loss there asks whether
+    they were where it came from."""
+    unread_before: tuple[int, list[Tensor | None]] | None = None
+    """The step before's, as ``unread``."""
+
+    def unread_nonfinite(self) -> tuple[int, dict[str, int]] | None:
+        """The step before this one, when its gradients went unread and held non-finite
+        values: (that step, the non-finite values of each parameter's gradient). A gradient
+        the program zeroed in place and this step's backward filled again is not that
+        step's any more, and is not read."""
+        held, self.unread_before = self.unread_before, None
+        if held is None or held[0] != self.steps - 1:
+            return None
+        bad: dict[str, int] = {}
+        for w, g in zip(self.params, held[1]):
+            if g is not None and g is not w.param.grad:
+                n = int((~torch.isfinite(g)).sum())
+                if n:
+                    bad[w.name] = n
+        return (held[0], bad) if bad else None
 
     @property
     def present(self) -> list[WatchedParam]:
@@ -188,6 +210,9 @@ class WatchedOptimizer:
         """The statistics point: gradient norms, and on parameter steps max-abs and the
         weights before the update; True when the gradients are sharded (FSDP2: norms of
         the full gradients, per-shard statistics skipped)."""
+        self.unread_before, self.unread = self.unread, None
+        if not (want_grads or self.manual):  # asked of at the next step's vitals
+            self.unread = (self.steps, [w.param.grad for w in self.params])
         if not (want_grads or want_params):
             return False
         present, grads = self.with_grads()

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .._util.json_types import JsonObject
 from .._util.state import RngState
+from ..detect.finding import Origin, Reading
 from ..detect.signals import update_ratio
 from ..locate.replay import rerun_closure
 from ..store import EventKind
@@ -61,6 +62,7 @@ class Locate(Probe):
             ]
             lr = lr_of(target.optimizer.param_groups[0])
             context = {"learning rate": lr} if isinstance(lr, float) and math.isfinite(lr) else {}
+        late = self._unread(target) if bad else None
         rerun = None
         if bad and run.steps.rerun is not None:
             closure, rng = run.steps.rerun
@@ -78,9 +80,45 @@ class Locate(Probe):
             rerun,
             None if target.manual else target.optimizer,
             updated=target.manual,
+            late=late,
         )
         if origin is not None:
             run.record_origin(origin)
+
+    def _unread(self, target: WatchedOptimizer) -> Origin | None:
+        """The step before, when its gradients went unread (a lean step) and were non-finite:
+        the value was born in that step's backward, and this step's loss is its consequence
+        (the update wrote it into the weights). Said as an event at that step, the step a
+        re-run traces."""
+        found = target.unread_nonfinite()
+        if found is None:
+            return None
+        step, bad = found
+        names = list(bad)
+        message = (
+            f"{sum(bad.values())} non-finite gradient values at step {step}, read at step "
+            f"{step + 1} (its gradients were not read at their step: the lean cadence)"
+        )
+        self.run.event(EventKind.NONFINITE_GRAD, message, step=step)
+        return Origin(
+            phase="backward",
+            step=step,
+            late=True,
+            evidence=[
+                Reading(
+                    f"parameters whose step-{step} gradients held non-finite values",
+                    len(bad),
+                    {"names": names[:10]},
+                ),
+                Reading(f"non-finite values in the gradient of {names[0]}", bad[names[0]]),
+            ],
+            note=(
+                f"the gradients of step {step} were not read at their step (on steps this "
+                "short they are read every few steps); held until the next step's loss came "
+                f"back non-finite, they were: the value was born in step {step}'s backward, "
+                "and its update wrote it into the weights"
+            ),
+        )
 
     def late(self, step: int, now: int, loss_bad: bool) -> None:
         try:

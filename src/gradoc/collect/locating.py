@@ -135,8 +135,11 @@ class Locator:
         rerun: Callable[[], Origin | None] | None = None,
         optimizer: torch.optim.Optimizer | None = None,
         updated: bool = False,
+        late: Origin | None = None,
     ) -> Origin | None:
         """At the optimizer's pre-step of a step known to be ``bad`` or not: find the origin.
+        ``late``: the step before's unread gradients were non-finite (a lean step): where
+        the weights it wrote are non-finite, the birth is that step's backward.
         ``rerun``: call the step's closure again, traced (a closure computes the loss).
         ``updated``: the weights are already this step's update's (a hand-written step): the
         loss's graph, read before that update, comes first."""
@@ -166,6 +169,8 @@ class Locator:
             if in_graph is not None and updated:  # read before the update, which wrote from it
                 return self._finish(in_graph)
             origin = check_weights(step, params, last_update, update_ratios or {}, optimizer)
+            if late is not None and origin is not None and origin.phase == "optimizer":
+                return self._finish(late)  # the update only carried what the backward made
             origin = origin or self._replay(step, forwards, loss_bad)
             if in_graph is not None and (origin is None or not _placed(origin)):
                 # born outside the model: its graph says where; a trace armed over the next

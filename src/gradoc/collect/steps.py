@@ -118,6 +118,7 @@ class Steps(taps.TapReceiver):
         self._counting: list[str] = []
         self.origins: dict[int, Origin] = {}  # step -> where its NaN was born
         self.reads_graph = any(isinstance(p, Locate) for p in probes)
+        self.cadence = next((p for p in probes if isinstance(p, Cadence)), None)  # the budget
         self.resumption: Resumption | None = None
         """A resumed run, until its first step fixes where its segment starts (``resume``)."""
 
@@ -158,11 +159,8 @@ class Steps(taps.TapReceiver):
     def record_origin(self, origin: Origin) -> None:
         """Log where a step's NaN/Inf was born (an event the report reads)."""
         self.origins[origin.step] = origin
-        where = f" in {module_label(origin.module)}" if origin.module is not None else ""
-        at = f" ({origin.file}:{origin.line})" if origin.file else ""
-        message = f"{origin.phase}: {origin.op}{where}{at}"
         self.run.event(
-            EventKind.NONFINITE_ORIGIN, message, step=origin.step, origin=origin.to_json()
+            EventKind.NONFINITE_ORIGIN, _said(origin), step=origin.step, origin=origin.to_json()
         )
 
     def remove(self, optimizer: Any) -> None:
@@ -298,10 +296,13 @@ class Steps(taps.TapReceiver):
             self.resumption = None
         target.ready = True
         self.locator.pause()
-        # a guard asked for reads every step's norms (and so records them)
-        want_grads = self.config.grads(target.steps) or self.checks.guard_asked()
+        want_grads = self.config.grads(target.steps) or self.checks.guard_asked()  # a guard: all
+        timed = self.cadence if primary and self.cadence and self.cadence.timing() else None
+        began = time.perf_counter() if timed else 0.0
         if target.collect(want_grads, self.config.params(target.steps), self.device):
             self.locator.done = True  # sharded (FSDP2): a replay on one rank would hang
+        if timed:  # the reads a lean step goes without: this, and the vitals' (``decided``)
+            timed.collected(time.perf_counter() - began, self.config.params(target.steps))
         if primary:
             self._clearing.at_statistics(target, self.loss.backward_calls, self.count)
         for probe in self.probes:
@@ -387,6 +388,13 @@ class Steps(taps.TapReceiver):
         for probe in self.probes:
             meta |= probe.close(self.count)
         return meta
+
+
+def _said(origin: Origin) -> str:
+    """An origin in the event's one line."""
+    where = f" in {module_label(origin.module)}" if origin.module is not None else ""
+    at = f" ({origin.file}:{origin.line})" if origin.file else ""
+    return f"{origin.phase}: {origin.op}{where}{at}"
 
 
 def _read_after_first_call(

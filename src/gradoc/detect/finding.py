@@ -372,6 +372,9 @@ class Origin:
     """The lines around ``line`` as they were when the run happened. Reports show these
     and never open ``file`` (a run directory may come from someone else, and its ``file``
     could name anything)."""
+    late: bool = False
+    """Found a step late: the step's gradients were not read at their step (a lean step,
+    see ``collect.cadence``), so where in its pass the value was born needs a re-run."""
 
     def to_json(self) -> JsonObject:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -386,6 +386,12 @@ class Nonfinite(FindingKind):
                 parts.insert(0, f"born in the {origin.phase} pass: {origin.op}{where}{line}")
             elif origin.phase == "input":
                 parts.insert(0, "born in the input data")
+            elif origin.late:
+                parts.insert(
+                    0,
+                    f"born in the {origin.phase} pass of step {origin.step} (its gradients were "
+                    "read a step late; where in it, a re-run tells)",
+                )
             elif origin.module is None:
                 parts.insert(0, f"born outside the model ({origin.phase} pass)")
         skipped = h.meta.skipped_updates

@@ -487,6 +487,7 @@ def render(log: RunLog, report: Report) -> str:
 <span class="meta">{meta}</span></header>
 <p class="meta">script <code>{_e(run.script)}</code> ·
 run log <code>{_e(log.path)}</code></p>
+{f'<p class="meta">sampled: {_e(run.sampling)}</p>' if run.sampling else ""}
 {guard_html}
 <nav><a href="#diagnosis">Diagnosis ({len(report.serious)})</a><a href="#chart-loss">Loss</a>
 <a href="#chart-grad-norm">Gradient norm</a><a href="#chart-grad-flow">Gradient flow</a>
