@@ -317,3 +317,18 @@ def test_a_float16_product_of_finite_operands_is_not_known_finite() -> None:
         graph.read(out.grad_fn)
         (mm,) = [fn for fn, _ in out.grad_fn.next_functions]
         assert graph.resolve(mm) is known
+
+
+def test_a_nan_born_in_an_unread_backward_is_located_by_the_re_run(tmp_path: Path) -> None:
+    """``--grads-every 5``: step 33's gradients are not read at their step. The next step's
+    loss, made on the weights its update wrote, is NaN; the held gradients of step 33 are
+    read then and were non-finite, so step 33's backward is re-run (not the update that
+    carried it), and the re-run names the op and line."""
+    report, done = gradoc_run(tmp_path / "run", "backward_nan_unread.py", "--grads-every", "5")
+    origin = origin_of(report)
+    assert (origin["step"], origin["phase"], origin["op"]) == (33, "backward", "SqrtBackward0")
+    assert origin["line"] == line_of("backward_nan_unread.py", "torch.sqrt(spread)")
+    assert "re-running" in done.stderr and "up to step 33" in done.stderr
+    with gradoc.open_run(tmp_path / "run") as log:
+        assert log.meta.config["grads"] == "every(n=5)"
+        assert log.scalar("grad_norm").steps[:3] == [0, 5, 10]

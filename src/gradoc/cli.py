@@ -104,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
         "about 3%% of it)",
     )
     run.add_argument(
+        "--grads-every",
+        type=_count,
+        metavar="N",
+        help="read the gradients' norms every N steps, the loss every step (default: every "
+        "step, unless the script's own steps are too short for these reads to fit the "
+        "budget: then every few steps from step 200)",
+    )
+    run.add_argument(
         "--fix",
         action="store_true",
         help="then apply the diagnosis's top fix that needs no code change (learning-rate "
@@ -336,6 +344,7 @@ def _run(args: argparse.Namespace) -> int:
         checks,
         replay,
         sample_every=args.sample_every,
+        grads_every=args.grads_every,
         resume=args.resume,
     )
     # from here on, whatever fails, the script's exit code is the answer

@@ -54,10 +54,12 @@ def execute(
     replay: Replay | None = None,
     sample_every: int | None = None,
     resume: bool = False,
+    grads_every: int | None = None,
 ) -> tuple[int, Report | None]:
     """Run the script watched into ``out``; return its exit code and the report.
     ``checks``: ``gradoc run --check`` names; ``sample_every``: ``--sample-every`` (None:
-    the budgeted default); ``resume``: continue the log in ``out`` (``--resume``);
+    the budgeted default); ``grads_every``: ``--grads-every`` (None: every step, or the
+    lean cadence on short steps); ``resume``: continue the log in ``out`` (``--resume``);
     ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
     from ..collect.auto import AutoAttach
@@ -72,6 +74,8 @@ def execute(
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
     if sample_every is not None:  # fixed by hand: no budget
         config.params = config.activations = every(sample_every)
+    if grads_every is not None:
+        config.grads = every(grads_every)
     written: list[Report] = []  # the typed report, kept: close() returns its JSON form
 
     def finish(*args: Any) -> JsonObject:
