@@ -194,6 +194,7 @@ def _timed_reads(monkeypatch: pytest.MonkeyPatch, plain_ms: float, reads_ms: flo
     for step in range(50):
         clock[0] += (plain_ms - reads_ms / 2) / 1e3
         c.collected(reads_ms / 2e3, sampled=step % 10 == 0)  # the norms' reduction
+        c.at_statistics(None, True)  # type: ignore[arg-type]  # the probes' point, then
         clock[0] += reads_ms / 2e3
         c.decided(None, None)  # type: ignore[arg-type]  # their host read, with the loss
         c.end_step(step, False)

@@ -81,7 +81,7 @@ def sampling(meta: RunMeta, steps: int) -> str | None:
         said = f"weights, updates and activations every {chosen.get('before')} steps"
         start = chosen.get("from")
         if not isinstance(start, int) or steps <= start or chosen.get("every") is None:
-            return said + ("; gradient norms every step" if "grads_every" in chosen else "")
+            return said + _reads(chosen, None)
         said += f" to step {start}, then every {chosen.get('every')}"
         step, sampled = chosen.get("step_ms"), chosen.get("sampled_step_ms")
         if isinstance(step, (int, float)) and isinstance(sampled, (int, float)):
@@ -97,12 +97,13 @@ def sampling(meta: RunMeta, steps: int) -> str | None:
     return f"weights and updates on {config['params']}, activations on {config.get('activations')}"
 
 
-def _reads(chosen: JsonObject, start: int) -> str:
-    """The per-step reads' cadence (``collect.cadence``), said after the sampled one."""
+def _reads(chosen: JsonObject, start: int | None) -> str:
+    """The per-step reads' cadence (``collect.cadence``), said after the sampled one;
+    ``start``: the step it applies from, None in a run that never got there."""
     if "grads_every" not in chosen:
         return ""
     kg = chosen.get("grads_every")
-    if kg == 1 or kg is None:
+    if start is None or kg == 1 or kg is None:
         return "; gradient norms every step"
     reads, allowed = chosen.get("reads_ms"), chosen.get("reads_budget_ms")
     why = (

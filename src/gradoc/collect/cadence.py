@@ -19,13 +19,13 @@ A run whose configuration gives ``params`` or ``activations`` another schedule (
 ``gradoc run --sample-every 10``) keeps that one: nothing is timed.
 
 **The per-step reads on a lean step** (issue 47): the gradients' norms and their host read
-are timed too, on the same steps (:meth:`Cadence.reads`). Where they take more than their
-part of the per-step budget (:class:`~gradoc.schedule.lean`: a quarter of the larger of 3%
-of the step and 0.1 ms), they are read every ``kg``-th step from ``until`` on (and on every
-sampled step), ``kg`` the smallest of ``READS_ROUND`` that fits, fixed and recorded with k
-(``grads_every``). The loss is still read every step: a NaN/Inf in it is seen, and located,
-at its step; a non-finite gradient under a finite loss shows at the next read, in the next
-step's loss or in the weights its update wrote.
+are timed too, on the same steps (:meth:`Cadence.collected`, then ``decided``). Where they
+take more than their part of the per-step budget (:class:`~gradoc.schedule.lean`: a quarter
+of the larger of 3% of the step and 0.1 ms), they are read every ``kg``-th step from
+``until`` on (and on every sampled step), ``kg`` the smallest of ``READS_ROUND`` that fits,
+fixed and recorded with k (``grads_every``). The loss is still read every step: a NaN/Inf in
+it is seen, and located, at its step; a non-finite gradient under a finite loss shows at the
+next read, in the next step's loss or in the weights its update wrote.
 """
 
 from __future__ import annotations
@@ -68,10 +68,11 @@ class Cadence(Probe):
         """The per-step reads' cadence from ``spec.until`` on, once chosen (1: every step)."""
         self._reads: list[float] = []
         self._read_s: float | None = None
+        """The median per-step reads' time the choice was made from."""
         self._collect: float | None = None
         """The step being timed: what reducing its gradients' norms took."""
         self._began = 0.0
-        """The median per-step reads' time the choice was made from."""
+        """When the step being timed began its host read (its probes' ``at_statistics``)."""
 
     @classmethod
     def of(cls, run: Internal) -> Cadence | None:
@@ -117,7 +118,6 @@ class Cadence(Probe):
         """A timed step's gradients' norms took ``seconds`` to reduce; their host read, with
         the loss, comes at ``decided`` (a sampled step's reads are not a plain step's)."""
         self._collect = None if sampled else seconds
-        self._began = time.perf_counter()
 
     def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         if primary and self._collect is not None:
@@ -154,9 +154,9 @@ class Cadence(Probe):
         if self.lean is not None:
             self.kg = 1
             reads = statistics.median(self._reads[1:] or self._reads) if self._reads else None
-            if plain and reads is not None and reads > self.lean.budget_s(plain):
-                need = reads / self.lean.budget_s(plain)
-                self.kg = next((r for r in READS_ROUND if r >= need), READS_ROUND[-1])
+            allowed = self.lean.budget_s(plain) if plain else None
+            if allowed and reads is not None and reads > allowed:
+                self.kg = next((r for r in READS_ROUND if r >= reads / allowed), READS_ROUND[-1])
             self._read_s = reads
         self.record(plain, sampled, at)
 

@@ -40,9 +40,11 @@ if TYPE_CHECKING:
     from .grads import WatchedOptimizer
 
 CHECK_AT = (1, 10, 100)
-DEFAULTS_WEIGH = 0.5  # running statistics still mostly their defaults above this weight
 """Primary steps at which the set-up is read (the first step is skipped: a program may
 switch modes or build its optimizer's groups lazily around it)."""
+
+DEFAULTS_WEIGH = 0.5
+"""A BatchNorm's running statistics are still mostly their defaults above this weight."""
 
 _MODAL = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
 """Modules whose forward differs between training and evaluation."""

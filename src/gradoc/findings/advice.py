@@ -76,7 +76,7 @@ def weight_decay(f: Finding, facts: Facts, lr: Hypothesis) -> Hypothesis | None:
             "rate is large",
             Weight.MODERATE,
         )
-    elif share >= DECAY_STRONG:
+    elif too_strong(facts):
         decay.seen(
             f"each step takes {fmt(share)} of every weight away (lr x weight_decay"
             + (" / (1 - momentum)" if facts.optimizer == "SGD" else "")
@@ -120,16 +120,22 @@ def weight_decay(f: Finding, facts: Facts, lr: Hypothesis) -> Hypothesis | None:
     return decay
 
 
-def pinned(facts: Facts) -> bool:
-    """Weights a far too strong decay pulled to 0 (a decay 10x the largest usual one, each
-    step taking ``DECAY_STRONG`` or more, weights shrunk to ``SHRUNK`` or less): a loss that
-    then sits at chance, never below where it went, is the decay's doing, and tells
-    nothing of the learning rate."""
-    if facts.weight_decay is None or facts.weight_shrink is None:
+def too_strong(facts: Facts) -> bool:
+    """A decay far too strong by its own setting: each step takes ``DECAY_STRONG`` or more of
+    every weight, with a weight_decay 10x the largest usual one for its kind (a usual decay
+    that takes as much is the learning rate's doing)."""
+    if facts.weight_decay is None:
         return False
     wd, share = facts.weight_decay
-    usual = USUAL_DECAY[facts.optimizer in DECOUPLED]
-    return share >= DECAY_STRONG and wd >= 10 * usual and facts.weight_shrink <= SHRUNK
+    return share >= DECAY_STRONG and wd >= 10 * USUAL_DECAY[facts.optimizer in DECOUPLED]
+
+
+def pinned(facts: Facts) -> bool:
+    """Weights a far too strong decay pulled to 0 (shrunk to ``SHRUNK`` or less): a loss that
+    then sits at chance, never below where it went, is the decay's doing, and tells
+    nothing of the learning rate."""
+    shrink = facts.weight_shrink
+    return too_strong(facts) and shrink is not None and shrink <= SHRUNK
 
 
 def at(f: Finding) -> str:
