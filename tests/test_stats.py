@@ -204,6 +204,47 @@ def test_combine_of_calls_equals_stats_of_the_concatenation() -> None:
 
 
 @pytest.mark.parametrize(
+    ("output", "rule"),
+    [
+        (torch.randn(6, 8) * 3 + 1, saturation_rule(nn.Tanh())),  # units, saturation
+        (torch.randn(5), None),  # one unit dimension only, no saturation rule
+        (torch.tensor([[1.0, float("nan")], [0.0, -2.0]]), None),  # a non-finite value
+        (torch.empty(0, 4), None),  # an empty output
+    ],
+)
+def test_a_module_called_once_writes_the_row_combine_writes(
+    output: torch.Tensor, rule: object
+) -> None:
+    """The writer's one-call row (no merge) is the row of ``combine`` over that one call."""
+    from gradoc.collect.activations import _act_row, _one_call
+
+    v, a = activation_stats(output, rule, -1 if output.dim() >= 2 else None)
+    width = len(a) if a is not None else 0
+    # the writer's host vector: this call's statistics, then an empty call's (all zeros)
+    host = torch.cat([v, a if a is not None else v[:0], v.new_zeros(5 + width)]).numpy()
+    values = host.tolist()
+    units, empty_units = (
+        (slice(5, 5 + width), slice(10 + width, 10 + 2 * width))
+        if width
+        else (
+            None,
+            None,
+        )
+    )
+    call = (output.numel(), slice(0, 5), units)
+    empty = (0, slice(5 + width, 10 + width), empty_units)
+    merged = _act_row(7, 3, [call, empty], values, host)  # combine's merge of the two
+    one = _act_row(7, 3, [call], values, host)
+    assert one == _one_call(7, 3, *call, values, host)
+    assert one[2] == 1 and merged[2] == 2
+    for fast, slow in zip(one[3:], merged[3:]):
+        if isinstance(fast, float):
+            assert fast == pytest.approx(slow, rel=1e-12)
+        else:
+            assert fast == slow
+
+
+@pytest.mark.parametrize(
     ("module", "pre", "saturated"),
     [
         (nn.Sigmoid(), torch.tensor([0.0, 5.0, 6.5, -7.0]), 2),  # |x| > 5.99

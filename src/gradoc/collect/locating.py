@@ -94,14 +94,16 @@ class Locator:
             rng = rng if rng is not None else rng_state()
             self._forwards.append(_Forward(root, args, kwargs, rng))
 
-    def on_output(self, root: nn.Module, output: Any) -> None:
+    def on_output(self, root: nn.Module, output: Any, backward: bool = True) -> None:
+        """A forward's output (``backward``: the gradient reaching it is kept, for a replay
+        of the step's backward)."""
         if self.done or not self._forwards:
             return
         record = self._forwards[-1]
         out = first_tensor(output)
         if out is not None:
             record.output = out.detach()  # shares storage: no copy, no graph kept
-            if out.requires_grad:
+            if backward and out.requires_grad:
                 # a builtin as the hook: the backward calls no Python frame of gradoc's
                 out.register_hook(record.out_grad.append)
 
