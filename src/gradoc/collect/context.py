@@ -46,6 +46,10 @@ class StepsView(Protocol):
     def last_loss(self) -> tuple[int, float] | None:
         """The newest step whose loss reached the host, and that loss."""
 
+    def reads_grads(self, step: int) -> bool:
+        """Whether ``step``'s gradients are read at its statistics point (a lean step's are
+        not, see ``cadence``)."""
+
 
 class WatchedView(Protocol):
     """The run's watched modules, as a probe reads them."""

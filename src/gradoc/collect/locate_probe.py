@@ -41,11 +41,10 @@ class Locate(Probe):
         self, root: nn.Module, args: Any, kwargs: Any, output: Any, rng: RngState
     ) -> None:
         self.locator.on_forward(root, args, kwargs, rng)
-        steps = self.run.steps
         # a step whose gradients go unread at its statistics point (a lean one) is never
         # replayed backward: a NaN born there is found a step late (``_unread``)
-        reads = steps.config.grads(steps.count) or steps.checks.guard_asked()
-        self.locator.on_output(root, output, backward=reads)
+        steps = self.run.steps
+        self.locator.on_output(root, output, backward=steps.reads_grads(steps.count))
 
     def decided(self, target: WatchedOptimizer, vitals: Vitals) -> None:
         try:

@@ -104,14 +104,11 @@ class Steps(taps.TapReceiver):
         self.rerun: tuple[Callable[[], Any], RngState] | None = None
         """A step given a closure, while its statistics are read: what replays it."""
         self.loss = LossReader(run)  # the step's losses and how they are read
-        self.clipping = ProgramClipping(run)
-        """The program's own clipping and loss scaling."""
-        self.transfers = Transfers(run, self)
-        """The steps' statistics on their way to the run log."""
+        self.clipping = ProgramClipping(run)  # the program's own clipping and loss scaling
+        self.transfers = Transfers(run, self)  # the statistics on their way to the run log
         self.checks = StepChecks(self)
         """The step's vitals, read where that costs no waiting; the guard's decisions."""
-        self._clearing = Clearing()
-        """Whether the program clears gradients between steps (``cleared``)."""
+        self._clearing = Clearing()  # whether the program clears gradients between steps
         self._optimizers: list[JsonObject] = []
         self.several = False  # several optimizers train (or will): see ``objectives``
         self.objectives = Objectives()
@@ -296,7 +293,7 @@ class Steps(taps.TapReceiver):
             self.resumption = None
         target.ready = True
         self.locator.pause()
-        want_grads = self.config.grads(target.steps) or self.checks.guard_asked()  # a guard: all
+        want_grads = self.reads_grads(target.steps)
         timed = self.cadence if primary and self.cadence and self.cadence.timing() else None
         began = time.perf_counter() if timed else 0.0
         if target.collect(want_grads, self.config.params(target.steps), self.device):
@@ -320,6 +317,9 @@ class Steps(taps.TapReceiver):
         if primary:
             for listener in self.listeners:
                 listener("stats", self.count)
+
+    def reads_grads(self, step: int) -> bool:
+        return self.config.grads(step) or self.checks.guard_asked()  # a guard: every step
 
     # -- the step's end -------------------------------------------------------------------
     @guarded
