@@ -54,6 +54,8 @@ held-out split.
     python benchmarks/accuracy.py --only mlp:lr_adam   # some runs, with their headlines
     python benchmarks/accuracy.py --sample-every 50    # the rules on sparse samples
     python benchmarks/accuracy.py --grads-every 5      # the rules on lean per-step reads
+    python benchmarks/accuracy.py --long               # faults at step 1,200 of 2,000: every
+                                                       # step against a lean cadence (10)
     python benchmarks/accuracy.py --real               # ../shared/real-programs, same table
     python benchmarks/accuracy.py --real makemore_lr_x1000 timeseq_mape_div0
 
@@ -68,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -120,12 +123,14 @@ class Fault:
 
 HAZARD_STEP = 20  # where the numerics and data faults strike (+ 3 * seed)
 BAD_BATCH_STEP = 70
+LATE_AT = 40  # where late_growth starts raising the learning rate
+LR_AT = 0  # where the lr_* faults' learning rate takes over (the long split's is late)
 
 FAULTS: dict[str, Fault] = {
     "lr_sgd": Fault("learning_rate", LR_FAMILY, onset=(0, 40)),
     "lr_momentum": Fault("learning_rate", LR_FAMILY, onset=(0, 40)),
     "lr_adam": Fault("learning_rate", LR_FAMILY, onset=(0, 40)),
-    "late_growth": Fault("learning_rate", LR_FAMILY, onset=(40, STEPS)),
+    "late_growth": Fault("learning_rate", LR_FAMILY, onset=(LATE_AT, STEPS)),
     "init_normal": Fault(
         "initialization",
         ("exploding_gradients", "poor_initialization", "saturated_units", "loss_blowup"),
@@ -635,8 +640,12 @@ def optimizer(spec: Spec, model: nn.Module) -> tuple[torch.optim.Optimizer, Any]
         opt = torch.optim.Adam(params, lr=base / 3 if recipe == "small_batch" else base)
     if fault == "late_growth":
         sched: Any = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 1.0 if s < 40 else 1.15 ** (s - 40)
+            opt, lambda s: 1.0 if s < LATE_AT else 1.15 ** (s - LATE_AT)
         )
+    elif fault.startswith("lr_") and LR_AT:  # the long split: trains well, then the jump
+        healthy = {"lr_sgd": 0.05, "lr_momentum": 0.01, "lr_adam": base}[fault]
+        calm = healthy / opt.param_groups[0]["lr"]
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: calm if s < LR_AT else 1.0)
     elif recipe == "warmup_cosine":
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: min(1.0, (s + 1) / 10) * 0.5 * (1 + math.cos(math.pi * s / STEPS))
@@ -656,10 +665,15 @@ class Outcome:
     seconds: float = 0.0
 
 
-GRADS_EVERY: int | None = None
-"""``--grads-every N``: the gradients' norms read every N steps from the start (the loss
-every step), as a lean cadence reads them from step 200 on steps too short for them
-(``gradoc.lean``): whether the rules detect, onset and locate as well on such reads."""
+GRADS: Any = None
+"""The gradients' schedule, when not gradoc's default. ``--grads-every N``: every N steps
+from the start (the loss every step), as a lean cadence reads them from step 200 on steps
+too short for them (``gradoc.lean``): whether the rules detect, onset and locate as well on
+such reads. ``--long``: every step in one arm, ``gradoc.lean(every=K)`` in the other."""
+
+ONSET_SLACK = 0
+"""Steps a finding's onset may lie past its labelled range: the long split's lean arm reads
+the gradients every K steps, so a finding made from them can be at most K - 1 late."""
 
 SAMPLE_EVERY: int | None = None
 """``--sample-every N``: weights, updates and activations sampled every N steps from the
@@ -686,8 +700,8 @@ def train(spec: Spec, out: Path) -> Outcome:
     watch: dict[str, Any] = dict(FAULTS[spec.fault].watch) if not spec.healthy else {}
     if SAMPLE_EVERY is not None:  # --sample-every: sparser samples than the budget's first
         watch |= {"params": gradoc.every(SAMPLE_EVERY), "activations": gradoc.every(SAMPLE_EVERY)}
-    if GRADS_EVERY is not None:
-        watch |= {"grads": gradoc.every(GRADS_EVERY)}
+    if GRADS is not None:
+        watch |= {"grads": GRADS}
     with gradoc.watch(model, opt, out=out, **watch):
         for step in range(STEPS):
             x, y, c = inject(spec, step, batch(spec, step, size))
@@ -724,6 +738,10 @@ def _took(spec: Spec, losses: list[float], physical: set[str]) -> bool:
     """The fault's effect, judged by the loop from the loss alone (not by gradoc)."""
     f = spec.fault
     finite = [v for v in losses if math.isfinite(v)]
+    if LR_AT and (f.startswith("lr_") or f == "late_growth"):  # the long split: after the jump
+        before = statistics_median(losses[LR_AT - 20 : LR_AT])
+        after = [v for v in losses[LR_AT:] if math.isfinite(v)] or [math.inf]
+        return "nonfinite" in physical or max(after) > 3 * before or min(after) > 1.5 * before
     if f.startswith("lr_") or f == "late_growth":
         tail = finite[len(finite) // 2 :] or [math.inf]
         return "nonfinite" in physical or max(finite) > 3 * losses[0] or min(tail) > 0.7 * losses[0]
@@ -798,7 +816,7 @@ def score(o: Outcome) -> Score:
         if spec.fault in ("num_forward", "num_backward", "num_loss", "data_nan"):
             lo = hi = HAZARD_STEP + 3 * spec.seed
             hi += 1
-        onset_ok = lo <= top["step"] < hi
+        onset_ok = lo <= top["step"] < hi + ONSET_SLACK
     origin_ok = None
     origin = top.get("origin") if top else None
     hazard = hazard_of(spec)
@@ -992,6 +1010,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the gradients' norms every N steps from the start, the loss every step (the "
         "rules on a lean cadence's reads; default: every step until gradoc's budget says)",
     )
+    ap.add_argument(
+        "--long",
+        type=int,
+        nargs="?",
+        const=10,
+        metavar="K",
+        help="the long split: 2,000-step runs, each fault striking at step 1,200, scored with "
+        "the gradients read every step and on a lean cadence of every K (default 10)",
+    )
     ap.add_argument("--real", nargs="*", metavar="CASE", help="the real programs (all, or CASEs)")
     ap.add_argument("--real-dir", type=Path, default=REAL, help="where the real programs are")
     args = ap.parse_args(argv)
@@ -1006,11 +1033,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.sample_every < 1:
             ap.error("--sample-every must be >= 1")
         SAMPLE_EVERY = args.sample_every
-    global GRADS_EVERY
+    global GRADS
     if args.grads_every is not None:
         if args.grads_every < 1:
             ap.error("--grads-every must be >= 1")
-        GRADS_EVERY = args.grads_every
+        GRADS = gradoc.every(args.grads_every)
+    if args.long is not None:
+        if args.long < 2:
+            ap.error("--long K must be >= 2 (the lean arm's cadence)")
+        summary = long_split(args.long, args.only, sys.stdout)
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=1))
+        return 0
     splits = list(SPLITS) if args.split == "all" else [args.split]
     summaries = []
     for split in splits:
@@ -1027,6 +1061,86 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(summaries, indent=1))
     return 0
+
+
+# -- the long split (issue 47) ---------------------------------------------------------------
+LONG_STEPS, LONG_AT, LONG_BAD = 2000, 1200, 1500
+LONG_FAULTS = (
+    "lr_sgd",
+    "lr_momentum",
+    "lr_adam",
+    "late_growth",
+    "num_forward",
+    "num_backward",
+    "num_loss",
+    "data_nan",
+    "bad_batch",
+)
+"""The faults that can strike a run after its cadence is chosen (step ~50) and its lean
+reads began (step 200): a learning rate that jumps (a schedule, a resumed run given the wrong
+one), one that keeps growing, a NaN born in the forward, the backward or the loss, a NaN in
+the data, a mislabelled batch. The others (an initialisation, an architecture, fp16's range,
+a missing mask) are there from the first step, where every step is read either way."""
+
+
+def long_mode() -> None:
+    """Move the faults late: 2,000 steps, the jump, the hazards and the growth at 1,200 (+ 3
+    x seed for the hazards), the bad batch at 1,500."""
+    global STEPS, HAZARD_STEP, BAD_BATCH_STEP, LATE_AT, LR_AT
+    STEPS, HAZARD_STEP, BAD_BATCH_STEP = LONG_STEPS, LONG_AT, LONG_BAD
+    LATE_AT = LR_AT = LONG_AT
+    for name in ("lr_sgd", "lr_momentum", "lr_adam"):
+        FAULTS[name] = dataclasses.replace(FAULTS[name], onset=(LONG_AT, LONG_AT + 40))
+    FAULTS["late_growth"] = dataclasses.replace(FAULTS["late_growth"], onset=(LONG_AT, STEPS))
+    FAULTS["bad_batch"] = dataclasses.replace(FAULTS["bad_batch"], onset=(LONG_BAD, LONG_BAD + 1))
+
+
+def long_corpus() -> list[Spec]:
+    """Seed 1 at width 48 (the held-out split's first seed): each late fault on every
+    architecture it applies to, and one healthy recipe per architecture."""
+    specs = [Spec(a, f, 1, 48) for f in LONG_FAULTS for a in ARCHS if a in FAULTS[f].archs]
+    specs += [
+        Spec(a, f"healthy:{RECIPES[(i + 3) % len(RECIPES)]}", 1, 48) for i, a in enumerate(ARCHS)
+    ]
+    return specs
+
+
+def long_split(k: int, only: str | None, out: Any) -> dict[str, Any]:
+    """Score the long split twice, the gradients read every step and every ``k`` steps from
+    step 200 (``gradoc.lean(every=k)``), and compare the two run by run."""
+    global GRADS, ONSET_SLACK
+    long_mode()
+    specs = [s for s in long_corpus() if not only or s.name.startswith(only)]
+    arms: dict[str, tuple[list[Score], list[Outcome]]] = {}
+    summaries = {}
+    for arm, grads, slack in (
+        ("every step", 1, 0),
+        (f"lean, every {k}", gradoc.lean(every=k), k - 1),
+    ):
+        GRADS, ONSET_SLACK = grads, slack
+        print(f"{arm}:", file=sys.stderr)
+        arms[arm] = run_all(specs)
+        summaries[arm] = table(*arms[arm], f"long, gradients {arm}", out)
+    (every, _), (lean, _) = arms.values()
+    by_name = {s.spec.name: s for s in every}
+    pairs = [(by_name[s.spec.name], s) for s in lean if s.spec.name in by_name]
+    faulty = [(a, b) for a, b in pairs if not a.spec.healthy]
+    lost = [b.spec.name for a, b in faulty if a.headline_ok and not b.headline_ok]
+    gained = [b.spec.name for a, b in faulty if b.headline_ok and not a.headline_ok]
+    late = [b.spec.name for a, b in faulty if a.onset_ok and not b.onset_ok]
+    same = sum(a.headline == b.headline for a, b in faulty)
+    print(
+        f"\n## every step against lean (every {k}), run by run ({len(faulty)} faulty runs)",
+        file=out,
+    )
+    print(f"- same headline kind: {same} of {len(faulty)}", file=out)
+    print(f"- detected every step, missed lean: {', '.join(lost) or 'none'}", file=out)
+    print(f"- missed every step, detected lean: {', '.join(gained) or 'none'}", file=out)
+    print(
+        f"- onset in range every step, past {k - 1} steps late lean: {', '.join(late) or 'none'}",
+        file=out,
+    )
+    return {"k": k, "arms": summaries, "lost": lost, "gained": gained, "late": late, "same": same}
 
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-programs"

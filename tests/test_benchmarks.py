@@ -117,3 +117,21 @@ def test_accuracy_benchmark_quick_slice(tmp_path: Path) -> None:
     assert summary["headline"] == 1.0 and summary["root_cause"] == 1.0, done.stdout
     assert summary["origin"] == 1.0, done.stdout
     assert "| headline kind right |" in done.stdout and "headline by fault" in done.stdout
+
+
+def test_accuracy_long_split_slice(tmp_path: Path) -> None:
+    """The long split's NaN faults on the MLP (2,000 steps, struck at step 1,203, past the
+    lean reads' start): read every step and every 10, each is found, headlined and dated
+    alike, and the op of a NaN born in the forward or the loss is named by both."""
+    out = tmp_path / "long.json"
+    done = smoke("accuracy", "--long", "--only", "mlp:num_", "--json", str(out))
+    summary = json.loads(out.read_text())
+    every, lean = summary["arms"]["every step"], summary["arms"]["lean, every 10"]
+    assert every["faulty"] == lean["faulty"] == 3, done.stdout
+    assert every["headline"] == lean["headline"] == 1.0, done.stdout
+    assert every["onset"] == lean["onset"] == 1.0, done.stdout
+    assert summary["lost"] == summary["late"] == [], done.stdout
+    assert every["origin"] == 1.0, done.stdout
+    # the backward-born one went unread on its lean step: found a step late, its op unnamed
+    # in process (gradoc run re-runs to name it)
+    assert lean["origin"] == 2 / 3, done.stdout

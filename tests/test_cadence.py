@@ -257,14 +257,22 @@ class _Net(nn.Module):
         return self.b(torch.relu(h))
 
 
-def _lean_run(tmp_path: Path, how: str, steps: int = 420, bad_at: int = 333) -> dict[str, Any]:
+NEVER_FITS = gradoc.lean(share=1e-6, floor_ms=0)
+
+
+def _lean_run(
+    tmp_path: Path,
+    how: str,
+    steps: int = 420,
+    bad_at: int = 333,
+    grads: gradoc.lean = NEVER_FITS,
+) -> dict[str, Any]:
     """A run whose per-step reads never fit (a budget of 0: every 1,000th step from 200)."""
     torch.manual_seed(0)
     model = _Net(bad_at, how)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(32, 8), torch.randn(32, 1)
-    never_fits = gradoc.lean(share=1e-6, floor_ms=0)
-    with gradoc.watch(model, opt, out=tmp_path / "run", grads=never_fits):
+    with gradoc.watch(model, opt, out=tmp_path / "run", grads=grads):
         for step in range(steps):
             loss = ((model(x, step) - y) ** 2).mean()
             opt.zero_grad()
@@ -272,6 +280,21 @@ def _lean_run(tmp_path: Path, how: str, steps: int = 420, bad_at: int = 333) -> 
             opt.step()
     report: dict[str, Any] = json.loads((tmp_path / "run" / "report.json").read_text())
     return report
+
+
+def test_a_lean_cadence_asked_for_is_kept_whatever_the_reads_cost(tmp_path: Path) -> None:
+    """``lean(every=7)``: the same schedule with k fixed (these reads fit their budget, so
+    the timing alone would read every step), and the report says it was asked for."""
+    report = _lean_run(tmp_path, "none", steps=260, grads=gradoc.lean(every=7))
+    with gradoc.open_run(tmp_path / "run") as log:
+        kg, k = log.meta.sampling["grads_every"], log.meta.sampling["every"]
+        grads = log.scalar("grad_norm").steps
+    assert kg == 7
+    read = [s for s in range(200, 260) if s % 7 == 0 or s % k == 0]
+    assert grads == [*range(200), *read]
+    assert "then every 7 (as asked); the loss every step" in report["run"]["sampling"]
+    with pytest.raises(ValueError, match="every"):
+        gradoc.lean(every=0)
 
 
 def test_a_lean_run_reads_the_loss_every_step_and_the_gradients_every_kg(tmp_path: Path) -> None:

@@ -94,6 +94,8 @@ class lean:
     chosen with the sampled statistics' cadence and recorded with it. The loss is read every
     step either way. Only a run whose weights and activations sample on a :class:`budget`
     times its steps; elsewhere (``--sample-every``), and under a guard, this is every step.
+    ``every``: that k, fixed, whatever the reads cost (the same schedule otherwise: every
+    step to ``until``, and on every sampled step).
 
     >>> [s for s in range(3) if lean()(s)]
     [0, 1, 2]
@@ -102,10 +104,13 @@ class lean:
     share: float = 0.03
     floor_ms: float = 0.1
     reads_share: float = 0.25
+    every: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.share < 1 or self.floor_ms < 0 or not 0 < self.reads_share <= 1:
             raise ValueError("lean needs 0 < share < 1, floor_ms >= 0 and 0 < reads_share <= 1")
+        if self.every is not None and (isinstance(self.every, bool) or self.every < 1):
+            raise ValueError(f"lean(every=...) must be a step count >= 1, not {self.every!r}")
 
     def budget_s(self, step_s: float) -> float:
         """What the reads may take of a step of ``step_s`` seconds."""

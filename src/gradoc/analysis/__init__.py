@@ -107,7 +107,9 @@ def _reads(chosen: JsonObject, start: int | None) -> str:
         return "; gradient norms every step"
     reads, allowed = chosen.get("reads_ms"), chosen.get("reads_budget_ms")
     why = (
-        f" (their reads took {reads:.3g} ms a step, over their budget of {allowed:.3g} ms)"
+        " (as asked)"
+        if chosen.get("grads_asked")
+        else f" (their reads took {reads:.3g} ms a step, over their budget of {allowed:.3g} ms)"
         if isinstance(reads, (int, float)) and isinstance(allowed, (int, float))
         else ""
     )

@@ -155,7 +155,9 @@ class Cadence(Probe):
             self.kg = 1
             reads = statistics.median(self._reads[1:] or self._reads) if self._reads else None
             allowed = self.lean.budget_s(plain) if plain else None
-            if allowed and reads is not None and reads > allowed:
+            if self.lean.every is not None:
+                self.kg = self.lean.every  # as asked
+            elif allowed and reads is not None and reads > allowed:
                 self.kg = next((r for r in READS_ROUND if r >= reads / allowed), READS_ROUND[-1])
             self._read_s = reads
         self.record(plain, sampled, at)
@@ -188,4 +190,5 @@ class Cadence(Probe):
             "grads_every": self.kg,
             "reads_ms": None if reads is None else round(reads * 1e3, 4),
             "reads_budget_ms": None if plain is None else round(self.lean.budget_s(plain) * 1e3, 4),
+            **({"grads_asked": True} if self.lean.every is not None else {}),
         }
