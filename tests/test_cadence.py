@@ -341,3 +341,43 @@ def test_gradients_asked_for_every_step_are_read_every_step(tmp_path: Path) -> N
     with gradoc.open_run(tmp_path / "run") as log:
         assert "grads_every" not in log.meta.sampling
         assert log.scalar("grad_norm").steps == list(range(260))
+
+
+class _Amplified(nn.Module):
+    """From step ``at`` on, every gradient reaching the first layer is 10^4 times larger
+    (the loss, and with a tiny learning rate the weights, unchanged)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.a, self.b, self.at = nn.Linear(8, 16), nn.Linear(16, 1), at
+
+    def forward(self, x: torch.Tensor, step: int) -> torch.Tensor:
+        h = self.a(x)
+        if step >= self.at:
+            h.register_hook(lambda g: g * 1e4)
+        return self.b(torch.relu(h))
+
+
+@pytest.mark.parametrize(("grads", "step_from"), [(gradoc.lean(every=10), 301), (1, None)])
+def test_a_gradient_finding_on_a_lean_stretch_is_dated_to_the_cadence(
+    tmp_path: Path, grads: Any, step_from: int | None
+) -> None:
+    """Gradients that explode from step 305, read every 10th step: the finding is made at
+    the read of step 310 and may have begun after the read of step 300 (``step_from``); read
+    every step, it is made at 305 and is exact."""
+    torch.manual_seed(0)
+    model = _Amplified(305)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-12)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with gradoc.watch(model, opt, out=tmp_path / "run", grads=grads):
+        for step in range(420):
+            loss = ((model(x, step) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    (found,) = [f for f in report["findings"] if f["kind"] == "exploding_gradients"]
+    assert found["step"] == (310 if step_from else 305), found
+    assert found.get("step_from") == step_from
+    if step_from:
+        assert "it began between step 301 and step 310" in found["summary"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .._util.json_types import JsonObject
 from ..detect import History
+from ..detect.finding import Finding
 from ..detect.precision import advice
 from ..detect.signals import clip_factors
 from ..diagnose import diagnose
@@ -39,6 +40,8 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
     history = History.load(run)
     findings = diagnose(history, check_all(history))
     meta = run.meta
+    if meta.sampling:
+        dated(findings, meta.sampling)
     if stopped is not None:
         meta = meta.updated(status=stopped.status, exit_code=stopped.exit_code)
         findings.append(LogIncomplete().stopped(run.num_steps, stopped))
@@ -95,6 +98,33 @@ def sampling(meta: RunMeta, steps: int) -> str | None:
     if "params" not in config:
         return None
     return f"weights and updates on {config['params']}, activations on {config.get('activations')}"
+
+
+GRADIENT_ONSETS = frozenset({"exploding_gradients", "vanishing_gradients"})
+"""The kinds whose step is the first read of the gradients' norms that shows the problem."""
+
+
+def dated(findings: list[Finding], chosen: JsonObject) -> None:
+    """A finding of :data:`GRADIENT_ONSETS` dated on a lean stretch (the gradients' norms read
+    every ``grads_every`` steps from ``from``, and on the sampled steps): the problem may have
+    begun just after the read before; its ``step_from`` and summary say so."""
+    kg, start, every = chosen.get("grads_every"), chosen.get("from"), chosen.get("every")
+    if not isinstance(kg, int) or kg <= 1 or not isinstance(start, int):
+        return
+    for f in findings:
+        if f.kind not in GRADIENT_ONSETS or f.step is None or f.step <= start:
+            continue
+        read = next(  # the read before it: every step before ``start``
+            s
+            for s in range(f.step - 1, f.step - kg - 1, -1)
+            if s < start or s % kg == 0 or (isinstance(every, int) and every and s % every == 0)
+        )
+        if f.step - read > 1:
+            f.step_from = read + 1
+            f.summary += (
+                f" (its gradients were read every {kg} steps there: it began between step "
+                f"{read + 1} and step {f.step})"
+            )
 
 
 def _reads(chosen: JsonObject, start: int | None) -> str:

@@ -498,6 +498,9 @@ class Finding:
     objective: str | None = None
     """In a run with several objectives, the one whose loss this finding judged (its name,
     ``critic``); None for the run's only objective or a finding about the whole run."""
+    step_from: int | None = None
+    """Where ``step`` is a read of a signal read every k steps (the gradients' norms on a lean
+    stretch, ``collect.cadence``): the earliest step the problem may have begun at."""
 
     def __post_init__(self) -> None:
         self.evidence = [Evidence.of(e) for e in self.evidence]
@@ -528,6 +531,8 @@ class Finding:
             data["rank"] = self.rank
         if self.objective is not None:
             data["objective"] = self.objective
+        if self.step_from is not None:
+            data["step_from"] = self.step_from
         return data
 
     @classmethod
@@ -554,4 +559,5 @@ class Finding:
             details=dict(data.get("details") or {}),
             rank=data.get("rank"),
             objective=data.get("objective"),
+            step_from=data.get("step_from"),
         )
