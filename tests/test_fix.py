@@ -197,3 +197,69 @@ def test_find_definition_names_the_line_that_creates_a_layer(tmp_path: Path) -> 
     found = find_definition("head.0", [src])
     assert found is not None and found.line == 5
     assert find_definition("missing", [src]) is None
+
+
+WRITES_ITS_FILES = LR_TOO_HIGH + textwrap.dedent(
+    """
+    import os
+    os.makedirs("checkpoints", exist_ok=True)
+    torch.save(model.state_dict(), "checkpoints/last.pt")  # written from C++
+    with open("metrics.csv", "a") as f:  # appended to by each run
+        f.write(f"{loss.item()}\\n")
+    """
+)
+assert "metrics.csv" in WRITES_ITS_FILES
+
+
+def test_fix_re_runs_in_a_copy_and_leaves_the_users_files_as_they_were(tmp_path: Path) -> None:
+    """The script writes a checkpoint and appends to a CSV by relative paths: the fixed
+    re-run writes them in a copy of its folder, and the user's stay as the first run left
+    them (the fixed run itself trained: its loss came down)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(WRITES_ITS_FILES)
+    before = project / "runs" / "before"
+    first = gradoc_cli("run", "--out", str(before), "train.py", "0.3", cwd=project)
+    assert first.returncode == 0, first.stderr
+    kept = {p: p.read_bytes() for p in (project / "metrics.csv", project / "checkpoints/last.pt")}
+    listed = sorted(p.relative_to(project) for p in project.rglob("*") if "runs" not in p.parts)
+    done = gradoc_cli("fix", str(before), "train.py", "0.3", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert {p: p.read_bytes() for p in kept} == kept  # one line in the CSV, the first model
+    assert "in a copy of" in " ".join(done.stderr.split())
+    assert (
+        sorted(p.relative_to(project) for p in project.rglob("*") if "runs" not in p.parts)
+        == listed
+    )
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["remedy"]["kind"] == "lr_scale"
+    assert result["after"]["final_loss"] < 1.0 < result["before"]["final_loss"]
+
+
+def test_a_copy_skips_what_is_not_the_scripts_input_and_refuses_a_huge_folder(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from gradoc.runtime.workcopy import CopyRefused, copy_root, working_copy
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    (tmp_path / "data.txt").write_text("1,2,3\n")
+    for skipped in ("__pycache__", ".git", "runs/a", "venv"):
+        (tmp_path / skipped).mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "run.db").write_bytes(b"x" * 100)
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr\n")
+    script = tmp_path / "src" / "train.py"
+    assert copy_root(script, tmp_path) == tmp_path.resolve()  # the script lies under cwd
+    assert copy_root(tmp_path / "src" / "train.py", tmp_path / "elsewhere") == script.parent
+    here = os.getcwd()
+    with working_copy(script, tmp_path) as copied:
+        root = copied.parents[1]
+        assert Path.cwd() == root and copied.read_text() == "print('hi')\n"
+        assert sorted(p.name for p in root.iterdir()) == ["data.txt", "runs", "src"]
+        assert not (root / "runs" / "a").exists()
+    assert os.getcwd() == here and not root.exists()  # back where it was, the copy removed
+    with pytest.raises(CopyRefused, match="more than"), working_copy(script, tmp_path, limit=10):
+        pass
+    assert os.getcwd() == here

@@ -161,7 +161,8 @@ def fix(
     out: str | None,
     json_path: Path | None,
 ) -> int:
-    """Apply the top no-code fix of ``report``, re-run the script, print before/after."""
+    """Apply the top no-code fix of ``report``, re-run the script in a copy of its folder
+    (``workcopy``: the user's files stay as they are), print before/after."""
     from rich.console import Console
     from rich.text import Text
 
@@ -170,6 +171,7 @@ def fix(
     from ..fix.remedy import user_sources
     from ..report import print_comparison, to_json_text
     from ..report.json import write_text_file
+    from .workcopy import copy_root, working_copy
 
     console = Console(stderr=True)
     sources = user_sources(script)
@@ -183,11 +185,15 @@ def fix(
         print_comparison(None, None, fixes, console)
         return 0
     after = prepare_run_dir(out or _sibling(before), script.stem)
+    root = copy_root(script, Path.cwd())
     console.print(
-        Text(f"gradoc fix: re-running {one_line(script.name)} with {remedy.describe()} -> ")
-        + Text(one_line(after))
+        Text(f"gradoc fix: re-running {one_line(script.name)} with {remedy.describe()}, in a ")
+        + Text(f"copy of {one_line(root)} (your files stay as they are) -> {one_line(after)}")
     )
-    code, after_report = execute(script, script_args, after, None, remedy.guard, remedy.lr_scale)
+    with working_copy(script, Path.cwd()) as copied:
+        code, after_report = execute(
+            copied, script_args, after, None, remedy.guard, remedy.lr_scale
+        )
     if after_report is None:
         return code
     result = compare(before, report, after, after_report)

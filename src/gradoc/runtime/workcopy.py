@@ -1,0 +1,103 @@
+"""A copy of the script's folder to re-run it in, so that a re-run leaves the user's files as
+they were.
+
+``gradoc fix`` re-runs a script with a fix applied. The script writes what it always writes:
+a checkpoint, a log, ``lightning_logs/``, a CSV of its metrics. Run in the user's folder, the
+re-run would overwrite the first run's files with the fixed run's. It runs in a copy instead:
+the folder the script's relative paths resolve from (the working directory when the script
+lies under it, else the script's own folder) is copied to a temporary directory, the working
+directory and the script are mapped into it, and the copy is removed afterwards. What the
+script writes by an absolute path outside that folder still reaches it (the run's side
+effects, ``runtime.effects``, see it).
+
+Not copied: Python's bytecode caches, version-control directories, virtual environments (a
+folder holding ``pyvenv.cfg``) and gradoc's run directories (a folder holding ``run.db``):
+none is the script's input. A folder of more than :data:`COPY_MAX` bytes (a dataset kept next
+to the script) is refused with the reason, before anything is copied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import GradocError
+
+COPY_MAX = 1 << 30
+"""Bytes a copied folder may hold (1 GiB): copying more costs more than the re-run it
+protects (a dataset kept next to the script), and a folder that large is refused."""
+
+_SKIPPED = frozenset({"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache"})
+
+
+class CopyRefused(GradocError):
+    """The script's folder cannot be copied for a re-run (too large, unreadable)."""
+
+
+def copy_root(script: Path, cwd: Path) -> Path:
+    """The folder a re-run needs: the working directory when the script lies under it (its
+    relative paths resolve from there), else the script's folder."""
+    script, cwd = script.resolve(), cwd.resolve()
+    return cwd if script.is_relative_to(cwd) else script.parent
+
+
+def _skipped(folder: str, names: list[str]) -> set[str]:
+    """``shutil.copytree``'s ``ignore``: what is not the script's input."""
+    out = {n for n in names if n in _SKIPPED}
+    for n in names:
+        path = os.path.join(folder, n)
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if any(os.path.exists(os.path.join(path, mark)) for mark in ("run.db", "pyvenv.cfg")):
+            out.add(n)
+    return out
+
+
+def folder_size(root: Path, limit: int = COPY_MAX) -> int:
+    """The bytes :func:`working_copy` would copy from ``root``; it stops counting past
+    ``limit`` (a huge folder is not walked to its end)."""
+    total = 0
+    for folder, dirs, files in os.walk(root):
+        skip = _skipped(folder, dirs + files)
+        dirs[:] = [d for d in dirs if d not in skip]
+        for name in files:
+            if name in skip:
+                continue
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+            if total > limit:
+                return total
+    return total
+
+
+@contextlib.contextmanager
+def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Path]:
+    """Copy the script's folder (:func:`copy_root`) to a temporary directory, change into
+    the copy of ``cwd`` (the copy's root when ``cwd`` lies outside it) and yield the copy of
+    ``script``; on leaving, change back and remove the copy."""
+    script, cwd = script.resolve(), cwd.resolve()  # before the change of directory
+    root = copy_root(script, cwd)
+    size = folder_size(root, limit)
+    if size > limit:
+        raise CopyRefused(
+            f"{root} holds more than {limit / 2**30:.3g} GiB; gradoc re-runs a script in a "
+            "copy of its folder so that your files stay as they are: move the data out of "
+            "the folder (read it by an absolute path) and try again"
+        )
+    tmp = Path(tempfile.mkdtemp(prefix="gradoc-copy-"))
+    saved = os.getcwd()
+    try:
+        dest = tmp / (root.name or "root")
+        try:
+            shutil.copytree(root, dest, symlinks=True, ignore=_skipped)
+        except (OSError, shutil.Error) as exc:
+            raise CopyRefused(f"could not copy {root} to re-run the script there: {exc}") from exc
+        os.chdir(dest / cwd.relative_to(root) if cwd.is_relative_to(root) else dest)
+        yield dest / script.relative_to(root)
+    finally:
+        os.chdir(saved)
+        shutil.rmtree(tmp, ignore_errors=True)
