@@ -255,11 +255,121 @@ def test_a_copy_skips_what_is_not_the_scripts_input_and_refuses_a_huge_folder(
     assert copy_root(tmp_path / "src" / "train.py", tmp_path / "elsewhere") == script.parent
     here = os.getcwd()
     with working_copy(script, tmp_path) as copied:
-        root = copied.parents[1]
-        assert Path.cwd() == root and copied.read_text() == "print('hi')\n"
+        root = copied.dest
+        assert copied.of(tmp_path / "data.txt") == root / "data.txt"
+        assert copied.of(Path("/etc/hosts")) is None
+        assert Path.cwd() == root and copied.script.read_text() == "print('hi')\n"
         assert sorted(p.name for p in root.iterdir()) == ["data.txt", "runs", "src"]
         assert not (root / "runs" / "a").exists()
     assert os.getcwd() == here and not root.exists()  # back where it was, the copy removed
     with pytest.raises(CopyRefused, match="more than"), working_copy(script, tmp_path, limit=10):
         pass
     assert os.getcwd() == here
+
+
+CLIPS_TO_ZERO = textwrap.dedent(
+    """
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    w = torch.randn(8, 1)
+    for step in range(120):
+        x = torch.randn(32, 8)
+        loss = F.mse_loss(model(x), x @ w)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.0)  # 0 meant "no clipping"
+        opt.step()
+    """
+)
+
+
+def _clip_project(tmp_path: Path) -> tuple[Path, Path]:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(CLIPS_TO_ZERO)
+    before = project / "runs" / "before"
+    done = gradoc_cli("run", "--out", str(before), "train.py", cwd=project)
+    assert done.returncode == 0, done.stderr
+    return project, before
+
+
+def test_fix_edits_a_clip_of_zero_in_a_copy_verifies_it_and_writes_it_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    project, before = _clip_project(tmp_path)
+    script = project / "train.py"
+    done = gradoc_cli("fix", str(before), "train.py", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert script.read_text() == CLIPS_TO_ZERO  # not written without --write
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["verdict"] == "verified"
+    patch = result["patch"]
+    assert (patch["finding"], patch["line"]) == ("zero_clip", 13)
+    assert "-    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.0)" in patch["diff"]
+    assert "+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)" in patch["diff"]
+    assert "zero_clip" in [f["kind"] for f in result["disappeared"]]
+    assert result["after"]["status"] == "healthy" and not result["new"]
+    assert result["after"]["final_loss"] < 0.5 * result["before"]["final_loss"]
+    assert "remedy" not in result  # the edit, not a no-code remedy
+    written = gradoc_cli("fix", "--write", str(before), "train.py", cwd=project)
+    assert written.returncode == 0, written.stderr
+    want = CLIPS_TO_ZERO.replace("model.parameters(), 0.0)", "model.parameters(), 1.0)")
+    assert script.read_text() == want  # exactly the diff shown, nothing else
+    assert "written to" in " ".join(written.stderr.split())
+
+
+def test_an_edit_is_refused_whole_when_its_line_changed(tmp_path: Path) -> None:
+    from gradoc.fix.patch import Edit, EditFailed
+
+    path = tmp_path / "train.py"
+    path.write_text("a = 1\n    clip(p, 0)\nb = 2\n")
+    edit = Edit("zero_clip", str(path), 2, "    clip(p, 0)", ("    clip(p, 1.0)",), "clip at 1")
+    assert edit.diff().count("\n-") == 1 and "+    clip(p, 1.0)" in edit.diff()
+    path.write_text("a = 1\n    clip(p, 0.5)\nb = 2\n")  # edited since the run
+    with pytest.raises(EditFailed, match="no longer reads as the run saw it"):
+        edit.apply()
+    assert path.read_text() == "a = 1\n    clip(p, 0.5)\nb = 2\n"  # untouched
+
+
+@pytest.mark.parametrize(
+    ("line", "after"),
+    [
+        (
+            "    clip_grad_norm_(model.parameters(), 0.0)",
+            ["    clip_grad_norm_(model.parameters(), 1.0)"],
+        ),
+        (
+            "    nn.utils.clip_grad_norm_(ps, max_norm=0)",
+            ["    nn.utils.clip_grad_norm_(ps, max_norm=1.0)"],
+        ),
+        (
+            "    torch.nn.utils.clip_grad_value_(ps, clip_value=0)",
+            ["    torch.nn.utils.clip_grad_value_(ps, clip_value=1.0)"],
+        ),
+        (
+            "        clip_grad_norm_(ps, cfg.max_grad_norm)",
+            [
+                "        if cfg.max_grad_norm > 0:  # 0 means no clipping",
+                "            clip_grad_norm_(ps, cfg.max_grad_norm)",
+            ],
+        ),
+        ("    norm = clip_grad_norm_(ps, cfg.clip)", None),  # its result is used: no safe edit
+        ("    clip_grad_norm_(ps)", None),  # no threshold on the line
+    ],
+)
+def test_the_zero_clip_edit_is_written_from_the_located_line(
+    tmp_path: Path, line: str, after: list[str] | None
+) -> None:
+    from gradoc.fix.patch import edit_for
+
+    path = tmp_path / "train.py"
+    path.write_text(f"for step in range(3):\n{line}\n")
+    fix = Fix(Horizon.IMMEDIATE, "clip", code=CodeLine(str(path), 2, line.strip()))
+    finding = Finding(
+        kind="zero_clip", severity="error", step=0, layer=None, summary="", fixes=[fix]
+    )
+    edit = edit_for([finding])
+    assert (list(edit.after) if edit else None) == after

@@ -222,7 +222,13 @@ def test_the_logged_gradient_norms_are_those_before_the_programs_clip(tmp_path: 
     assert norms == pytest.approx(measured, rel=1e-5)
     assert max(norms) > 1.0  # after the clip every norm would be <= 1
     assert log.scalar("clip_max").values == [1.0] * 40
-    assert log.meta["clipping"] == {"fn": "clip_grad_norm_", "threshold": 1.0}
+    clipping = log.meta["clipping"]
+    assert {k: clipping[k] for k in ("fn", "threshold")} == {
+        "fn": "clip_grad_norm_",
+        "threshold": 1.0,
+    }
+    assert clipping["at"]["file"].endswith("small_lm_clipped.py")  # where a fix's edit goes
+    assert "clip_grad_norm_(" in clipping["at"]["code"]
     assert log.meta["clip_calls"] == 40
 
 

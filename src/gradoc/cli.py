@@ -130,6 +130,12 @@ def _parser() -> argparse.ArgumentParser:
     fix.add_argument("run_dir", metavar="RUN_DIR")
     fix.add_argument("--out", metavar="DIR", help="run directory of the re-run")
     fix.add_argument("--json", metavar="PATH", help="also write the comparison JSON here")
+    fix.add_argument(
+        "--write",
+        action="store_true",
+        help="when the fix is an edit of your code and the re-run verified it, make the edit "
+        "in your file (exactly the diff shown)",
+    )
     fix.add_argument("script", metavar="SCRIPT")
     fix.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
@@ -452,7 +458,7 @@ def _fix_command(args: argparse.Namespace) -> int:
         report = analyze(log)
         before = log.dir
     json_path = _output(args.json, "--json", {script: "the script"})
-    return fix(before, report, script, list(args.args), args.out, json_path)
+    return fix(before, report, script, list(args.args), args.out, json_path, args.write)
 
 
 def _replay_command(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from .._util.json_types import JsonObject
+from ..locate.origin import user_frame
 
 if TYPE_CHECKING:
     from .context import Internal
@@ -31,12 +32,14 @@ class ProgramClipping:
         self.calls += 1
         if self._step is None:
             self._step = (threshold, measured.detach().reshape(()))
-        said = {"fn": kind, "threshold": threshold}
+        said: JsonObject = {"fn": kind, "threshold": threshold}
         if not math.isnan(norm_type):
             said["norm_type"] = norm_type
         if said != self._said:
             self._said = said
-            self.run.set_meta(clipping=said)
+            at = user_frame()  # where the program clips (once per change: a fix's line)
+            where = {"at": {"file": at[0], "line": at[1], "code": at[2]}} if at else {}
+            self.run.set_meta(clipping={**said, **where})
 
     def take(self) -> tuple[float, Tensor] | None:
         """The ended step's clipping (None: it did not clip)."""

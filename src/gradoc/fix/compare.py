@@ -12,6 +12,7 @@ from .._util.json_types import JsonObject
 from ..analysis import GuardSummary, Report
 from ..detect.finding import Finding
 from ..store import open_run
+from .patch import Edit
 from .remedy import CodeFix, Remedy
 
 
@@ -47,6 +48,11 @@ class Comparison:
     time_per_step_ratio: float | None
     remedy: Remedy | None = None
     code_fixes: list[CodeFix] = field(default_factory=list)
+    edit: Edit | None = None
+    """The edit of the user's code the re-run was made with (``patch``)."""
+    diff: str | None = None
+    verdict: str | None = None
+    """For an edit: "verified", "did not help" (:func:`verdict`)."""
 
     def left(self) -> set[tuple[str, str | None]]:
         """The (kind, layer) of the findings the fix did not cure."""
@@ -74,6 +80,9 @@ class Comparison:
         if self.remedy is not None:
             out["remedy"] = self.remedy.to_json()
             out["code_fixes"] = [f.to_json() for f in self.code_fixes]
+        if self.edit is not None:
+            out["patch"] = {**self.edit.to_json(), "diff": self.diff}
+            out["verdict"] = self.verdict
         return out
 
 
@@ -114,3 +123,24 @@ def compare(before_dir: Path, before: Report, after_dir: Path, after: Report) ->
         after=sides[1],
         time_per_step_ratio=cost,
     )
+
+
+LOSS_NOISE = 0.05
+"""How much higher the fixed run's final loss may end than the first run's and still be "at
+least as good" (the median of the last tenth of each run's steps)."""
+
+
+def verdict(result: Comparison, kind: str) -> str:
+    """Whether an edit made against a finding of ``kind`` worked: "verified" when the finding
+    is gone, no new warning or error came, the loss ended at least as good (within
+    :data:`LOSS_NOISE`) and the fixed run exited as the first did or cleanly; else "did not
+    help"."""
+    b, a = result.before, result.after
+    cured = all(f.kind != kind for f in result.remaining)
+    loss_ok = a.final_loss is not None and (
+        b.final_loss is None
+        or not math.isfinite(b.final_loss)
+        or a.final_loss <= b.final_loss + LOSS_NOISE * abs(b.final_loss) + 1e-12
+    )
+    exit_ok = a.exit_code in (0, b.exit_code)
+    return "verified" if cured and not result.new and loss_ok and exit_ok else "did not help"

@@ -160,14 +160,21 @@ def fix(
     script_args: list[str],
     out: str | None,
     json_path: Path | None,
+    write: bool = False,
 ) -> int:
-    """Apply the top no-code fix of ``report``, re-run the script in a copy of its folder
-    (``workcopy``: the user's files stay as they are), print before/after."""
+    """Re-run the script with the top fix of ``report`` in a copy of its folder
+    (``workcopy``: the user's files stay as they are), print before/after. The fix is the
+    most serious finding's: an edit of the user's code where gradoc writes one (``fix.patch``:
+    made in the copy, judged by :func:`~gradoc.fix.compare.verdict`, and on ``write`` and a
+    verified verdict made in the user's file too), else a remedy applied without a code change.
+    """
     from rich.console import Console
     from rich.text import Text
 
     from ..collect import prepare_run_dir
     from ..fix import choose, code_fixes, compare
+    from ..fix.compare import verdict
+    from ..fix.patch import edit_for
     from ..fix.remedy import user_sources
     from ..report import print_comparison, to_json_text
     from ..report.json import write_text_file
@@ -175,37 +182,92 @@ def fix(
 
     console = Console(stderr=True)
     sources = user_sources(script)
-    remedy = choose(report)
+    remedy, edit = choose(report), edit_for(report.serious)
     fixes = code_fixes(report, sources)
     if report.status == "healthy":
         console.print("gradoc fix: the run is healthy; nothing to fix")
         return 0
-    if remedy is None:
+    if (
+        edit is not None
+        and remedy is not None
+        and _rank(report, remedy.finding) < _rank(report, edit.finding)
+    ):
+        edit = None  # a more serious finding's remedy comes first
+    if remedy is None and edit is None:
         console.print("gradoc fix: every fix of this diagnosis needs a code change:")
         print_comparison(None, None, fixes, console)
         return 0
+    shown = edit.diff() if edit is not None else None  # EditFailed: the file changed
     after = prepare_run_dir(out or _sibling(before), script.stem)
     root = copy_root(script, Path.cwd())
+    what = edit if edit is not None else remedy
+    assert what is not None
     console.print(
-        Text(f"gradoc fix: re-running {one_line(script.name)} with {remedy.describe()}, in a ")
+        Text(f"gradoc fix: re-running {one_line(script.name)} with {what.describe()}, in a ")
         + Text(f"copy of {one_line(root)} (your files stay as they are) -> {one_line(after)}")
     )
+    if shown:
+        console.print(Text(shown.rstrip()))
     with working_copy(script, Path.cwd()) as copied:
-        code, after_report = execute(
-            copied, script_args, after, None, remedy.guard, remedy.lr_scale
-        )
+        if edit is not None:
+            _edit_copy(edit, copied)
+            code, after_report = execute(copied.script, script_args, after, None, None, 1.0)
+        else:
+            assert remedy is not None
+            code, after_report = execute(
+                copied.script, script_args, after, None, remedy.guard, remedy.lr_scale
+            )
     if after_report is None:
         return code
     result = compare(before, report, after, after_report)
     left = result.left()
-    result.remedy = remedy
+    result.remedy = remedy if edit is None else None
     result.code_fixes = [f for f in fixes if (f.finding, f.layer) in left]  # not cured
+    if edit is not None:
+        result.edit, result.diff, result.verdict = edit, shown, verdict(result, edit.finding)
     text = to_json_text(result.to_json())
     write_text_file(after / "fix.json", text)
     if json_path:
         write_text_file(json_path, text)
-    print_comparison(result, remedy, result.code_fixes, console)
+    print_comparison(result, what, result.code_fixes, console)
+    if edit is not None:
+        return _said_verdict(edit, result.verdict, write, console)
     return code
+
+
+def _rank(report: Report, kind: str) -> int:
+    """The place of the first serious finding of ``kind`` (most serious first)."""
+    return next((i for i, f in enumerate(report.serious) if f.kind == kind), len(report.serious))
+
+
+def _edit_copy(edit: Any, copied: Any) -> None:
+    """Make ``edit`` in the working copy's file (a file outside the copied folder is not
+    edited there: the re-run would not see it, so it is refused)."""
+    from ..errors import GradocError
+
+    target = copied.of(Path(edit.file))
+    if target is None:
+        raise GradocError(
+            f"the edit is in {edit.file}, outside the folder gradoc copies to re-run the "
+            f"script ({copied.root}): run gradoc fix from a folder that holds both"
+        )
+    edit.apply(target)
+
+
+def _said_verdict(edit: Any, verdict: str | None, write: bool, console: Any) -> int:
+    """Say the edit's verdict; with ``write`` and a verified edit, make it in the user's
+    file. 0 when the edit was verified, 1 when it did not help."""
+    from rich.text import Text
+
+    if verdict != "verified":
+        console.print(Text(f"gradoc fix: the edit did not help ({edit.describe()}); not written"))
+        return 1
+    if write:
+        edit.apply()
+        console.print(Text(f"gradoc fix: verified, and written to {one_line(edit.file)}"))
+    else:
+        console.print(Text("gradoc fix: verified; gradoc fix --write makes this edit in your file"))
+    return 0
 
 
 def _sibling(before: Path) -> Path:

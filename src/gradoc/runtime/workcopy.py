@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GradocError
@@ -74,11 +75,25 @@ def folder_size(root: Path, limit: int = COPY_MAX) -> int:
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """A working copy: the folder copied, where its copy lies, and the script's copy."""
+
+    root: Path
+    dest: Path
+    script: Path
+
+    def of(self, path: Path) -> Path | None:
+        """The copy of ``path``; None for a path outside the copied folder."""
+        path = path.resolve()
+        return self.dest / path.relative_to(self.root) if path.is_relative_to(self.root) else None
+
+
 @contextlib.contextmanager
-def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Path]:
+def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Copied]:
     """Copy the script's folder (:func:`copy_root`) to a temporary directory, change into
-    the copy of ``cwd`` (the copy's root when ``cwd`` lies outside it) and yield the copy of
-    ``script``; on leaving, change back and remove the copy."""
+    the copy of ``cwd`` (the copy's root when ``cwd`` lies outside it) and yield the copy
+    (its ``script``: the script's copy); on leaving, change back and remove the copy."""
     script, cwd = script.resolve(), cwd.resolve()  # before the change of directory
     root = copy_root(script, cwd)
     size = folder_size(root, limit)
@@ -97,7 +112,7 @@ def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Pat
         except (OSError, shutil.Error) as exc:
             raise CopyRefused(f"could not copy {root} to re-run the script there: {exc}") from exc
         os.chdir(dest / cwd.relative_to(root) if cwd.is_relative_to(root) else dest)
-        yield dest / script.relative_to(root)
+        yield Copied(root, dest, dest / script.relative_to(root))
     finally:
         os.chdir(saved)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,178 @@
+"""A code fix written as an edit of the user's source, at the line the run located.
+
+A finding kind whose fix is a code change may have a writer here (:data:`WRITERS`): from the
+run's own evidence (the line it located, as the run read it) it writes an :class:`Edit`, the
+line's replacement, or None where no safe edit can be written (the fix then stays prose). An
+edit is checked against the file before it is applied anywhere: the line must still read as
+the run saw it, or the edit is refused whole (:class:`EditFailed`), never half applied.
+
+Writers parse the located line with :mod:`ast` and change one expression in it, so that
+what they write is what a person would write there:
+
+- ``zero_clip``: the clip call (``clip_grad_norm_(params, 0.0)``) given the usual threshold,
+  1.0, where it was the literal 0; where the threshold is an expression (``args.clip``, a
+  config's 0 meant as "off"), the call is skipped while it is not positive.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .._util.json_types import JsonObject
+from ..detect.finding import CodeLine, Finding
+from ..errors import GradocError
+
+
+class EditFailed(GradocError):
+    """An edit that cannot be applied as shown (the file changed since the run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """One line of the user's code replaced by ``after`` (one line or more)."""
+
+    finding: str
+    """The kind of the finding it answers."""
+    file: str
+    line: int
+    before: str
+    """The line as the run read it (its indentation included)."""
+    after: tuple[str, ...]
+    action: str
+    """What the edit does, in words."""
+
+    def describe(self) -> str:
+        return f"{self.action} ({Path(self.file).name}:{self.line}), for {self.finding}"
+
+    def diff(self, path: Path | None = None) -> str:
+        """The unified diff of the edit, against ``path`` (default: the file itself)."""
+        lines = _lines(path or Path(self.file))
+        new = self.applied(lines)
+        name = self.file
+        return "".join(difflib.unified_diff(lines, new, f"a/{name}", f"b/{name}", n=2))
+
+    def applied(self, lines: list[str]) -> list[str]:
+        """``lines`` (of the file, with their ends) with the edit made; :class:`EditFailed`
+        when the line no longer reads as the run saw it."""
+        at = self.line - 1
+        if not 0 <= at < len(lines) or lines[at].rstrip("\r\n") != self.before:
+            raise EditFailed(
+                f"{self.file}:{self.line} no longer reads as the run saw it "
+                f"({self.before.strip()!r}); the edit was not applied"
+            )
+        end = lines[at][len(lines[at].rstrip("\r\n")) :] or "\n"
+        return [*lines[:at], *(text + end for text in self.after), *lines[at + 1 :]]
+
+    def apply(self, path: Path | None = None) -> None:
+        """Make the edit in ``path`` (default: the file itself), all or nothing."""
+        target = path or Path(self.file)
+        new = self.applied(_lines(target))
+        target.write_text("".join(new))
+
+    def to_json(self) -> JsonObject:
+        out = asdict(self)
+        out["after"] = list(self.after)
+        return out
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines(keepends=True)
+    except OSError as exc:
+        raise EditFailed(f"cannot read {path} to edit it: {exc}") from exc
+
+
+def _located(code: CodeLine | None) -> tuple[str, int, str] | None:
+    """The located line as the file holds it now (indentation included), if it still reads
+    as the run saw it."""
+    if code is None or code.line is None or not code.file:
+        return None
+    try:
+        lines = Path(code.file).read_text().splitlines()
+    except OSError:
+        return None
+    if not 0 < code.line <= len(lines):
+        return None
+    text = lines[code.line - 1]
+    if code.code is not None and text.strip() != code.code.strip():
+        return None
+    return code.file, code.line, text
+
+
+CLIPS = {"clip_grad_norm_": "max_norm", "clip_grad_value_": "clip_value"}
+"""The clip functions and their threshold's keyword (the second argument)."""
+
+
+def _zero_clip(f: Finding) -> Edit | None:
+    where = _located(next((x.code for x in f.fixes if x.code is not None), None))
+    if where is None:
+        return None
+    file, line, text = where
+    indent = text[: len(text) - len(text.lstrip())]
+    try:
+        tree = ast.parse(text.strip())
+    except SyntaxError:
+        return None
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _name(n.func) in CLIPS and (len(n.args) > 1 or n.keywords)
+    ]
+    if len(calls) != 1:
+        return None
+    (call,) = calls
+    keyword = CLIPS[_name(call.func)]
+    arg = (
+        call.args[1]
+        if len(call.args) > 1
+        else next((k.value for k in call.keywords if k.arg == keyword), None)
+    )
+    if arg is None:
+        return None
+    stripped = text.strip()
+    if isinstance(arg, ast.Constant) and arg.value == 0:
+        new = _replaced(stripped, arg, "1.0")
+        action = f"clip at {keyword} 1.0 instead of 0"
+        return Edit(f.kind, file, line, text, (indent + new,), action)
+    # a threshold read from somewhere: 0 meant "off", so the call is skipped at 0
+    if not (isinstance(tree.body[0], ast.Expr) and tree.body[0].value is call):
+        return None  # the call's result is used: skipping it would change more than the clip
+    threshold = ast.get_source_segment(stripped, arg)
+    return Edit(
+        f.kind,
+        file,
+        line,
+        text,
+        (f"{indent}if {threshold} > 0:  # 0 means no clipping", f"{indent}    {stripped}"),
+        f"skip the clip while {threshold} is not positive",
+    )
+
+
+def _name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _replaced(source: str, node: ast.expr, text: str) -> str:
+    """``source`` (one line) with ``node``'s segment replaced by ``text`` (ast's offsets
+    count UTF-8 bytes)."""
+    raw, start, end = source.encode(), node.col_offset, node.end_col_offset
+    assert end is not None
+    return (raw[:start] + text.encode() + raw[end:]).decode()
+
+
+WRITERS: dict[str, Callable[[Finding], Edit | None]] = {"zero_clip": _zero_clip}
+"""The finding kinds whose code fix gradoc writes as an edit."""
+
+
+def edit_for(findings: list[Finding]) -> Edit | None:
+    """The edit for the most serious finding that has one written, else None."""
+    for f in findings:
+        writer = WRITERS.get(f.kind)
+        edit = writer(f) if writer is not None else None
+        if edit is not None:
+            return edit
+    return None
