@@ -66,7 +66,10 @@ def accumulated_within_a_step(model: nn.Module, opt: Any, i: int) -> None:
 @pytest.mark.parametrize("loop", [never_cleared, never_cleared_but_clipped])
 def test_a_loop_without_zero_grad_keeps_its_gradients(tmp_path: Path, loop: Any) -> None:
     kept = train(tmp_path, loop)
+    at = kept.pop("at")
     assert kept == {"kept": 7, "checked": 7, "first_kept": 1}
+    # where the program steps the optimizer, and the name it has there (a fix's edit)
+    assert (at["file"], at["code"], at["optimizer"]) == (__file__, "opt.step()", "opt")
 
 
 @pytest.mark.parametrize("loop", [cleared, zeroed_in_place, accumulated_within_a_step])

@@ -373,3 +373,98 @@ def test_the_zero_clip_edit_is_written_from_the_located_line(
     )
     edit = edit_for([finding])
     assert (list(edit.after) if edit else None) == after
+
+
+FORGETS_ZERO_GRAD = textwrap.dedent(
+    """
+    import torch, torch.nn as nn, torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    w = torch.randn(8, 1)
+    for step in range(150):
+        x = torch.randn(64, 8)
+        loss = F.mse_loss(model(x), x @ w)
+        loss.backward()  # zero_grad() forgotten
+        optimizer.step()
+    """
+)
+
+
+def test_fix_inserts_the_missing_zero_grad_after_the_step_and_verifies_it(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    script = project / "train.py"
+    script.write_text(FORGETS_ZERO_GRAD)
+    before = project / "runs" / "before"
+    assert gradoc_cli("run", "--out", str(before), "train.py", cwd=project).returncode == 0
+    done = gradoc_cli("fix", "--write", str(before), "train.py", cwd=project)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["verdict"] == "verified" and result["why_not"] == []
+    assert "accumulating_gradients" in [f["kind"] for f in result["disappeared"]]
+    step = "    optimizer.step()\n"
+    cleared = "    optimizer.zero_grad()  # the next backward() starts from no gradient\n"
+    assert script.read_text() == FORGETS_ZERO_GRAD.replace(step, step + cleared)
+
+
+def test_an_edit_that_cures_its_finding_but_leaves_the_loss_worse_did_not_help(
+    tmp_path: Path,
+) -> None:
+    """A character GRU tuned with its gradients summed (``tests/shapes/no_zero_grad.py``):
+    cleared, they are 13x smaller, and at the same learning rate it learns less in 120 steps.
+    The edit is right, but the run does not show it working: "did not help", in its numbers,
+    and --write writes nothing."""
+    project = tmp_path / "project"
+    project.mkdir()
+    script = project / "train.py"
+    source = (Path(__file__).parent / "shapes" / "no_zero_grad.py").read_text()
+    script.write_text(source)
+    before = project / "runs" / "before"
+    assert gradoc_cli("run", "--out", str(before), "train.py", cwd=project).returncode == 0
+    done = gradoc_cli("fix", "--write", str(before), "train.py", cwd=project)
+    assert done.returncode == 1, done.stderr
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["verdict"] == "did not help"
+    assert any(w.startswith("the loss ended worse") for w in result["why_not"]), result["why_not"]
+    assert "accumulating_gradients" in [f["kind"] for f in result["disappeared"]]
+    assert script.read_text() == source
+    assert "did not help" in " ".join(done.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "after"),
+    [
+        ("    opt.step()", "opt", "    opt.zero_grad()"),
+        ("    optimizer.step(); scheduler.step()", "optimizer", "    optimizer.zero_grad()"),
+        ("        self.optim.step()", None, "        self.optim.zero_grad()"),
+        ("    optimizer.step(); scheduler.step()", None, None),  # which one is the optimizer?
+        ("    for o in opts: o.step()", "o", None),  # the next line is not in its block
+        ("    clip_grad_norm_(ps, 1.0)", "opt", None),  # not the step: it would undo the update
+    ],
+)
+def test_the_zero_grad_edit_is_written_after_the_line_that_steps(
+    tmp_path: Path, line: str, name: str | None, after: str | None
+) -> None:
+    from gradoc.fix.patch import edit_for
+
+    path = tmp_path / "train.py"
+    path.write_text(f"while True:\n{line}\n")
+    fix = Fix(Horizon.IMMEDIATE, "zero_grad", code=CodeLine(str(path), 2, line.strip()))
+    details = {"optimizer": name} if name else {}
+    finding = Finding(
+        kind="accumulating_gradients",
+        severity="error",
+        step=0,
+        layer=None,
+        summary="",
+        fixes=[fix],
+        details=details,
+    )
+    edit = edit_for([finding])
+    if after is None:
+        assert edit is None
+    else:
+        assert edit is not None and edit.after[0] == line
+        assert edit.after[1].split("  #")[0] == after

@@ -18,11 +18,13 @@ checked: their step ends at the next backward, after any clearing.
 
 from __future__ import annotations
 
+import linecache
 import weakref
 
 from torch import Tensor
 
 from .._util.json_types import JsonObject
+from ..locate.origin import user_frame_object
 from .grads import WatchedOptimizer
 
 
@@ -32,6 +34,9 @@ class Clearing:
         self.kept = 0
         self.checked = 0
         self.first_kept: int | None = None
+        self.at: JsonObject | None = None
+        """Where the first kept step's optimizer was stepped (:func:`_stepped_at`)."""
+        self._find_step = False
 
     @staticmethod
     def _sentinel(target: WatchedOptimizer) -> tuple[int, Tensor] | None:
@@ -51,8 +56,12 @@ class Clearing:
             self.kept += 1
             if self.first_kept is None:
                 self.first_kept = step
+                self._find_step = True  # read at the step's end: here may be a clip's call
 
     def after_step(self, target: WatchedOptimizer) -> None:
+        if self._find_step:
+            self._find_step = False
+            self.at = _stepped_at(target)
         found = None if target.manual else self._sentinel(target)
         if found is not None:
             self._saved = (found[0], weakref.ref(found[1]), found[1]._version)
@@ -60,5 +69,30 @@ class Clearing:
     def summary(self) -> JsonObject:
         if not self.checked:
             return {}
-        kept = {"kept": self.kept, "checked": self.checked, "first_kept": self.first_kept}
+        kept: JsonObject = {
+            "kept": self.kept,
+            "checked": self.checked,
+            "first_kept": self.first_kept,
+        }
+        if self.at is not None:
+            kept["at"] = self.at
         return {"grads_kept": kept}
+
+
+def _stepped_at(target: WatchedOptimizer) -> JsonObject | None:
+    """Where the program steps the optimizer whose gradients it keeps: the file, line and
+    code of its ``step()`` call (read at the step's end: its statistics point may be a clip's
+    call before it), and the variable holding the optimizer there (where ``gradoc fix``
+    inserts its ``zero_grad()``); read once, from the caller's frame."""
+    frame = user_frame_object()
+    if frame is None:
+        return None
+    names = {**frame.f_globals, **frame.f_locals}
+    name = next((k for k, v in names.items() if v is target.optimizer), None)
+    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return {
+        "file": frame.f_code.co_filename,
+        "line": frame.f_lineno,
+        "code": code,
+        "optimizer": name,
+    }

@@ -23,7 +23,16 @@ import math
 from dataclasses import dataclass
 
 from .._util.json_types import JsonObject
-from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
+from ..detect.finding import (
+    CodeLine,
+    Evidence,
+    Family,
+    Finding,
+    Fix,
+    Horizon,
+    Hypothesis,
+    Weight,
+)
 from ..detect.history import History
 from ..detect.signals import fmt
 from .advice import lr_too_high
@@ -54,11 +63,15 @@ class Accumulated(Details):
     growth: float | None = None
     """The global gradient norm at step ``growth_step`` over the first (when measured)."""
     growth_step: int | None = None
+    optimizer: str | None = None
+    """The variable holding the optimizer where the program steps it (a fix's edit)."""
 
     def to_json(self) -> JsonObject:
         out = Details.to_json(self)
         if self.growth is None:  # not measured: not written
             del out["growth"], out["growth_step"]
+        if self.optimizer is None:
+            del out["optimizer"]
         return out
 
 
@@ -87,7 +100,8 @@ class AccumulatingGradients(FindingKind):
             ),
             Evidence("first step that added to the previous gradient", first),
         ]
-        details = Accumulated(n, checked, first)
+        at = kept.get("at") or {}
+        details = Accumulated(n, checked, first, optimizer=at.get("optimizer"))
         growth = _growth(h)
         if growth is not None:
             evidence.append(
@@ -153,6 +167,7 @@ class AccumulatingGradients(FindingKind):
                 Horizon.IMMEDIATE,
                 "call optimizer.zero_grad(set_to_none=True) once per step, before loss.backward() "
                 "(with gradient accumulation: after each optimizer.step())",
+                code=CodeLine.from_json((h.meta.grads_kept or {}).get("at")),
             ),
             Fix(
                 Horizon.LONG_TERM,

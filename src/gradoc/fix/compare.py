@@ -53,6 +53,7 @@ class Comparison:
     diff: str | None = None
     verdict: str | None = None
     """For an edit: "verified", "did not help" (:func:`verdict`)."""
+    why_not: list[str] = field(default_factory=list)
 
     def left(self) -> set[tuple[str, str | None]]:
         """The (kind, layer) of the findings the fix did not cure."""
@@ -83,6 +84,7 @@ class Comparison:
         if self.edit is not None:
             out["patch"] = {**self.edit.to_json(), "diff": self.diff}
             out["verdict"] = self.verdict
+            out["why_not"] = list(self.why_not)
         return out
 
 
@@ -130,17 +132,24 @@ LOSS_NOISE = 0.05
 least as good" (the median of the last tenth of each run's steps)."""
 
 
-def verdict(result: Comparison, kind: str) -> str:
-    """Whether an edit made against a finding of ``kind`` worked: "verified" when the finding
-    is gone, no new warning or error came, the loss ended at least as good (within
+def verdict(result: Comparison, kind: str) -> tuple[str, list[str]]:
+    """Whether an edit made against a finding of ``kind`` worked, and why not: "verified" when
+    the finding is gone, no new warning or error came, the loss ended at least as good (within
     :data:`LOSS_NOISE`) and the fixed run exited as the first did or cleanly; else "did not
-    help"."""
+    help", with each of those that failed, in the run's numbers."""
     b, a = result.before, result.after
-    cured = all(f.kind != kind for f in result.remaining)
-    loss_ok = a.final_loss is not None and (
-        b.final_loss is None
-        or not math.isfinite(b.final_loss)
-        or a.final_loss <= b.final_loss + LOSS_NOISE * abs(b.final_loss) + 1e-12
-    )
-    exit_ok = a.exit_code in (0, b.exit_code)
-    return "verified" if cured and not result.new and loss_ok and exit_ok else "did not help"
+    why = []
+    if any(f.kind == kind for f in result.remaining):
+        why.append(f"{kind} is still found")
+    why += [f"new: {f.kind} ({f.summary})" for f in result.new]
+    if a.final_loss is None:
+        why.append("the fixed run logged no finite loss")
+    elif (
+        b.final_loss is not None
+        and math.isfinite(b.final_loss)
+        and a.final_loss > b.final_loss + LOSS_NOISE * abs(b.final_loss) + 1e-12
+    ):
+        why.append(f"the loss ended worse: {a.final_loss:.4g} against {b.final_loss:.4g}")
+    if a.exit_code not in (0, b.exit_code):
+        why.append(f"the fixed run exited {a.exit_code} (the first: {b.exit_code})")
+    return ("did not help" if why else "verified"), why

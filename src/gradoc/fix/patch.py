@@ -12,6 +12,8 @@ what they write is what a person would write there:
 - ``zero_clip``: the clip call (``clip_grad_norm_(params, 0.0)``) given the usual threshold,
   1.0, where it was the literal 0; where the threshold is an expression (``args.clip``, a
   config's 0 meant as "off"), the call is skipped while it is not positive.
+- ``accumulating_gradients``: ``<optimizer>.zero_grad()`` after the line that steps the
+  optimizer (``meta.grads_kept.at``: the line and the variable holding it there).
 """
 
 from __future__ import annotations
@@ -164,7 +166,44 @@ def _replaced(source: str, node: ast.expr, text: str) -> str:
     return (raw[:start] + text.encode() + raw[end:]).decode()
 
 
-WRITERS: dict[str, Callable[[Finding], Edit | None]] = {"zero_clip": _zero_clip}
+def _zero_grad(f: Finding) -> Edit | None:
+    """``optimizer.zero_grad()`` inserted after the line that steps the optimizer whose
+    gradients were kept (right for a plain loop and for gradient accumulation alike): the
+    variable is the one the run found holding it there, else the receiver of the line's only
+    ``.step()`` call."""
+    where = _located(next((x.code for x in f.fixes if x.code is not None), None))
+    if where is None:
+        return None
+    file, line, text = where
+    try:
+        tree = ast.parse(text.strip())
+    except SyntaxError:
+        return None
+    simple = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)
+    if not all(isinstance(node, simple) for node in tree.body):
+        return None  # ``for ...: opt.step()``: the next line is not in the same block
+    receivers = {
+        ast.unparse(n.func.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+    }
+    if not receivers:
+        return None  # not the line that steps: a zero_grad() after it could undo the update
+    details = f.details if isinstance(f.details, dict) else f.details.to_json()
+    name = details.get("optimizer")
+    if not isinstance(name, str) or not name.isidentifier():
+        if len(receivers) != 1:
+            return None
+        (name,) = receivers
+    indent = text[: len(text) - len(text.lstrip())]
+    added = f"{indent}{name}.zero_grad()  # the next backward() starts from no gradient"
+    return Edit(f.kind, file, line, text, (text, added), f"clear {name}'s gradients after its step")
+
+
+WRITERS: dict[str, Callable[[Finding], Edit | None]] = {
+    "zero_clip": _zero_clip,
+    "accumulating_gradients": _zero_grad,
+}
 """The finding kinds whose code fix gradoc writes as an edit."""
 
 

@@ -224,14 +224,15 @@ def fix(
     result.remedy = remedy if edit is None else None
     result.code_fixes = [f for f in fixes if (f.finding, f.layer) in left]  # not cured
     if edit is not None:
-        result.edit, result.diff, result.verdict = edit, shown, verdict(result, edit.finding)
+        result.edit, result.diff = edit, shown
+        result.verdict, result.why_not = verdict(result, edit.finding)
     text = to_json_text(result.to_json())
     write_text_file(after / "fix.json", text)
     if json_path:
         write_text_file(json_path, text)
     print_comparison(result, what, result.code_fixes, console)
     if edit is not None:
-        return _said_verdict(edit, result.verdict, write, console)
+        return _said_verdict(edit, result.verdict, result.why_not, write, console)
     return code
 
 
@@ -254,13 +255,18 @@ def _edit_copy(edit: Any, copied: Any) -> None:
     edit.apply(target)
 
 
-def _said_verdict(edit: Any, verdict: str | None, write: bool, console: Any) -> int:
+def _said_verdict(
+    edit: Any, verdict: str | None, why_not: list[str], write: bool, console: Any
+) -> int:
     """Say the edit's verdict; with ``write`` and a verified edit, make it in the user's
     file. 0 when the edit was verified, 1 when it did not help."""
     from rich.text import Text
 
     if verdict != "verified":
-        console.print(Text(f"gradoc fix: the edit did not help ({edit.describe()}); not written"))
+        console.print(
+            Text(f"gradoc fix: the edit did not help ({edit.describe()}): {'; '.join(why_not)}")
+            + Text("; not written" if write else "")
+        )
         return 1
     if write:
         edit.apply()
