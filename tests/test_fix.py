@@ -215,12 +215,7 @@ def test_fix_re_runs_in_a_copy_and_leaves_the_users_files_as_they_were(tmp_path:
     """The script writes a checkpoint and appends to a CSV by relative paths: the fixed
     re-run writes them in a copy of its folder, and the user's stay as the first run left
     them (the fixed run itself trained: its loss came down)."""
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "train.py").write_text(WRITES_ITS_FILES)
-    before = project / "runs" / "before"
-    first = gradoc_cli("run", "--out", str(before), "train.py", "0.3", cwd=project)
-    assert first.returncode == 0, first.stderr
+    project, before = _project(tmp_path, WRITES_ITS_FILES, "0.3")
     kept = {p: p.read_bytes() for p in (project / "metrics.csv", project / "checkpoints/last.pt")}
     listed = sorted(p.relative_to(project) for p in project.rglob("*") if "runs" not in p.parts)
     done = gradoc_cli("fix", str(before), "train.py", "0.3", cwd=project)
@@ -286,12 +281,14 @@ CLIPS_TO_ZERO = textwrap.dedent(
 )
 
 
-def _clip_project(tmp_path: Path) -> tuple[Path, Path]:
+def _project(tmp_path: Path, source: str, *args: str) -> tuple[Path, Path]:
+    """A project folder whose ``train.py`` is ``source``, run once under gradoc from there
+    (with ``args``): the folder, and the run's directory (under ``runs/``)."""
     project = tmp_path / "project"
     project.mkdir()
-    (project / "train.py").write_text(CLIPS_TO_ZERO)
+    (project / "train.py").write_text(source)
     before = project / "runs" / "before"
-    done = gradoc_cli("run", "--out", str(before), "train.py", cwd=project)
+    done = gradoc_cli("run", "--out", str(before), "train.py", *args, cwd=project)
     assert done.returncode == 0, done.stderr
     return project, before
 
@@ -299,7 +296,7 @@ def _clip_project(tmp_path: Path) -> tuple[Path, Path]:
 def test_fix_edits_a_clip_of_zero_in_a_copy_verifies_it_and_writes_it_only_when_asked(
     tmp_path: Path,
 ) -> None:
-    project, before = _clip_project(tmp_path)
+    project, before = _project(tmp_path, CLIPS_TO_ZERO)
     script = project / "train.py"
     done = gradoc_cli("fix", str(before), "train.py", cwd=project)
     assert done.returncode == 0, done.stderr
@@ -393,12 +390,8 @@ FORGETS_ZERO_GRAD = textwrap.dedent(
 
 
 def test_fix_inserts_the_missing_zero_grad_after_the_step_and_verifies_it(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
+    project, before = _project(tmp_path, FORGETS_ZERO_GRAD)
     script = project / "train.py"
-    script.write_text(FORGETS_ZERO_GRAD)
-    before = project / "runs" / "before"
-    assert gradoc_cli("run", "--out", str(before), "train.py", cwd=project).returncode == 0
     done = gradoc_cli("fix", "--write", str(before), "train.py", cwd=project)
     assert done.returncode == 0, done.stderr
     result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
@@ -416,13 +409,9 @@ def test_an_edit_that_cures_its_finding_but_leaves_the_loss_worse_did_not_help(
     cleared, they are 13x smaller, and at the same learning rate it learns less in 120 steps.
     The edit is right, but the run does not show it working: "did not help", in its numbers,
     and --write writes nothing."""
-    project = tmp_path / "project"
-    project.mkdir()
-    script = project / "train.py"
     source = (Path(__file__).parent / "shapes" / "no_zero_grad.py").read_text()
-    script.write_text(source)
-    before = project / "runs" / "before"
-    assert gradoc_cli("run", "--out", str(before), "train.py", cwd=project).returncode == 0
+    project, before = _project(tmp_path, source)
+    script = project / "train.py"
     done = gradoc_cli("fix", "--write", str(before), "train.py", cwd=project)
     assert done.returncode == 1, done.stderr
     result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
