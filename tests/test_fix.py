@@ -81,9 +81,34 @@ def test_run_fix_lowers_the_learning_rate_and_shows_the_finding_gone(tmp_path: P
     assert "before / after" in done.stderr and "gone" in done.stderr
 
 
+NAN_TWO_OPERANDS = NAN_IN_CODE.replace(
+    "/ x.std(1, keepdim=True)  # no epsilon",
+    "/ x.std(1, keepdim=True) * (x.shape[1] / x.shape[1])  # no epsilon",
+)
+"""The same NaN, on a line with two denominators: which one to clamp, the line does not say,
+so the fix stays prose (and the no-code remedy is what gradoc re-runs with)."""
+
+
+def test_fix_clamps_the_denominator_where_the_nan_was_born_and_verifies_it(
+    tmp_path: Path,
+) -> None:
+    project, before = _project(tmp_path, NAN_IN_CODE)
+    done = gradoc_cli("fix", str(before), "train.py", cwd=project)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["verdict"] == "verified", result["why_not"]
+    assert result["patch"]["after"] == [
+        "        return (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True).clamp_min(1e-6)"
+        "  # no epsilon"
+    ]
+    assert "nonfinite" in [f["kind"] for f in result["disappeared"]]
+    assert result["after"]["first_nonfinite_loss"] is None
+    assert result["before"]["first_nonfinite_loss"] == 39
+
+
 def test_fix_command_states_the_code_change_with_file_and_line(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
-    script.write_text(NAN_IN_CODE)
+    script.write_text(NAN_TWO_OPERANDS)
     before = tmp_path / "before"
     assert gradoc_cli("run", "--out", str(before), str(script)).returncode == 0
     done = gradoc_cli("fix", "--json", str(tmp_path / "fix.json"), str(before), str(script))
@@ -457,3 +482,40 @@ def test_the_zero_grad_edit_is_written_after_the_line_that_steps(
     else:
         assert edit is not None and edit.after[0] == line
         assert edit.after[1].split("  #")[0] == after
+
+
+@pytest.mark.parametrize(
+    ("line", "op", "after"),
+    [
+        ("rel = pos / span", "aten.div.Tensor", "rel = pos / span.clamp_min(1e-6)"),
+        ("h = h + torch.log(c)", "aten.log.default", "h = h + torch.log(c.clamp_min(1e-6))"),
+        ("h = h * c.pow(-0.5)", "aten.pow.Tensor_Scalar", "h = h * c.clamp_min(1e-6).pow(-0.5)"),
+        (
+            "h = h * torch.sqrt(c * self.gain)",
+            "SqrtBackward0",
+            "h = h * torch.sqrt((c * self.gain).clamp_min(1e-6))",
+        ),
+        (
+            "h = h * (c * self.gain) ** 0.5",
+            "PowBackward0",
+            "h = h * ((c * self.gain).clamp_min(1e-6)) ** 0.5",
+        ),
+        ("y = a / b / c", "aten.div.Tensor", None),  # two denominators: which one?
+        ("y = x / 2.0", "aten.div.Tensor", None),  # a constant is not what was 0
+        ("y = torch.exp(x)", "aten.exp.default", None),  # no clamp makes an overflow safe
+    ],
+)
+def test_the_nonfinite_edit_clamps_the_unsafe_operand_of_the_located_op(
+    tmp_path: Path, line: str, op: str, after: str | None
+) -> None:
+    from gradoc.detect.finding import Origin
+    from gradoc.fix.patch import edit_for
+
+    path = tmp_path / "model.py"
+    path.write_text(f"def f(x):\n    {line}\n")
+    origin = Origin(phase="forward", step=3, module=None, op=op, file=str(path), line=2, code=line)
+    finding = Finding(
+        kind="nonfinite", severity="error", step=3, layer=None, summary="", origin=origin
+    )
+    edit = edit_for([finding])
+    assert (edit.after[0].strip() if edit else None) == after

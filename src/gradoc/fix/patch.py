@@ -14,6 +14,9 @@ what they write is what a person would write there:
   config's 0 meant as "off"), the call is skipped while it is not positive.
 - ``accumulating_gradients``: ``<optimizer>.zero_grad()`` after the line that steps the
   optimizer (``meta.grads_kept.at``: the line and the variable holding it there).
+- ``nonfinite``: at the line where the NaN/Inf was born, the unsafe operand of its op (a
+  division's denominator, a log's or a square root's argument, the base of a power below 1)
+  clamped to ``1e-6``, where the line holds exactly one such operand.
 """
 
 from __future__ import annotations
@@ -200,7 +203,75 @@ def _zero_grad(f: Finding) -> Edit | None:
     return Edit(f.kind, file, line, text, (text, added), f"clear {name}'s gradients after its step")
 
 
+EPS = "1e-6"
+"""The floor an unsafe operand is clamped to (a denominator, a log's or a root's argument)."""
+
+_UNSAFE = {"div": "div", "log": "log", "log2": "log", "log10": "log", "sqrt": "root"}
+_UNSAFE |= {"rsqrt": "root", "pow": "pow"}
+
+
+def _op_family(op: str) -> str | None:
+    """``aten.div.Tensor`` / ``DivBackward0`` -> "div"; "log", "root", "pow"; else None."""
+    name = op.split(".")[1] if op.startswith("aten.") and op.count(".") >= 1 else op
+    name = name.removesuffix("Backward0").removesuffix("Backward1").lower()
+    return _UNSAFE.get(name)
+
+
+def _operands(tree: ast.AST, family: str) -> list[ast.expr]:
+    """The operands the unsafe ops of ``family`` on a line take (the denominator, the log's
+    or root's argument, the base of a power below 1)."""
+    found: list[ast.expr] = []
+    for n in ast.walk(tree):
+        if family == "div" and isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+            found.append(n.right)
+        elif family == "pow" and isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
+            if isinstance(n.right, (ast.Constant, ast.UnaryOp)):
+                found.append(n.left)
+        elif isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name)):
+            name = _name(n.func)
+            if _UNSAFE.get(name) != family:
+                continue
+            is_method = isinstance(n.func, ast.Attribute) and not n.args and family != "pow"
+            is_method |= family == "pow" and isinstance(n.func, ast.Attribute) and len(n.args) == 1
+            if is_method and isinstance(n.func, ast.Attribute):
+                found.append(n.func.value)  # x.log(), x.pow(-0.5)
+            elif n.args and family != "pow":
+                found.append(n.args[0])  # torch.log(x)
+    return found
+
+
+def _nonfinite(f: Finding) -> Edit | None:
+    """The unsafe operand of the op where the NaN/Inf was born, clamped to :data:`EPS`, at
+    the line the run located: ``pos / span`` -> ``pos / span.clamp_min(1e-6)``."""
+    origin = f.origin
+    if origin is None or not origin.op or not origin.file or origin.line is None:
+        return None
+    family = _op_family(origin.op)
+    where = _located(CodeLine(origin.file, origin.line, origin.code))
+    if family is None or where is None:
+        return None
+    file, line, text = where
+    stripped = text.strip()
+    try:
+        tree = ast.parse(stripped)
+    except SyntaxError:
+        return None  # a statement over several lines
+    operands = [o for o in _operands(tree, family) if not isinstance(o, ast.Constant)]
+    if len(operands) != 1:
+        return None  # none, or several: which one, the line does not say
+    (operand,) = operands
+    seg = ast.get_source_segment(stripped, operand)
+    if seg is None:
+        return None
+    simple = isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+    clamped = f"{seg}.clamp_min({EPS})" if simple else f"({seg}).clamp_min({EPS})"
+    indent = text[: len(text) - len(text.lstrip())]
+    new = indent + _replaced(stripped, operand, clamped)
+    return Edit(f.kind, file, line, text, (new,), f"clamp {seg} to at least {EPS}")
+
+
 WRITERS: dict[str, Callable[[Finding], Edit | None]] = {
+    "nonfinite": _nonfinite,
     "zero_clip": _zero_clip,
     "accumulating_gradients": _zero_grad,
 }
