@@ -519,3 +519,44 @@ def test_the_nonfinite_edit_clamps_the_unsafe_operand_of_the_located_op(
     )
     edit = edit_for([finding])
     assert (edit.after[0].strip() if edit else None) == after
+
+
+TRAINS_UNTIL_INTERRUPTED = LR_TOO_HIGH.replace(
+    "for step in range(150):", "for step in itertools.count():"
+).replace("import sys\n", "import itertools, sys\n")
+
+
+def test_a_fix_re_runs_a_script_stopped_by_ctrl_c_for_as_long_as_the_first_run(
+    tmp_path: Path,
+) -> None:
+    """A loop that trains until the user stops it (an actor-critic run until Ctrl-C): its fix's
+    re-run is interrupted after as long as the first run lasted, and compared."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(TRAINS_UNTIL_INTERRUPTED)
+    before = project / "runs" / "before"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "gradoc", "run", "--out", str(before), "train.py", "0.3"],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(6)
+    first.send_signal(signal.SIGINT)
+    first.wait(timeout=120)
+    report = json.loads((before / "report.json").read_text())
+    assert report["run"]["status"] == "interrupted"
+    began = time.monotonic()
+    done = gradoc_cli("fix", str(before), "train.py", "0.3", cwd=project)
+    took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    assert "interrupted after" in " ".join(done.stderr.split())
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["after"]["steps"] > 10  # it trained, until the bound
+    assert result["remedy"]["kind"] == "lr_scale"
+    assert took < 120  # bounded: without the bound, the re-run would never end

@@ -55,11 +55,13 @@ def execute(
     sample_every: int | None = None,
     resume: bool = False,
     grads_every: int | None = None,
+    limit_s: float | None = None,
 ) -> tuple[int, Report | None]:
     """Run the script watched into ``out``; return its exit code and the report.
     ``checks``: ``gradoc run --check`` names; ``sample_every``: ``--sample-every`` (None:
     the budgeted default); ``grads_every``: ``--grads-every`` (None: every step, or the
     lean cadence on short steps); ``resume``: continue the log in ``out`` (``--resume``);
+    ``limit_s``: interrupt the script after that long, as Ctrl-C would (a fix's re-run);
     ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
     from ..collect.auto import AutoAttach
@@ -99,7 +101,7 @@ def execute(
     printed_at: list[tuple[int, str]] = []  # the last line that showed a NaN/Inf, its step
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
     scan = scan_output(printed, printed_at, step=lambda: run.step)
-    with effects, _numerics(run, "numerics" in checks), scan:
+    with effects, _numerics(run, "numerics" in checks), scan, _interrupted_after(limit_s):
         code = exec_script(script, script_args, clues)
     auto.remove()
     status = "finished" if code == 0 else ("interrupted" if code == -SIGINT else "failed")
@@ -208,15 +210,28 @@ def fix(
     )
     if shown:
         console.print(Text(shown.rstrip()))
+    limit = _rerun_limit(report)
+    if limit is not None:
+        console.print(
+            Text(f"gradoc fix: the re-run is interrupted after {limit:.0f} s{_why(report)}")
+        )
     with working_copy(script, Path.cwd()) as copied:
+        guard, scale = (
+            (None, 1.0)
+            if remedy is None or edit is not None
+            else (
+                remedy.guard,
+                remedy.lr_scale,
+            )
+        )
         if edit is not None:
             _edit_copy(edit, copied)
-            code, after_report = execute(copied.script, script_args, after, None, None, 1.0)
-        else:
-            assert remedy is not None
-            code, after_report = execute(
-                copied.script, script_args, after, None, remedy.guard, remedy.lr_scale
-            )
+        began = time.monotonic()
+        code, after_report = execute(
+            copied.script, script_args, after, None, guard, scale, limit_s=limit
+        )
+    if code == -SIGINT and limit is not None and time.monotonic() - began >= limit:
+        code = 0  # ended at the bound, as asked: the comparison is what this command returns
     if after_report is None:
         return code
     result = compare(before, report, after, after_report)
@@ -234,6 +249,27 @@ def fix(
     if edit is not None:
         return _said_verdict(edit, result.verdict, result.why_not, write, console)
     return code
+
+
+RERUN_SLACK = 3.0
+"""A fix's re-run of a script that ended by itself may take this many times the first run's
+length (and a minute more) before it is interrupted: a fix must not hang the command."""
+
+
+def _rerun_limit(report: Report) -> float | None:
+    """How long a fix's re-run may last: as long as the first run where that one was
+    interrupted (the user's own bound: an actor-critic trained until Ctrl-C), else
+    :data:`RERUN_SLACK` times it and a minute; None when its length is unknown."""
+    took = report.run.duration_s
+    if took is None:
+        return None
+    return took if report.run.status == "interrupted" else RERUN_SLACK * took + 60.0
+
+
+def _why(report: Report) -> str:
+    if report.run.status == "interrupted":
+        return ", as the first run was"
+    return f" ({RERUN_SLACK:g}x the first run and a minute)"
 
 
 def _rank(report: Report, kind: str) -> int:
@@ -274,6 +310,25 @@ def _said_verdict(
     else:
         console.print(Text("gradoc fix: verified; gradoc fix --write makes this edit in your file"))
     return 0
+
+
+@contextlib.contextmanager
+def _interrupted_after(limit_s: float | None) -> Iterator[None]:
+    """Interrupt the main thread after ``limit_s`` seconds, as Ctrl-C would (the script ends
+    by KeyboardInterrupt, told as "interrupted"); the timer stops when the script ends."""
+    if limit_s is None:
+        yield
+        return
+    import _thread
+    import threading
+
+    timer = threading.Timer(limit_s, _thread.interrupt_main)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _sibling(before: Path) -> Path:
