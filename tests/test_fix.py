@@ -560,3 +560,56 @@ def test_a_fix_re_runs_a_script_stopped_by_ctrl_c_for_as_long_as_the_first_run(
     assert result["after"]["steps"] > 10  # it trained, until the bound
     assert result["remedy"]["kind"] == "lr_scale"
     assert took < 120  # bounded: without the bound, the re-run would never end
+
+
+def test_a_rate_the_no_code_scale_does_not_reach_is_then_scaled_where_the_optimizer_is_made(
+    tmp_path: Path,
+) -> None:
+    """LBFGS at lr 8 (meant 0.8; ``tests/shapes/lbfgs_lr80.py``): the learning rate x0.1
+    without a code change leaves the blow-up; the same scale written where the optimizer is
+    made (``lr=args.lr * 0.1``) cures it, verified, and --write writes it."""
+    source = (Path(__file__).parent / "shapes" / "lbfgs_lr80.py").read_text()
+    project, before = _project(tmp_path, source, "--steps", "5", "--lr", "8")
+    args = ("train.py", "--steps", "5", "--lr", "8")
+    done = gradoc_cli("fix", "--write", str(before), *args, cwd=project)
+    assert done.returncode == 0, done.stderr
+    first = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert first["remedy"]["kind"] == "lr_scale" and "patch" not in first
+    assert "loss_blowup" in [f["kind"] for f in first["remaining"]]
+    second = json.loads((project / "runs" / "before-fixed-2" / "fix.json").read_text())
+    assert second["verdict"] == "verified", second["why_not"]
+    assert "loss_blowup" in [f["kind"] for f in second["disappeared"]]
+    made = "opt = torch.optim.LBFGS(model.parameters(), lr=args.lr)"
+    assert (project / "train.py").read_text() == source.replace(
+        made, made.replace("lr=args.lr", "lr=args.lr * 0.1")
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "after"),
+    [
+        ("opt = torch.optim.Adam(model.parameters(), lr=0.5)", "lr=0.05)"),
+        ("opt = optim.SGD(params, 3.0, momentum=0.9)", "SGD(params, 0.3, momentum=0.9)"),
+        ("opt = torch.optim.AdamW(ps, lr=cfg['lr'] / 2)", "lr=(cfg['lr'] / 2) * 0.1)"),
+        ("opt = torch.optim.Adam(model.parameters())", None),  # the default rate: not on the line
+        ("opt = make_optimizer(model, lr=0.5)", None),  # not an optimizer's class
+    ],
+)
+def test_the_learning_rate_edit_scales_the_rate_where_the_optimizer_is_made(
+    tmp_path: Path, line: str, after: str | None
+) -> None:
+    from gradoc.fix.patch import edit_for
+
+    path = tmp_path / "train.py"
+    path.write_text(f"{line}\n")
+    fix = Fix(Horizon.IMMEDIATE, "lower the learning rate", apply={"lr_scale": 0.1})
+    finding = Finding(
+        kind="loss_blowup", severity="error", step=3, layer=None, summary="", fixes=[fix]
+    )
+    optimizers = [{"type": "Adam", "at": {"file": str(path), "line": 1, "code": line}}]
+    edit = edit_for([finding], optimizers)
+    if after is None:
+        assert edit is None
+    else:
+        assert edit is not None and edit.after[0].endswith(after), edit.after
+    assert edit_for([finding]) is None  # where it was made is unknown (gradoc.watch)

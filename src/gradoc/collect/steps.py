@@ -128,7 +128,7 @@ class Steps(taps.TapReceiver):
             target.steps = self.resumption.start(optimizer)
             self.count = target.steps if self.primary is None else self.count
         if not manual:  # what the updates are expected to look like depends on it
-            self._optimizers.append(_described(optimizer))
+            self._optimizers.append(_described(optimizer) | _born(optimizer))
             self.run.set_meta(optimizers=self._optimizers)
             # gradoc run attaches one at a time: others alive will be attached at their step
             alive = self.run.attach_early is not None and len(taps.live_optimizers()) > 1
@@ -456,3 +456,9 @@ def _described(optimizer: Any) -> JsonObject:
         if isinstance(value, (int, float, tuple, list)) and not isinstance(value, bool):
             said[key] = list(value) if isinstance(value, tuple) else value
     return said
+
+
+def _born(optimizer: Any) -> JsonObject:
+    """``{"at": ...}``: where the program constructed the optimizer, when the taps saw it."""
+    at = taps.born_at(optimizer)
+    return {"at": at} if at else {}

@@ -35,8 +35,10 @@ import torch.nn.utils.clip_grad as _clip_grad
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .._util.json_types import JsonObject
 from .._util.patch import Patch
 from .._util.wrappers import compiling
+from ..locate.origin import user_frame
 from .losses import loss_like
 
 
@@ -149,9 +151,23 @@ new_optimizer: list[Callable[[], None]] = []
 """Called when an optimizer is made (``gradoc run`` looks for its model again)."""
 
 
+_born_at: weakref.WeakKeyDictionary[Optimizer, JsonObject] = weakref.WeakKeyDictionary()
+"""Where the program constructed each optimizer made while the taps were in (``gradoc run``):
+the file, line and code of the call (a learning-rate fix's edit goes there)."""
+
+
+def born_at(optimizer: Optimizer) -> JsonObject | None:
+    """Where ``optimizer`` was constructed, when the taps saw it made."""
+    return _born_at.get(optimizer)
+
+
 def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(self: Optimizer, *args: Any, **kwargs: Any) -> None:
         _optimizers.add(self)
+        if self not in _born_at:  # the user's line that made it (a subclass calls this)
+            at = user_frame()
+            if at is not None:
+                _born_at[self] = {"file": at[0], "line": at[1], "code": at[2]}
         init(self, *args, **kwargs)
         for listener in list(new_optimizer):
             listener()

@@ -14,6 +14,8 @@ what they write is what a person would write there:
   config's 0 meant as "off"), the call is skipped while it is not positive.
 - ``accumulating_gradients``: ``<optimizer>.zero_grad()`` after the line that steps the
   optimizer (``meta.grads_kept.at``: the line and the variable holding it there).
+- a finding whose fix scales the learning rate: the rate where the optimizer is constructed,
+  scaled by the same factor (``lr=0.5`` -> ``lr=0.05``).
 - ``nonfinite``: at the line where the NaN/Inf was born, the unsafe operand of its op (a
   division's denominator, a log's or a square root's argument, the base of a power below 1)
   clamped to ``1e-6``, where the line holds exactly one such operand.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -278,11 +280,62 @@ WRITERS: dict[str, Callable[[Finding], Edit | None]] = {
 """The finding kinds whose code fix gradoc writes as an edit."""
 
 
-def edit_for(findings: list[Finding]) -> Edit | None:
-    """The edit for the most serious finding that has one written, else None."""
+def _lr_scaled(f: Finding, optimizers: Sequence[JsonObject]) -> Edit | None:
+    """A finding whose fix scales the learning rate (``lr_scale``): the rate given where the
+    program constructs its optimizer (``meta.optimizers[i].at``, seen by ``gradoc run``),
+    scaled there: ``lr=0.5`` -> ``lr=0.05``, ``lr=args.lr`` -> ``lr=args.lr * 0.1``. Unlike
+    the no-code remedy it reaches an optimizer that keeps its own copy of the rate."""
+    factor = next((x.apply["lr_scale"] for x in f.fixes if x.apply and "lr_scale" in x.apply), None)
+    at = next((CodeLine.from_json(o.get("at")) for o in optimizers if o.get("at")), None)
+    where = _located(at)
+    if not isinstance(factor, (int, float)) or where is None:
+        return None
+    file, line, text = where
+    stripped = text.strip()
+    try:
+        tree = ast.parse(stripped)
+    except SyntaxError:
+        return None  # a construction over several lines
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+    if len(calls) != 1:
+        return None
+    rate = _rate(calls[0])
+    assert rate is not None
+    seg = ast.get_source_segment(stripped, rate)
+    if isinstance(rate, ast.Constant) and isinstance(rate.value, (int, float)):
+        new = f"{rate.value * factor:.3g}"
+    elif seg is not None:
+        simple = isinstance(rate, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+        new = f"{seg} * {factor:g}" if simple else f"({seg}) * {factor:g}"
+    else:
+        return None
+    indent = text[: len(text) - len(text.lstrip())]
+    return Edit(
+        f.kind,
+        file,
+        line,
+        text,
+        (indent + _replaced(stripped, rate, new),),
+        f"the learning rate x{factor:g} where the optimizer is made",
+    )
+
+
+def _rate(call: ast.Call) -> ast.expr | None:
+    """The learning rate a ``torch.optim`` constructor call is given (``lr=`` or its second
+    argument), None for any other call."""
+    if not _name(call.func)[:1].isupper():
+        return None  # optimizers are classes: SGD, AdamW, LBFGS
+    given = next((k.value for k in call.keywords if k.arg == "lr"), None)
+    return given if given is not None else (call.args[1] if len(call.args) > 1 else None)
+
+
+def edit_for(findings: list[Finding], optimizers: Sequence[JsonObject] = ()) -> Edit | None:
+    """The edit for the most serious finding that has one written, else None
+    (``optimizers``: the run log's ``meta.optimizers``, where they were constructed)."""
     for f in findings:
         writer = WRITERS.get(f.kind)
         edit = writer(f) if writer is not None else None
+        edit = edit if edit is not None else _lr_scaled(f, optimizers)
         if edit is not None:
             return edit
     return None

@@ -6,6 +6,7 @@ command line and calls these.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -169,23 +170,20 @@ def fix(
     most serious finding's: an edit of the user's code where gradoc writes one (``fix.patch``:
     made in the copy, judged by :func:`~gradoc.fix.compare.verdict`, and on ``write`` and a
     verified verdict made in the user's file too), else a remedy applied without a code change.
+    A learning rate is first scaled without a code change; where the finding stays (an
+    optimizer that keeps its own copy of the rate), the same scale is then tried as an edit
+    where the optimizer is made.
     """
     from rich.console import Console
-    from rich.text import Text
 
-    from ..collect import prepare_run_dir
-    from ..fix import choose, code_fixes, compare
-    from ..fix.compare import verdict
+    from ..fix import choose, code_fixes
     from ..fix.patch import edit_for
     from ..fix.remedy import user_sources
-    from ..report import print_comparison, to_json_text
-    from ..report.json import write_text_file
-    from .workcopy import copy_root, working_copy
+    from ..report import print_comparison
 
     console = Console(stderr=True)
-    sources = user_sources(script)
-    remedy, edit = choose(report), edit_for(report.serious)
-    fixes = code_fixes(report, sources)
+    remedy, edit = choose(report), edit_for(report.serious, _optimizers(before))
+    fixes = code_fixes(report, user_sources(script))
     if report.status == "healthy":
         console.print("gradoc fix: the run is healthy; nothing to fix")
         return 0
@@ -199,11 +197,60 @@ def fix(
         console.print("gradoc fix: every fix of this diagnosis needs a code change:")
         print_comparison(None, None, fixes, console)
         return 0
+    attempt = functools.partial(
+        _attempt, before, report, script, script_args, json_path, fixes, console
+    )
+    if edit is not None and remedy is not None and _same_rate(edit, remedy):
+        code, result = attempt(out, None, remedy)  # no code change first
+        if result is None or all(f.kind != remedy.finding for f in result.remaining):
+            return code
+        console.print("gradoc fix: the finding stays; the same scale, written where it is made:")
+        out = None
+    elif edit is None:
+        return attempt(out, None, remedy)[0]
+    code, result = attempt(out, edit, None)
+    if result is None:
+        return code
+    return _said_verdict(edit, result.verdict, result.why_not, write, console)
+
+
+def _same_rate(edit: Any, remedy: Any) -> bool:
+    """The edit scales the learning rate the remedy scales, for the same finding."""
+    return (
+        remedy.kind == "lr_scale"
+        and edit.finding == remedy.finding
+        and "learning rate" in (edit.action)
+    )
+
+
+def _attempt(
+    before: Path,
+    report: Report,
+    script: Path,
+    script_args: list[str],
+    json_path: Path | None,
+    fixes: list[Any],
+    console: Any,
+    out: str | None,
+    edit: Any,
+    remedy: Any,
+) -> tuple[int, Any]:
+    """One re-run with ``edit`` made or ``remedy`` applied, in a working copy, compared with
+    the first run (``fix.json``, printed); the exit code and the comparison (None when the
+    re-run left no report)."""
+    from rich.text import Text
+
+    from ..collect import prepare_run_dir
+    from ..fix import compare
+    from ..fix.compare import verdict
+    from ..report import print_comparison, to_json_text
+    from ..report.json import write_text_file
+    from .workcopy import copy_root, working_copy
+
     shown = edit.diff() if edit is not None else None  # EditFailed: the file changed
     after = prepare_run_dir(out or _sibling(before), script.stem)
-    root = copy_root(script, Path.cwd())
     what = edit if edit is not None else remedy
-    assert what is not None
+    root = copy_root(script, Path.cwd())
     console.print(
         Text(f"gradoc fix: re-running {one_line(script.name)} with {what.describe()}, in a ")
         + Text(f"copy of {one_line(root)} (your files stay as they are) -> {one_line(after)}")
@@ -215,15 +262,8 @@ def fix(
         console.print(
             Text(f"gradoc fix: the re-run is interrupted after {limit:.0f} s{_why(report)}")
         )
+    guard, scale = (remedy.guard, remedy.lr_scale) if remedy is not None else (None, 1.0)
     with working_copy(script, Path.cwd()) as copied:
-        guard, scale = (
-            (None, 1.0)
-            if remedy is None or edit is not None
-            else (
-                remedy.guard,
-                remedy.lr_scale,
-            )
-        )
         if edit is not None:
             _edit_copy(edit, copied)
         began = time.monotonic()
@@ -233,10 +273,10 @@ def fix(
     if code == -SIGINT and limit is not None and time.monotonic() - began >= limit:
         code = 0  # ended at the bound, as asked: the comparison is what this command returns
     if after_report is None:
-        return code
+        return code, None
     result = compare(before, report, after, after_report)
     left = result.left()
-    result.remedy = remedy if edit is None else None
+    result.remedy = remedy
     result.code_fixes = [f for f in fixes if (f.finding, f.layer) in left]  # not cured
     if edit is not None:
         result.edit, result.diff = edit, shown
@@ -246,9 +286,15 @@ def fix(
     if json_path:
         write_text_file(json_path, text)
     print_comparison(result, what, result.code_fixes, console)
-    if edit is not None:
-        return _said_verdict(edit, result.verdict, result.why_not, write, console)
-    return code
+    return code, result
+
+
+def _optimizers(run_dir: Path) -> list[Any]:
+    """The run log's ``meta.optimizers`` (where each was made, when ``gradoc run`` saw it)."""
+    from ..store import open_run
+
+    with open_run(run_dir) as log:
+        return list(log.meta.optimizers)
 
 
 RERUN_SLACK = 3.0
