@@ -93,9 +93,33 @@ def _lines(path: Path) -> list[str]:
         raise EditFailed(f"cannot read {path} to edit it: {exc}") from exc
 
 
-def _located(code: CodeLine | None) -> tuple[str, int, str] | None:
-    """The located line as the file holds it now (indentation included), if it still reads
-    as the run saw it."""
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A located line as the file holds it now, and parsed."""
+
+    file: str
+    line: int
+    text: str
+    """The line, its indentation included."""
+    tree: ast.Module
+    """The line's statements (``text`` without its indentation)."""
+
+    @property
+    def stripped(self) -> str:
+        return self.text.strip()
+
+    @property
+    def indent(self) -> str:
+        return self.text[: len(self.text) - len(self.text.lstrip())]
+
+    def parts(self) -> tuple[str, int, str, ast.Module, str]:
+        """(file, line, text, tree, stripped), for a writer to take apart at once."""
+        return self.file, self.line, self.text, self.tree, self.stripped
+
+
+def _located(code: CodeLine | None) -> Located | None:
+    """The located line as the file holds it now, if it still reads as the run saw it and
+    parses by itself (a statement over several lines does not)."""
     if code is None or code.line is None or not code.file:
         return None
     try:
@@ -107,7 +131,16 @@ def _located(code: CodeLine | None) -> tuple[str, int, str] | None:
     text = lines[code.line - 1]
     if code.code is not None and text.strip() != code.code.strip():
         return None
-    return code.file, code.line, text
+    try:
+        tree = ast.parse(text.strip())
+    except SyntaxError:
+        return None
+    return Located(code.file, code.line, text, tree)
+
+
+def _fixed_at(f: Finding) -> Located | None:
+    """The line a finding's fixes name (its first that names one)."""
+    return _located(next((x.code for x in f.fixes if x.code is not None), None))
 
 
 CLIPS = {"clip_grad_norm_": "max_norm", "clip_grad_value_": "clip_value"}
@@ -115,15 +148,11 @@ CLIPS = {"clip_grad_norm_": "max_norm", "clip_grad_value_": "clip_value"}
 
 
 def _zero_clip(f: Finding) -> Edit | None:
-    where = _located(next((x.code for x in f.fixes if x.code is not None), None))
+    where = _fixed_at(f)
     if where is None:
         return None
-    file, line, text = where
-    indent = text[: len(text) - len(text.lstrip())]
-    try:
-        tree = ast.parse(text.strip())
-    except SyntaxError:
-        return None
+    file, line, text, tree, _ = where.parts()
+    indent = where.indent
     calls = [
         n
         for n in ast.walk(tree)
@@ -140,7 +169,7 @@ def _zero_clip(f: Finding) -> Edit | None:
     )
     if arg is None:
         return None
-    stripped = text.strip()
+    stripped = where.stripped
     if isinstance(arg, ast.Constant) and arg.value == 0:
         new = _replaced(stripped, arg, "1.0")
         action = f"clip at {keyword} 1.0 instead of 0"
@@ -176,14 +205,10 @@ def _zero_grad(f: Finding) -> Edit | None:
     gradients were kept (right for a plain loop and for gradient accumulation alike): the
     variable is the one the run found holding it there, else the receiver of the line's only
     ``.step()`` call."""
-    where = _located(next((x.code for x in f.fixes if x.code is not None), None))
+    where = _fixed_at(f)
     if where is None:
         return None
-    file, line, text = where
-    try:
-        tree = ast.parse(text.strip())
-    except SyntaxError:
-        return None
+    file, line, text, tree, _ = where.parts()
     simple = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)
     if not all(isinstance(node, simple) for node in tree.body):
         return None  # ``for ...: opt.step()``: the next line is not in the same block
@@ -200,7 +225,7 @@ def _zero_grad(f: Finding) -> Edit | None:
         if len(receivers) != 1:
             return None
         (name,) = receivers
-    indent = text[: len(text) - len(text.lstrip())]
+    indent = where.indent
     added = f"{indent}{name}.zero_grad()  # the next backward() starts from no gradient"
     return Edit(f.kind, file, line, text, (text, added), f"clear {name}'s gradients after its step")
 
@@ -252,12 +277,7 @@ def _nonfinite(f: Finding) -> Edit | None:
     where = _located(CodeLine(origin.file, origin.line, origin.code))
     if family is None or where is None:
         return None
-    file, line, text = where
-    stripped = text.strip()
-    try:
-        tree = ast.parse(stripped)
-    except SyntaxError:
-        return None  # a statement over several lines
+    file, line, text, tree, stripped = where.parts()
     operands = [o for o in _operands(tree, family) if not isinstance(o, ast.Constant)]
     if len(operands) != 1:
         return None  # none, or several: which one, the line does not say
@@ -267,7 +287,7 @@ def _nonfinite(f: Finding) -> Edit | None:
         return None
     simple = isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
     clamped = f"{seg}.clamp_min({EPS})" if simple else f"({seg}).clamp_min({EPS})"
-    indent = text[: len(text) - len(text.lstrip())]
+    indent = where.indent
     new = indent + _replaced(stripped, operand, clamped)
     return Edit(f.kind, file, line, text, (new,), f"clamp {seg} to at least {EPS}")
 
@@ -290,12 +310,7 @@ def _lr_scaled(f: Finding, optimizers: Sequence[JsonObject]) -> Edit | None:
     where = _located(at)
     if not isinstance(factor, (int, float)) or where is None:
         return None
-    file, line, text = where
-    stripped = text.strip()
-    try:
-        tree = ast.parse(stripped)
-    except SyntaxError:
-        return None  # a construction over several lines
+    file, line, text, tree, stripped = where.parts()
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _rate(n) is not None]
     if len(calls) != 1:
         return None
@@ -309,7 +324,7 @@ def _lr_scaled(f: Finding, optimizers: Sequence[JsonObject]) -> Edit | None:
         new = f"{seg} * {factor:g}" if simple else f"({seg}) * {factor:g}"
     else:
         return None
-    indent = text[: len(text) - len(text.lstrip())]
+    indent = where.indent
     return Edit(
         f.kind,
         file,
