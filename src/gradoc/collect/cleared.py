@@ -18,13 +18,12 @@ checked: their step ends at the next backward, after any clearing.
 
 from __future__ import annotations
 
-import linecache
 import weakref
 
 from torch import Tensor
 
 from .._util.json_types import JsonObject
-from ..locate.origin import user_frame_object
+from ..locate.origin import user_frame_object, user_line
 from .grads import WatchedOptimizer
 
 
@@ -84,15 +83,8 @@ def _stepped_at(target: WatchedOptimizer) -> JsonObject | None:
     code of its ``step()`` call (read at the step's end: its statistics point may be a clip's
     call before it), and the variable holding the optimizer there (where ``gradoc fix``
     inserts its ``zero_grad()``); read once, from the caller's frame."""
-    frame = user_frame_object()
-    if frame is None:
+    at, frame = user_line(), user_frame_object()
+    if at is None or frame is None:
         return None
     names = {**frame.f_globals, **frame.f_locals}
-    name = next((k for k, v in names.items() if v is target.optimizer), None)
-    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return {
-        "file": frame.f_code.co_filename,
-        "line": frame.f_lineno,
-        "code": code,
-        "optimizer": name,
-    }
+    return {**at, "optimizer": next((k for k, v in names.items() if v is target.optimizer), None)}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from .._util.json_types import JsonObject
-from ..locate.origin import user_frame
+from ..locate.origin import user_line
 
 if TYPE_CHECKING:
     from .context import Internal
@@ -37,9 +37,8 @@ class ProgramClipping:
             said["norm_type"] = norm_type
         if said != self._said:
             self._said = said
-            at = user_frame()  # where the program clips (once per change: a fix's line)
-            where = {"at": {"file": at[0], "line": at[1], "code": at[2]}} if at else {}
-            self.run.set_meta(clipping={**said, **where})
+            at = user_line()  # where the program clips (once per change: a fix's line)
+            self.run.set_meta(clipping={**said, **({"at": at} if at else {})})
 
     def take(self) -> tuple[float, Tensor] | None:
         """The ended step's clipping (None: it did not clip)."""

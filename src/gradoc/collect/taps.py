@@ -38,7 +38,7 @@ from torch.optim import Optimizer
 from .._util.json_types import JsonObject
 from .._util.patch import Patch
 from .._util.wrappers import compiling
-from ..locate.origin import user_frame
+from ..locate.origin import user_line
 from .losses import loss_like
 
 
@@ -165,9 +165,9 @@ def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
     def tapped(self: Optimizer, *args: Any, **kwargs: Any) -> None:
         _optimizers.add(self)
         if self not in _born_at:  # the user's line that made it (a subclass calls this)
-            at = user_frame()
+            at = user_line()
             if at is not None:
-                _born_at[self] = {"file": at[0], "line": at[1], "code": at[2]}
+                _born_at[self] = at
         init(self, *args, **kwargs)
         for listener in list(new_optimizer):
             listener()

@@ -13,7 +13,8 @@ from types import FrameType
 
 import torch
 
-from ..detect.finding import Origin, SourceLines
+from .._util.json_types import JsonObject
+from ..detect.finding import CodeLine, Origin, SourceLines
 
 _GRADOC = str(Path(__file__).resolve().parents[1])
 _DEMO = str(Path(_GRADOC) / "demo")  # the demo's models are user code, not gradoc's
@@ -66,6 +67,14 @@ def user_frame(stack: list[traceback.FrameSummary] | None = None) -> Frame | Non
         if _user(fr.filename) and fr.lineno is not None:
             return fr.filename, fr.lineno, (fr.line or "").strip()
     return None
+
+
+def user_line() -> JsonObject | None:
+    """The innermost line of the user's code running now, as report.json's ``CodeLine``
+    holds one (``file``, ``line``, ``code``): where a fix's edit goes (read once, never per
+    step: it walks the stack)."""
+    at = user_frame()
+    return None if at is None else CodeLine(*at).to_json()
 
 
 def user_frame_object(depth: int = 0) -> FrameType | None:
