@@ -325,8 +325,6 @@ def activation_rows(
 def _act_row(
     step: int, lid: int, calls: Calls, values: list[float], host: np.ndarray[Any, Any]
 ) -> tuple[Any, ...]:
-    if len(calls) == 1:  # the common module: one call a step, nothing to combine
-        return _one_call(step, lid, *calls[0], values, host)
     s = combine(
         [(n, values[v]) for n, v, _ in calls],
         [host[a] if a is not None else None for _, _, a in calls],
@@ -344,40 +342,5 @@ def _act_row(
         real(s.sat_frac),
         s.nonfinite,
         s.positions,
-        blob,
-    )
-
-
-def _one_call(
-    step: int,
-    lid: int,
-    n: int,
-    at: slice,
-    units_at: slice | None,
-    values: list[float],
-    host: np.ndarray[Any, Any],
-) -> tuple[Any, ...]:
-    """:func:`_act_row` of a module called once in its step: ``combine``'s result for one
-    call, without its merge (the writer thread holds the GIL against training: a wide model's
-    sampled step writes a row per module)."""
-    mean, m2, zeros, nonfinite, sat = values[at]
-    units = host[units_at] if units_at is not None else None
-    positions = int(n // len(units)) if units is not None and len(units) else 0
-    blob = None
-    if units is not None and len(units):
-        active = units.astype(np.float64) / positions if positions else np.zeros(len(units))
-        blob = active.astype("=f4").tobytes()
-    std = math.sqrt(m2 / n) if n and m2 >= 0 else (math.nan if math.isnan(m2) else 0.0)
-    return (
-        step,
-        lid,
-        1,
-        int(n),
-        real(mean if n else 0.0),
-        real(std),
-        real(zeros / n if n else 0.0),
-        None if math.isnan(sat) else real(sat / n if n else 0.0),
-        int(nonfinite),
-        positions,
         blob,
     )

@@ -183,7 +183,11 @@ def combine(
     actives: Sequence[Sequence[float] | np.ndarray[Any, Any] | None],
 ) -> ActivationStats:
     """Merge the per-call ``(numel, vector)`` summaries of one module (Chan's parallel
-    variance); ``actives``: each call's per-unit active counts (arrays or lists)."""
+    variance); ``actives``: each call's per-unit active counts (arrays or lists). A module
+    called once has nothing to merge (the common one; the writer thread runs this for every
+    module of a sampled step, holding the GIL against training)."""
+    if len(calls) == 1:
+        return _one(*calls[0], actives[0])
     n = mean = m2 = zeros = nonfinite = 0.0
     sat: float | None = 0.0
     for nb, v in calls:
@@ -210,6 +214,28 @@ def combine(
         std=math.sqrt(m2 / n) if n and m2 >= 0 else (math.nan if math.isnan(m2) else 0.0),
         zero_frac=zeros / n if n else 0.0,
         sat_frac=(sat / n if n else 0.0) if sat is not None else None,
+        nonfinite=int(nonfinite),
+        positions=positions,
+        unit_active=units,
+    )
+
+
+def _one(
+    n: int, v: Sequence[float], active: Sequence[float] | np.ndarray[Any, Any] | None
+) -> ActivationStats:
+    """:func:`combine` of one call: its own statistics, normalised."""
+    mean, m2, zeros, nonfinite, sat = v
+    width = len(active) if active is not None else 0
+    positions = int(n // width) if width else 0
+    units = None
+    if active is not None and width:
+        units = np.asarray(active, dtype=np.float64) / positions if positions else np.zeros(width)
+    return ActivationStats(
+        numel=int(n),
+        mean=mean if n else 0.0,
+        std=math.sqrt(m2 / n) if n and m2 >= 0 else (math.nan if math.isnan(m2) else 0.0),
+        zero_frac=zeros / n if n else 0.0,
+        sat_frac=None if math.isnan(sat) else (sat / n if n else 0.0),
         nonfinite=int(nonfinite),
         positions=positions,
         unit_active=units,
