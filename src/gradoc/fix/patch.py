@@ -51,6 +51,8 @@ class Edit:
     after: tuple[str, ...]
     action: str
     """What the edit does, in words."""
+    remedy: str | None = None
+    """The no-code remedy this edit writes into the code (``lr_scale``), if it is one."""
 
     def describe(self) -> str:
         return f"{self.action} ({Path(self.file).name}:{self.line}), for {self.finding}"
@@ -162,11 +164,7 @@ def _zero_clip(f: Finding) -> Edit | None:
         return None
     (call,) = calls
     keyword = CLIPS[_name(call.func)]
-    arg = (
-        call.args[1]
-        if len(call.args) > 1
-        else next((k.value for k in call.keywords if k.arg == keyword), None)
-    )
+    arg = _second(call, keyword)
     if arg is None:
         return None
     stripped = where.stripped
@@ -332,6 +330,7 @@ def _lr_scaled(f: Finding, optimizers: Sequence[JsonObject]) -> Edit | None:
         text,
         (indent + _replaced(stripped, rate, new),),
         f"the learning rate x{factor:g} where the optimizer is made",
+        remedy="lr_scale",
     )
 
 
@@ -340,7 +339,13 @@ def _rate(call: ast.Call) -> ast.expr | None:
     argument), None for any other call."""
     if not _name(call.func)[:1].isupper():
         return None  # optimizers are classes: SGD, AdamW, LBFGS
-    given = next((k.value for k in call.keywords if k.arg == "lr"), None)
+    return _second(call, "lr")
+
+
+def _second(call: ast.Call, keyword: str) -> ast.expr | None:
+    """A call's second argument, given by ``keyword`` or in its place (a clip's threshold, an
+    optimizer's learning rate: both follow the parameters)."""
+    given = next((k.value for k in call.keywords if k.arg == keyword), None)
     return given if given is not None else (call.args[1] if len(call.args) > 1 else None)
 
 

@@ -200,7 +200,7 @@ def fix(
     attempt = functools.partial(
         _attempt, before, report, script, script_args, json_path, fixes, console
     )
-    if edit is not None and remedy is not None and _same_rate(edit, remedy):
+    if edit is not None and remedy is not None and _writes_remedy(edit, remedy):
         code, result = attempt(out, None, remedy)  # no code change first
         if result is None or all(f.kind != remedy.finding for f in result.remaining):
             return code
@@ -214,13 +214,10 @@ def fix(
     return _said_verdict(edit, result.verdict, result.why_not, write, console)
 
 
-def _same_rate(edit: Any, remedy: Any) -> bool:
-    """The edit scales the learning rate the remedy scales, for the same finding."""
-    return (
-        remedy.kind == "lr_scale"
-        and edit.finding == remedy.finding
-        and "learning rate" in (edit.action)
-    )
+def _writes_remedy(edit: Any, remedy: Any) -> bool:
+    """The edit writes into the code the remedy gradoc applies without a change, for the same
+    finding (the learning rate's scale)."""
+    return edit.remedy is not None and edit.remedy == remedy.kind and edit.finding == remedy.finding
 
 
 def _attempt(
