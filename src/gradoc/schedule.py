@@ -120,6 +120,15 @@ class lean:
         return True
 
 
+def lean_reads(step: int, until: int, kg: int | None, every: int | None) -> bool:
+    """Whether a lean cadence reads the gradients at ``step``: every step before ``until``,
+    then every ``kg``-th and every sampled (``every``-th) one (``collect.cadence``; the report
+    dates a gradient finding by it)."""
+    if kg is None or kg <= 1 or step < until:
+        return True
+    return step % kg == 0 or (every is not None and every > 0 and step % every == 0)
+
+
 @dataclass(frozen=True, slots=True)
 class never:
     """Never collect (turns a statistic off)."""

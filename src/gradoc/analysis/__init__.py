@@ -17,6 +17,7 @@ from ..diagnose import diagnose
 from ..findings import check_all
 from ..findings.log_incomplete import LogIncomplete
 from ..guard import GuardSummary
+from ..schedule import lean_reads
 from ..store import EventKind, RunLog, RunMeta, Stopped
 from .report import (
     REPORT_SCHEMA,
@@ -108,16 +109,15 @@ def dated(findings: list[Finding], chosen: JsonObject) -> None:
     """A finding of :data:`GRADIENT_ONSETS` dated on a lean stretch (the gradients' norms read
     every ``grads_every`` steps from ``from``, and on the sampled steps): the problem may have
     begun just after the read before; its ``step_from`` and summary say so."""
-    kg, start, every = chosen.get("grads_every"), chosen.get("from"), chosen.get("every")
+    kg, start, k = chosen.get("grads_every"), chosen.get("from"), chosen.get("every")
     if not isinstance(kg, int) or kg <= 1 or not isinstance(start, int):
         return
+    every = k if isinstance(k, int) else None
     for f in findings:
         if f.kind not in GRADIENT_ONSETS or f.step is None or f.step <= start:
             continue
-        read = next(  # the read before it: every step before ``start``
-            s
-            for s in range(f.step - 1, f.step - kg - 1, -1)
-            if s < start or s % kg == 0 or (isinstance(every, int) and every and s % every == 0)
+        read = next(  # the read before it (``kg`` steps back at most)
+            s for s in range(f.step - 1, f.step - kg - 1, -1) if lean_reads(s, start, kg, every)
         )
         if f.step - read > 1:
             f.step_from = read + 1

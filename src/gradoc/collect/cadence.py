@@ -36,7 +36,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING
 
-from ..schedule import budget, lean
+from ..schedule import budget, lean, lean_reads
 from .probe import Probe
 
 if TYPE_CHECKING:
@@ -105,10 +105,7 @@ class Cadence(Probe):
     def read(self, step: int) -> bool:
         """The per-step reads' schedule: every step, or (steps too short for them) every
         ``kg``-th from ``until`` on and on every sampled step."""
-        kg = self.kg
-        if kg is None or kg == 1 or step < self.spec.until:
-            return True
-        return step % kg == 0 or self.sampled(step)
+        return lean_reads(step, self.spec.until, self.kg, self.k)
 
     def timing(self) -> bool:
         """The steps are still being timed (nothing chosen yet)."""
