@@ -11,8 +11,9 @@ script writes by an absolute path outside that folder still reaches it (the run'
 effects, ``runtime.effects``, see it).
 
 Not copied: Python's bytecode caches, version-control directories, virtual environments (a
-folder holding ``pyvenv.cfg``) and gradoc's run directories (a folder holding ``run.db``):
-none is the script's input. A folder of more than :data:`COPY_MAX` bytes (a dataset kept next
+folder holding ``pyvenv.cfg``), gradoc's run directories (a folder holding ``run.db``) and
+its other working copies: none is the script's input; nor sockets and pipes, which a copy
+cannot hold. A folder of more than :data:`COPY_MAX` bytes (a dataset kept next
 to the script) is refused with the reason, before anything is copied.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,16 +48,37 @@ def copy_root(script: Path, cwd: Path) -> Path:
     return cwd if script.is_relative_to(cwd) else script.parent
 
 
+_PREFIX = "gradoc-copy-"
+"""The temporary copies' names: one found in a folder being copied (a script in the temporary
+directory itself) is never copied into itself."""
+
+
 def _skipped(folder: str, names: list[str]) -> set[str]:
-    """``shutil.copytree``'s ``ignore``: what is not the script's input."""
-    out = {n for n in names if n in _SKIPPED}
+    """``shutil.copytree``'s ``ignore``: what is not the script's input, and what is not a
+    file, a folder or a link (a socket, a pipe: nothing a copy can hold)."""
+    out = {n for n in names if n in _SKIPPED or n.startswith(_PREFIX)}
     for n in names:
         path = os.path.join(folder, n)
-        if not os.path.isdir(path) or os.path.islink(path):
-            continue
-        if any(os.path.exists(os.path.join(path, mark)) for mark in ("run.db", "pyvenv.cfg")):
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue  # gone since it was listed: copytree says so if it matters
+        marked = stat.S_ISDIR(mode) and any(
+            os.path.exists(os.path.join(path, mark)) for mark in ("run.db", "pyvenv.cfg")
+        )
+        if marked or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
             out.add(n)
     return out
+
+
+def _brief(exc: OSError | shutil.Error) -> str:
+    """A copy's failure in a line: ``shutil.Error`` lists every file that failed."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        failed = exc.args[0]
+        first = failed[0][-1] if failed and isinstance(failed[0], tuple) else failed[:1]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return f"{first}{more}"
+    return str(exc)
 
 
 def folder_size(root: Path, limit: int = COPY_MAX) -> int:
@@ -110,7 +133,9 @@ def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Cop
         try:
             shutil.copytree(root, dest, symlinks=True, ignore=_skipped)
         except (OSError, shutil.Error) as exc:
-            raise CopyRefused(f"could not copy {root} to re-run the script there: {exc}") from exc
+            raise CopyRefused(
+                f"could not copy {root} to re-run the script there: {_brief(exc)}"
+            ) from exc
         os.chdir(dest / cwd.relative_to(root) if cwd.is_relative_to(root) else dest)
         yield Copied(root, dest, dest / script.relative_to(root))
     finally:
