@@ -6,6 +6,7 @@ clearly. Each case here builds the same history twice: once where the loss does 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -178,3 +179,18 @@ def test_every_kind_reads_harm_or_stays_information_without_it() -> None:
             assert harm.startswith(("The mechanism itself", "Any NaN", "Parameters")), name
         elif how == "loss":
             assert "loss" in harm, name
+
+
+def test_a_noisy_one_sample_loss_that_started_low_by_luck_is_no_blowup() -> None:
+    """One sample a step: a squared error of one prediction is a scaled chi-square, scattered
+    over two orders of magnitude (an ordinary excursion of 10x and more), and one of the first
+    three is lucky (0.0005 against a level of 0.05). The same series with a real 1000x blow-up
+    is still one (its onset, on this noise, is dated early: the peak is the blow-up's)."""
+    rng = random.Random(0)
+    loss = [0.1 * rng.gauss(0, 1) ** 2 for _ in range(300)]
+    loss[1] = 0.0005
+    kind = REGISTRY["loss_blowup"]
+    assert kind.check(synthetic(loss=loss)) == []
+    blown = [*loss[:150], *(v * 1000 for v in loss[150:])]
+    (found,) = kind.check(synthetic(loss=blown))
+    assert found.severity == "error" and found.details.to_json()["peak_step"] >= 150

@@ -35,7 +35,15 @@ or stayed up keeps its error.
 
 Noise: the rise must stand out of the run's own noise outside the event
 (``signals.stands_out``): a one-weight regression fit one sample a step rose 19.5x from its
-first loss, and its ordinary excursion is 19x (tests/shapes/one_weight_regression.py).
+first loss, and its ordinary excursion is 19x (tests/shapes/one_weight_regression.py). On
+such a loss (an ordinary excursion outside the event of ``NOISY``, 5x, or more: the rise
+itself is left out, or an Adam blow-up's wild swings would read as noise), or one whose
+start is ``LUCKY`` (10x) below its first loss, the start level is the median of the losses
+before the rise (at most the first 8), not the lowest of the first 3: a healthy sequence
+regression fit one sequence a step started at 0.005 by luck (the median of the two losses
+before its "rise": 0.032), and an ordinary sample of 2.35 read as 473x, past the 100x that
+always stands out (tests/test_harm.py has its shape). Adam at lr 3 (1.36, then 86,380)
+keeps its start: nothing came before its rise.
 """
 
 from __future__ import annotations
@@ -46,7 +54,15 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import IMPROVED, ce_classes, excursions, fmt, loss_trend, stands_out
+from ..detect.signals import (
+    IMPROVED,
+    NOISE_WINDOW,
+    ce_classes,
+    excursions,
+    fmt,
+    loss_trend,
+    stands_out,
+)
 from .advice import (
     at,
     at_chance,
@@ -71,6 +87,14 @@ FLOOR = 100.0
 BACK = 1.5
 """The loss has come back once the smoothed loss is below 1.5x the start level again."""
 TRANSIENT = 10
+NOISY = 5.0
+"""A loss whose ordinary excursion outside the event (``signals.excursions``) reaches this is
+one sample's or one episode's (a batch mean's is about 1.3): its start level is the median of
+its losses before the rise (at most the first ``NOISE_WINDOW``, 8), not the lowest of the
+first 3, which is a lucky sample's."""
+LUCKY = 10.0
+"""A start level this many times below the first loss, one or two steps into the run, is a
+lucky sample's too (the event may never come back, leaving no noise outside it to measure)."""
 """Steps from the onset within which a blow-up that came back was a start-up transient."""
 
 
@@ -143,35 +167,16 @@ class LossBlowup(FindingKind):
             return []
         steps, values = [s for s, _ in pairs], [v for _, v in pairs]
         first = min(range(min(START, len(values))), key=values.__getitem__)
-        start = values[first]
-        if start <= 0:
+        event = _event(steps, values, first)
+        lucky = values[first] * LUCKY <= values[0]  # 10x below the first loss at once
+        if event is not None and (lucky or (event[4] is not None and event[4] >= NOISY)):
+            # one sample's loss (its noise outside the event): its lowest start is luck; the
+            # level is the median of the losses before the rise (at most NOISE_WINDOW)
+            before = min(NOISE_WINDOW, event[1])
+            event = _event(steps, values, before - 1, median=True) if before > first else event
+        if event is None:
             return []
-        # the rise is looked for after the step that sets the start level, smoothed over steps
-        # from it on: what came before it was higher by definition
-        smooth = [
-            statistics.median(values[max(min(first, i), i - SMOOTH + 1) : i + 1])
-            for i in range(len(values))
-        ]
-        onset = None
-        for i in range(first + 1, len(values)):
-            if values[i] >= FLOOR * start:
-                onset = i
-                break
-            if len(smooth) - i >= SUSTAIN and all(
-                x > RISE * start for x in smooth[i : i + SUSTAIN]
-            ):
-                onset = i
-                break
-        if onset is None:
-            return []
-        peak_i = max(range(onset, len(values)), key=lambda i: values[i])
-        # the smoothed loss lags the loss by SMOOTH - 1 steps: it cannot be back before that
-        after = max(peak_i, onset + SMOOTH - 1)
-        back_i = next((i for i in range(after, len(smooth)) if smooth[i] < BACK * start), None)
-        if back_i is not None and steps[back_i] - steps[onset] < SUSTAIN:
-            return []  # up and back within a few steps: a spike (loss_spike), not a blow-up
-        end_i = back_i if back_i is not None else len(values)
-        noise = excursions(values[:onset] + values[end_i:])  # the run's noise outside the event
+        start, onset, peak_i, back_i, noise = event
         if not stands_out(values[peak_i] / start, noise):
             return []  # within what this run's loss does on its own
         tail = values[-max(3, len(values) // 10) :]
@@ -322,3 +327,40 @@ class LossBlowup(FindingKind):
         clipping(f, lr, facts)
         decay = weight_decay(f, facts, lr)
         return [lr, init, data] + ([decay] if decay else [])
+
+
+def _event(
+    steps: list[int], values: list[float], first: int, median: bool = False
+) -> tuple[float, int, int, int | None, float | None] | None:
+    """The rise above the start level (the loss at ``first``, or with ``median`` the median
+    of the losses up to it): (start, onset, peak, back, the run's noise outside the event) as
+    indices, or None when there is none, or when it came back within ``SUSTAIN`` steps (a
+    spike)."""
+    start = statistics.median(values[: first + 1]) if median else values[first]
+    if start <= 0:
+        return None
+    # the rise is looked for after the step that sets the start level, smoothed over steps
+    # from it on: what came before it was higher by definition
+    smooth = [
+        statistics.median(values[max(min(first, i), i - SMOOTH + 1) : i + 1])
+        for i in range(len(values))
+    ]
+    onset = None
+    for i in range(first + 1, len(values)):
+        if values[i] >= FLOOR * start:
+            onset = i
+            break
+        if len(smooth) - i >= SUSTAIN and all(x > RISE * start for x in smooth[i : i + SUSTAIN]):
+            onset = i
+            break
+    if onset is None:
+        return None
+    peak_i = max(range(onset, len(values)), key=lambda i: values[i])
+    # the smoothed loss lags the loss by SMOOTH - 1 steps: it cannot be back before that
+    after = max(peak_i, onset + SMOOTH - 1)
+    back_i = next((i for i in range(after, len(smooth)) if smooth[i] < BACK * start), None)
+    if back_i is not None and steps[back_i] - steps[onset] < SUSTAIN:
+        return None  # up and back within a few steps: a spike (loss_spike), not a blow-up
+    end_i = back_i if back_i is not None else len(values)
+    noise = excursions(values[:onset] + values[end_i:])  # the run's noise outside the event
+    return start, onset, peak_i, back_i, noise
