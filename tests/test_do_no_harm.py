@@ -164,7 +164,7 @@ CHECKPOINTS = textwrap.dedent(
         if "--save" in sys.argv:
             torch.save({"step": step}, "latest.pt")   # C++ writes it: no audit hook sees it
         if "--log" in sys.argv:
-            with open("train.log", "a") as f:          # Python writes it
+            with open(sys.argv[-1] if "--log-to" in sys.argv else "train.log", "a") as f:
                 f.write(f"step {step}\\n")
     print("done")
     """
@@ -178,28 +178,51 @@ def _checkpoints(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("effect", ["--save", "--log"])
-def test_a_script_with_side_effects_is_not_re_run_but_the_command_is_printed(
+def test_a_script_that_writes_in_its_folder_is_re_run_in_a_copy(
     tmp_path: Path, effect: str
 ) -> None:
-    """A replay set a resume checkpoint back from step 280 to step 220."""
+    """A replay in place set a resume checkpoint back from step 280 to step 220. A script
+    whose writes stay in its folder (relative paths) is re-run in a copy of that folder: the
+    origin is found, named by the user's file, and the user's files are as the run left
+    them."""
     script = _checkpoints(tmp_path)
     done = gradoc_cli("run", "--out", "run", str(script), "--nan", effect, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "gradoc: re-running" not in done.stderr
     wrote = "latest.pt" if effect == "--save" else "train.log"
-    line = next(x for x in done.stderr.splitlines() if "not re-running" in x)
-    assert wrote in line and line.endswith("To re-run it up to step 7: gradoc replay run")
+    said = " ".join(done.stderr.split())
+    assert f"up to step 7 in a copy of {tmp_path} (it wrote {tmp_path / wrote} there" in said
     if effect == "--save":
         assert torch.load(tmp_path / "latest.pt") == {"step": 11}  # the run's, not a replay's
     else:
         assert (tmp_path / "train.log").read_text().count("step") == 12  # appended once
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    origin = json.loads((tmp_path / "run" / "report.json").read_text())["findings"][0]["origin"]
+    assert origin["code"] == 'loss = loss * float("nan")' and "re-ran" in origin["note"]
+    assert origin["file"] == str(script)  # the user's file, not the copy's
+
+
+def test_a_script_that_writes_outside_its_folder_is_not_re_run_but_the_command_is_printed(
+    tmp_path: Path,
+) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "logs"
+    project.mkdir()
+    elsewhere.mkdir()
+    script = _checkpoints(project)
+    log = elsewhere / "train.log"
+    argv = ["run", "--out", "run", str(script), "--nan", "--log", "--log-to", str(log)]
+    done = gradoc_cli(*argv, cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert "gradoc: re-running" not in done.stderr
+    line = next(x for x in done.stderr.splitlines() if "not re-running" in x)
+    assert str(log) in line and f"outside {project}" in line
+    assert line.endswith("To re-run it up to step 7: gradoc replay run")
+    assert log.read_text().count("step") == 12  # appended once
+    report = json.loads((project / "run" / "report.json").read_text())
     assert not (report["findings"][0].get("origin") or {}).get("file")  # not located
     # the printed command does it, when the user asks for it
-    replayed = gradoc_cli("replay", "run", cwd=tmp_path)
+    replayed = gradoc_cli("replay", "run", cwd=project)
     assert replayed.returncode == 0, replayed.stderr
     assert "side effects up to that step happen again" in replayed.stderr
-    origin = json.loads((tmp_path / "run" / "report.json").read_text())["findings"][0]["origin"]
+    origin = json.loads((project / "run" / "report.json").read_text())["findings"][0]["origin"]
     assert origin["code"] == 'loss = loss * float("nan")' and "re-ran" in origin["note"]
 
 

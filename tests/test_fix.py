@@ -13,6 +13,7 @@ from gradoc.analysis import Report
 from gradoc.detect.finding import CodeLine, Finding, Fix, Horizon
 from gradoc.fix import choose, code_fixes
 from gradoc.fix.remedy import find_definition
+from gradoc.store.meta import RunMeta
 from tests.test_cli import _one_line_error, gradoc_cli
 
 LR_TOO_HIGH = textwrap.dedent(
@@ -425,6 +426,10 @@ def test_fix_inserts_the_missing_zero_grad_after_the_step_and_verifies_it(tmp_pa
     step = "    optimizer.step()\n"
     cleared = "    optimizer.zero_grad()  # the next backward() starts from no gradient\n"
     assert script.read_text() == FORGETS_ZERO_GRAD.replace(step, step + cleared)
+    page = (project / "runs" / "before-fixed" / "fix.html").read_text()
+    assert "<b>verified</b>: clear optimizer&#x27;s gradients after its step" in page
+    assert "<span class='add'>+    optimizer.zero_grad()" in page  # the diff, the line added
+    assert 'id="chart-loss-before-after"><svg' in page and ">before</text>" in page
 
 
 def test_an_edit_that_cures_its_finding_but_leaves_the_loss_worse_did_not_help(
@@ -607,9 +612,32 @@ def test_the_learning_rate_edit_scales_the_rate_where_the_optimizer_is_made(
         kind="loss_blowup", severity="error", step=3, layer=None, summary="", fixes=[fix]
     )
     optimizers = [{"type": "Adam", "at": {"file": str(path), "line": 1, "code": line}}]
-    edit = edit_for([finding], optimizers)
+    edit = edit_for([finding], RunMeta(optimizers=optimizers))
     if after is None:
         assert edit is None
     else:
         assert edit is not None and edit.after[0].endswith(after), edit.after
     assert edit_for([finding]) is None  # where it was made is unknown (gradoc.watch)
+
+
+def test_fix_says_before_its_re_run_what_the_first_run_wrote_outside_the_copy(
+    tmp_path: Path,
+) -> None:
+    """A re-run in the copy still reaches what the script writes by an absolute path: the
+    user asked for the re-run, so it runs, and says so before it starts."""
+    project, logs = tmp_path / "project", tmp_path / "logs"
+    project.mkdir()
+    logs.mkdir()
+    log = logs / "metrics.txt"
+    script = project / "train.py"
+    script.write_text(
+        LR_TOO_HIGH.replace(
+            'print("lr"', f"open({str(log)!r}, 'a').write(str(loss.item()))\nprint(\"lr\""
+        )
+    )
+    before = project / "before"
+    assert gradoc_cli("run", "--out", str(before), "train.py", "0.3", cwd=project).returncode == 0
+    done = gradoc_cli("fix", str(before), "train.py", "0.3", cwd=project)
+    said = " ".join(done.stderr.split())
+    assert f"the first run wrote {log}, outside the copied folder; the re-run will do" in said
+    assert said.index("outside the copied folder") < said.index("before / after")

@@ -130,6 +130,8 @@ class LengthMonitor:
     """Batches by the log2 bucket of their shortest sequence."""
     mask_param: str | None = None
     """The padding-mask argument the model's forward takes and was not given pads for."""
+    pad_id: int | None = None
+    """The model's pad token (its embedding's ``padding_idx``, or its config's), if it has one."""
     labels_scored: float = 0.0
     """Positions the ``labels=`` of the first ``LABEL_CHECKS`` batches score (not -100)..."""
     labels_on_pads: float = 0.0
@@ -181,6 +183,7 @@ class LengthMonitor:
             "mean": mean,
             "padding_ratio": 1 - self.total / self.padded_total if self.padded_total else None,
             "mask_param": self.mask_param,
+            "pad_id": self.pad_id,
             "labels_scored": self.labels_scored,
             "labels_on_pads": self.labels_on_pads,
             "min_length_log2_histogram": {str(2**k): c for k, c in sorted(self.histogram.items())},
@@ -219,6 +222,7 @@ class Lengths(Probe):
         if self.monitor.source is None and source is not None:
             self.monitor.source, self.monitor.unmasked = source, unmasked
             self.monitor.mask_param = mask_param(root) if unmasked else None
+            self.monitor.pad_id = pad_id(root)
         _, batch = batch_of(args, kwargs)
         if self._label_checks < LABEL_CHECKS and isinstance(kwargs.get("labels"), Tensor):
             self._label_checks += 1

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .._util.json_types import JsonObject
+from ..locate.origin import user_frame_object, user_line
 from . import losses
 from .policy import PolicyReader
 
@@ -58,7 +59,7 @@ class LossReader:
         self.micros.append(micro)
         if not self._fn_seen:  # what the loss is says what its chance level is
             self._fn_seen = True
-            self.say(micro, kind=losses.kind(micro.node))
+            self.say(micro, kind={**losses.kind(micro.node), **_backward_at(root)})
 
     def say(self, micro: losses.Micro | None, **facts: Any) -> None:
         """Tell the run log how the loss is read (once, and when something new is known)."""
@@ -122,3 +123,14 @@ class LossReader:
             seen = losses.Seen(m.node, m.value, how, step, backpropagated=True)
             self.unbacked.unused.append(seen)
         self.micros = []
+
+
+def _backward_at(loss: Tensor) -> JsonObject:
+    """``{"at": ...}``: the user's line that called ``backward()`` on the loss, and the variable
+    holding the loss there (``loss``: where ``gradoc fix`` reads how it was computed); read
+    once, from the caller's frame."""
+    at, frame = user_line(), user_frame_object()
+    if at is None or frame is None:
+        return {}
+    name = next((k for k, v in frame.f_locals.items() if v is loss), None)
+    return {"at": {**at, "loss": name}}

@@ -10,6 +10,7 @@ DDP, DataParallel and ``torch.compile`` wrappers are seen through: layer names h
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +18,10 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
+from .._util.json_types import JsonObject
 from .._util.state import RngState, rng_state, same_rng
 from .._util.wrappers import compiled, compiling, unwrap
+from ..locate.origin import user_frame_object, user_line
 from ..store.writer import insert_rows
 from ._hooks import global_hooks, local_hooks
 from ._safety import guarded
@@ -54,6 +57,8 @@ class Watched:
         self._calls: dict[int, list[tuple[tuple[Any, ...], RngState]]] = {}
         """Per watched root, its forward calls in progress: (args, RNG state before)."""
         self.last_forward: tuple[nn.Module, Any, Any] | None = None
+        self.forward_at: JsonObject | None = None
+        """Where the program first called a watched root with gradients (:func:`_called_at`)."""
         self.early: Callable[[list[nn.Module]], list[Any]] | None = None
         """``gradoc run``: the forwards new roots made before they were found (``auto``)."""
         # this step's forwards (the step protocol resets them when the step ends)
@@ -141,6 +146,9 @@ class Watched:
     def _root_called(self, module: nn.Module, args: Any) -> None:
         if torch.is_grad_enabled():
             self.forward_seen = True
+            if self.forward_at is None:
+                self.forward_at = _called_at(module)
+                self.run.set_meta(forward_at=self.forward_at)
             rng = rng_state() if self.keep_rng else {}
             self._calls.setdefault(id(module), []).append((args, rng))
 
@@ -157,3 +165,17 @@ class Watched:
         for probe in self.probes:
             probe.on_forward(module, args, kwargs, output, rng)
         self.run.steps.on_forward_output(output)
+
+
+def _called_at(module: nn.Module) -> JsonObject:
+    """The user's line that calls a watched root (``meta['forward_at']``: where ``gradoc fix``
+    puts ``model.train()`` before it, or gives the call a mask), and the variable holding the
+    model there (``model``; None when the line calls it through an expression); read once,
+    from the caller's frame. ``{}`` when no user frame calls it (a library's loop)."""
+    at, frame = user_line(), user_frame_object()
+    if at is None or frame is None:
+        return {}
+    inner = unwrap(module)
+    names = itertools.chain(frame.f_locals.items(), frame.f_globals.items())  # locals first
+    held = (k for k, v in names if isinstance(v, nn.Module) and unwrap(v) is inner)
+    return {**at, "model": next(held, None)}

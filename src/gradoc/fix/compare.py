@@ -132,11 +132,13 @@ LOSS_NOISE = 0.05
 least as good" (the median of the last tenth of each run's steps)."""
 
 
-def verdict(result: Comparison, kind: str) -> tuple[str, list[str]]:
+def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str, list[str]]:
     """Whether an edit made against a finding of ``kind`` worked, and why not: "verified" when
     the finding is gone, no new warning or error came, the loss ended at least as good (within
     :data:`LOSS_NOISE`) and the fixed run exited as the first did or cleanly; else "did not
-    help", with each of those that failed, in the run's numbers."""
+    help", with each of those that failed, in the run's numbers. An edit that changes what
+    the loss computes (``objective``: a log-probability for a probability) has its loss
+    checked for a finite value only: the two runs' losses are not the same quantity."""
     b, a = result.before, result.after
     why = []
     if any(f.kind == kind for f in result.remaining):
@@ -145,7 +147,8 @@ def verdict(result: Comparison, kind: str) -> tuple[str, list[str]]:
     if a.final_loss is None:
         why.append("the fixed run logged no finite loss")
     elif (
-        b.final_loss is not None
+        not objective
+        and b.final_loss is not None
         and math.isfinite(b.final_loss)
         and a.final_loss > b.final_loss + LOSS_NOISE * abs(b.final_loss) + 1e-12
     ):

@@ -18,20 +18,42 @@ what they write is what a person would write there:
   scaled by the same factor (``lr=0.5`` -> ``lr=0.05``).
 - ``nonfinite``: at the line where the NaN/Inf was born, the unsafe operand of its op (a
   division's denominator, a log's or a square root's argument, the base of a power below 1)
-  clamped to ``1e-6``, where the line holds exactly one such operand.
+  clamped to ``1e-6``, where the line holds exactly one such operand (``max(d, 1e-6)`` for a
+  Python number the replay saw divide).
+- ``eval_mode``: ``model.train()`` before the line that calls the model with gradients
+  (``meta.forward_at``: the line and the variable holding the model there).
+- ``loss_on_probabilities``: the softmax the loss's input went through made a
+  ``log_softmax`` (for ``nll_loss``) or removed (for a loss that applies its own), where the
+  user's files hold exactly one.
+- ``loss_includes_padding``: the labels given to the model -100 at the pads
+  (``labels=ids.masked_fill(mask == 0, -100)``), where the model is called.
+- ``padding_leak`` (seen in the inputs): the mask the model takes, given where it is called,
+  from its pad token.
+- ``loss_unbounded``: a loss whose last operation subtracts a term (``loss = rec - kl``) adds
+  it, at the assignment of the variable that ``backward()`` was called on
+  (``meta.loss_fn.at``).
+- ``frozen_parameters`` (left out of the optimizer): the optimizer given the whole model where
+  it was given a part (``Adam(net.head.parameters())`` -> ``Adam(net.parameters())``).
+
+An edit that changes what the loss computes (``Edit.objective``) is judged without comparing
+the two runs' losses, which are different quantities.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from .._util.json_types import JsonObject
 from ..detect.finding import CodeLine, Finding
 from ..errors import GradocError
+from ..locate.replay import NUMBER_DENOMINATOR
+from ..store.meta import RunMeta
 
 
 class EditFailed(GradocError):
@@ -53,6 +75,10 @@ class Edit:
     """What the edit does, in words."""
     remedy: str | None = None
     """The no-code remedy this edit writes into the code (``lr_scale``), if it is one."""
+    objective: bool = False
+    """The edit changes what the loss computes (a log-probability for a probability, batch
+    statistics for fixed ones): the loss before and after are different quantities, and are
+    not compared."""
 
     def describe(self) -> str:
         return f"{self.action} ({Path(self.file).name}:{self.line}), for {self.finding}"
@@ -61,8 +87,9 @@ class Edit:
         """The unified diff of the edit, against ``path`` (default: the file itself)."""
         lines = _lines(path or Path(self.file))
         new = self.applied(lines)
-        name = self.file
-        return "".join(difflib.unified_diff(lines, new, f"a/{name}", f"b/{name}", n=2))
+        name = os.path.relpath(self.file)  # as ``git diff`` names it, from where it was asked
+        a, b = ("a/" + name, "b/" + name) if not name.startswith("..") else (self.file,) * 2
+        return "".join(difflib.unified_diff(lines, new, a, b, n=2))
 
     def applied(self, lines: list[str]) -> list[str]:
         """``lines`` (of the file, with their ends) with the edit made; :class:`EditFailed`
@@ -96,6 +123,16 @@ def _lines(path: Path) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Seen:
+    """What a writer reads besides its finding: the run log's ``meta`` (the lines the run
+    recorded: ``forward_at``, ``optimizers[i].at``, ``loss_fn.at``) and the user's source
+    files (the script, then the files next to it)."""
+
+    meta: RunMeta
+    sources: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Located:
     """A located line as the file holds it now, and parsed."""
 
@@ -114,9 +151,13 @@ class Located:
     def indent(self) -> str:
         return self.text[: len(self.text) - len(self.text.lstrip())]
 
-    def parts(self) -> tuple[str, int, str, ast.Module, str]:
-        """(file, line, text, tree, stripped), for a writer to take apart at once."""
-        return self.file, self.line, self.text, self.tree, self.stripped
+    def edit(self, f: Finding, lines: tuple[str, ...], action: str, **more: Any) -> Edit:
+        """This line replaced by ``lines``, for ``f``."""
+        return Edit(f.kind, self.file, self.line, self.text, lines, action, **more)
+
+    def becomes(self, f: Finding, stripped: str, action: str, **more: Any) -> Edit:
+        """This line replaced by ``stripped`` at its indentation, for ``f``."""
+        return self.edit(f, (self.indent + stripped,), action, **more)
 
 
 def _located(code: CodeLine | None) -> Located | None:
@@ -149,12 +190,11 @@ CLIPS = {"clip_grad_norm_": "max_norm", "clip_grad_value_": "clip_value"}
 """The clip functions and their threshold's keyword (the second argument)."""
 
 
-def _zero_clip(f: Finding) -> Edit | None:
+def _zero_clip(f: Finding, seen: Seen) -> Edit | None:
     where = _fixed_at(f)
     if where is None:
         return None
-    file, line, text, tree, _ = where.parts()
-    indent = where.indent
+    tree, indent = where.tree, where.indent
     calls = [
         n
         for n in ast.walk(tree)
@@ -171,19 +211,13 @@ def _zero_clip(f: Finding) -> Edit | None:
     if isinstance(arg, ast.Constant) and arg.value == 0:
         new = _replaced(stripped, arg, "1.0")
         action = f"clip at {keyword} 1.0 instead of 0"
-        return Edit(f.kind, file, line, text, (indent + new,), action)
+        return where.becomes(f, new, action)
     # a threshold read from somewhere: 0 meant "off", so the call is skipped at 0
     if not (isinstance(tree.body[0], ast.Expr) and tree.body[0].value is call):
         return None  # the call's result is used: skipping it would change more than the clip
     threshold = ast.get_source_segment(stripped, arg)
-    return Edit(
-        f.kind,
-        file,
-        line,
-        text,
-        (f"{indent}if {threshold} > 0:  # 0 means no clipping", f"{indent}    {stripped}"),
-        f"skip the clip while {threshold} is not positive",
-    )
+    guarded = (f"{indent}if {threshold} > 0:  # 0 means no clipping", f"{indent}    {stripped}")
+    return where.edit(f, guarded, f"skip the clip while {threshold} is not positive")
 
 
 def _name(func: ast.expr) -> str:
@@ -198,7 +232,7 @@ def _replaced(source: str, node: ast.expr, text: str) -> str:
     return (raw[:start] + text.encode() + raw[end:]).decode()
 
 
-def _zero_grad(f: Finding) -> Edit | None:
+def _zero_grad(f: Finding, seen: Seen) -> Edit | None:
     """``optimizer.zero_grad()`` inserted after the line that steps the optimizer whose
     gradients were kept (right for a plain loop and for gradient accumulation alike): the
     variable is the one the run found holding it there, else the receiver of the line's only
@@ -206,9 +240,8 @@ def _zero_grad(f: Finding) -> Edit | None:
     where = _fixed_at(f)
     if where is None:
         return None
-    file, line, text, tree, _ = where.parts()
-    simple = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)
-    if not all(isinstance(node, simple) for node in tree.body):
+    text, tree = where.text, where.tree
+    if not _simple(tree):
         return None  # ``for ...: opt.step()``: the next line is not in the same block
     receivers = {
         ast.unparse(n.func.value)
@@ -225,7 +258,31 @@ def _zero_grad(f: Finding) -> Edit | None:
         (name,) = receivers
     indent = where.indent
     added = f"{indent}{name}.zero_grad()  # the next backward() starts from no gradient"
-    return Edit(f.kind, file, line, text, (text, added), f"clear {name}'s gradients after its step")
+    return where.edit(f, (text, added), f"clear {name}'s gradients after its step")
+
+
+def _simple(tree: ast.Module) -> bool:
+    """A line of simple statements only: a line put before or after it is in its block."""
+    simple = (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)
+    return all(isinstance(node, simple) for node in tree.body)
+
+
+def _train_mode(f: Finding, seen: Seen) -> Edit | None:
+    """``model.train()`` before the line that calls the model with gradients
+    (``meta.forward_at``, and the variable holding the model there): whatever put it in
+    eval() before (a validation pass, a call before the loop), each training forward then
+    runs in training mode."""
+    at = seen.meta.forward_at or {}
+    where = _located(CodeLine.from_json(at))
+    name = at.get("model")
+    if where is None or not isinstance(name, str) or not name.isidentifier():
+        return None
+    text = where.text
+    if not _simple(where.tree):
+        return None
+    added = f"{where.indent}{name}.train()  # BatchNorm and dropout as in training"
+    action = f"put {name} in training mode first"
+    return where.edit(f, (added, text), action, objective=True)
 
 
 EPS = "1e-6"
@@ -265,7 +322,7 @@ def _operands(tree: ast.AST, family: str) -> list[ast.expr]:
     return found
 
 
-def _nonfinite(f: Finding) -> Edit | None:
+def _nonfinite(f: Finding, seen: Seen) -> Edit | None:
     """The unsafe operand of the op where the NaN/Inf was born, clamped to :data:`EPS`, at
     the line the run located: ``pos / span`` -> ``pos / span.clamp_min(1e-6)``."""
     origin = f.origin
@@ -275,41 +332,304 @@ def _nonfinite(f: Finding) -> Edit | None:
     where = _located(CodeLine(origin.file, origin.line, origin.code))
     if family is None or where is None:
         return None
-    file, line, text, tree, stripped = where.parts()
-    operands = [o for o in _operands(tree, family) if not isinstance(o, ast.Constant)]
+    stripped = where.stripped
+    operands = [o for o in _operands(where.tree, family) if not isinstance(o, ast.Constant)]
     if len(operands) != 1:
         return None  # none, or several: which one, the line does not say
     (operand,) = operands
     seg = ast.get_source_segment(stripped, operand)
     if seg is None:
         return None
-    simple = isinstance(operand, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
-    clamped = f"{seg}.clamp_min({EPS})" if simple else f"({seg}).clamp_min({EPS})"
+    if any(r.signal == NUMBER_DENOMINATOR for r in origin.evidence):
+        clamped = f"max({seg}, {EPS})"  # a Python number: no tensor method
+    else:
+        clamped = f"{_operand(stripped, operand)}.clamp_min({EPS})"
     indent = where.indent
     new = indent + _replaced(stripped, operand, clamped)
-    return Edit(f.kind, file, line, text, (new,), f"clamp {seg} to at least {EPS}")
+    return where.edit(f, (new,), f"clamp {seg} to at least {EPS}")
 
 
-WRITERS: dict[str, Callable[[Finding], Edit | None]] = {
+_SQUASH = {"probabilities": "softmax", "softmax": "softmax", "sigmoid": "sigmoid"}
+"""``meta.loss_fn.fed`` -> the function the loss's input went through."""
+
+
+def _unsquashed(f: Finding, seen: Seen) -> Edit | None:
+    """The softmax (or sigmoid) the loss's input went through, where the user's files hold
+    exactly one: made a ``log_softmax`` for ``nll_loss`` (``F.softmax`` -> ``F.log_softmax``,
+    ``nn.Softmax`` -> ``nn.LogSoftmax``), removed for a loss that applies its own
+    (``nn.Softmax(dim=1)`` -> ``nn.Identity()``, ``torch.sigmoid(x)`` -> ``x``). Found by
+    reading the files (the autograd graph says which function, not where): a second softmax
+    anywhere (an accuracy's) and there is no edit."""
+    fed = str(_details(f).get("fed"))
+    squash = _SQUASH.get(fed)
+    if squash is None:
+        return None
+    found = _calls_in(seen.sources, squash)
+    if len(found) != 1:
+        return None
+    (where, call), stripped = found[0], found[0][0].stripped
+    func = ast.get_source_segment(stripped, call.func) or ""
+    layer = _name(call.func)[:1].isupper()  # nn.Softmax(dim=1): a layer
+    if fed == "probabilities":
+        log = "LogSoftmax" if layer else "log_softmax"
+        new = _replaced(stripped, call.func, func[: len(func) - len(squash)] + log)
+        action = "log_softmax in place of softmax, as nll_loss expects"
+    else:
+        if layer:
+            kept = func[: len(func) - len(squash)] + "Identity()"
+        else:
+            inner = _squashed_input(call)
+            if inner is None:
+                return None
+            kept = ast.get_source_segment(stripped, inner) or ""
+        new = _replaced(stripped, call, kept)
+        action = f"no {squash} before a loss that applies its own (it takes logits)"
+    return where.becomes(f, new, action, objective=True)
+
+
+_FUNCTIONS = frozenset({"torch", "F", "nn", "functional", "special"})
+"""Names a softmax is called on as a function (``F.softmax(x)``), not as a method
+(``x.softmax()``)."""
+
+
+def _squashed_input(call: ast.Call) -> ast.expr | None:
+    """What a softmax or sigmoid call is applied to: ``x`` of ``F.softmax(x, 1)``,
+    ``torch.sigmoid(x)``, ``x.softmax(-1)`` and ``softmax(x)``."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and _name(func.value) not in _FUNCTIONS:
+        return func.value  # a method of the tensor
+    return call.args[0] if call.args else None
+
+
+def _calls_in(sources: Sequence[Path], name: str) -> list[tuple[Located, ast.Call]]:
+    """The calls of ``name`` (``softmax``: ``F.softmax``, ``x.softmax``, ``nn.Softmax``) in
+    ``sources``, each on a line that parses alone, with the line."""
+    found = []
+    for path in sources:
+        try:
+            tree = ast.parse(path.read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or _name(node.func).lower() != name:
+                continue
+            where = _located(CodeLine(str(path), node.lineno, None))
+            same = ast.dump(node)
+            calls = ast.walk(where.tree) if where is not None else iter(())
+            call = next((c for c in calls if isinstance(c, ast.Call) and ast.dump(c) == same), None)
+            if where is None or call is None:
+                return []  # a call over several lines: where it is, no edit is sure of
+            found.append((where, call))
+    return found
+
+
+def _details(f: Finding) -> JsonObject:
+    return f.details if isinstance(f.details, dict) else f.details.to_json()
+
+
+def _model_call(seen: Seen) -> tuple[Located, ast.Call] | None:
+    """The line that calls the model with gradients (``meta.forward_at``) and its call of the
+    model there (``model(...)``, through the variable the run found holding it)."""
+    at = seen.meta.forward_at or {}
+    where, name = _located(CodeLine.from_json(at)), at.get("model")
+    if where is None or not isinstance(name, str):
+        return None
+    calls = [
+        n
+        for n in ast.walk(where.tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
+    return (where, calls[0]) if len(calls) == 1 else None
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _token_ids(call: ast.Call) -> ast.expr | None:
+    """The token ids a Hugging Face style call is given (``input_ids=`` or its first
+    argument)."""
+    given = _keyword(call, "input_ids")
+    return given if given is not None else (call.args[0] if call.args else None)
+
+
+def _operand(source: str, node: ast.expr) -> str:
+    """``node``'s text, in parentheses unless it is a name, an attribute, a call or an index."""
+    text = ast.get_source_segment(source, node) or ""
+    simple = isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+    return text if simple else f"({text})"
+
+
+def _masked_labels(f: Finding, seen: Seen) -> Edit | None:
+    """Labels that score the pads, given to the model (``model(ids, labels=ids)``): -100 at
+    the padded positions, which a Hugging Face model's loss ignores, where the model is called
+    (``labels=ids`` -> ``labels=ids.masked_fill(mask == 0, -100)``, by the call's own mask,
+    else by the model's pad token)."""
+    found = _model_call(seen)
+    if found is None or not _details(f).get("model_loss"):
+        return None
+    where, call = found
+    stripped = where.stripped
+    labels = _keyword(call, "labels")
+    mask = _keyword(call, "attention_mask")
+    pad = (seen.meta.lengths or {}).get("pad_id")
+    ids = _token_ids(call)
+    if labels is None:
+        return None
+    if mask is not None:
+        pads = f"{_operand(stripped, mask)} == 0"
+    elif isinstance(pad, int) and ids is not None:
+        pads = f"{_operand(stripped, ids)} == {pad}"
+    else:
+        return None
+    new = _replaced(stripped, labels, f"{_operand(stripped, labels)}.masked_fill({pads}, -100)")
+    return where.becomes(
+        f, new, "labels -100 at the pads, which the model's loss ignores", objective=True
+    )
+
+
+def _mask_given(f: Finding, seen: Seen) -> Edit | None:
+    """A model fed pads with no mask, although it takes one (``model(ids)``): the mask given
+    where it is called, from the model's pad token
+    (``attention_mask=(ids != 0).long()``)."""
+    d = _details(f)
+    lengths = seen.meta.lengths or {}
+    pad, param = lengths.get("pad_id"), d.get("mask_param")
+    found = _model_call(seen)
+    if d.get("seen") != "inputs" or not isinstance(pad, int) or found is None:
+        return None
+    where, call = found
+    stripped = where.stripped
+    ids = _token_ids(call)
+    if ids is None or not isinstance(param, str) or _keyword(call, param) is not None:
+        return None
+    if any(k.arg is None for k in call.keywords):
+        return None  # model(**batch): the mask may be in it
+    text = ast.get_source_segment(stripped, call) or ""
+    inner = text[: text.rstrip().rindex(")")].rstrip().rstrip(",")
+    if param == "attention_mask":  # Hugging Face's: 1 at a real token
+        mask = f"({_operand(stripped, ids)} != {pad}).long()"
+    elif param.endswith("key_padding_mask"):  # nn.MultiheadAttention's: True at a pad
+        mask = f"{_operand(stripped, ids)} == {pad}"
+    else:
+        return None  # a mask whose sense the name does not say
+    given = f"{inner}, {param}={mask})"
+    new = _replaced(stripped, call, given)
+    return where.becomes(f, new, f"pass {param}, 0 at the pads (token {pad})")
+
+
+def _term_sign(f: Finding, seen: Seen) -> Edit | None:
+    """A loss minimised without bound whose last operation is a subtraction (its autograd node
+    ``SubBackward0``, ``loss = recon - kl``): the subtracted term added instead, at the line
+    that assigns the loss last before its ``backward()`` in the same file
+    (``meta.loss_fn.at``: the backward's line and the variable holding the loss)."""
+    fn = seen.meta.loss_fn or {}
+    at = fn.get("at") or {}
+    name, file, line = at.get("loss"), at.get("file"), at.get("line")
+    if fn.get("node") != "SubBackward0" or not isinstance(name, str):
+        return None
+    if not isinstance(file, str) or not isinstance(line, int):
+        return None
+    try:
+        tree = ast.parse(Path(file).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    assigns = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and n.lineno < line
+        and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+    ]
+    if not assigns:
+        return None
+    last = max(assigns, key=lambda n: n.lineno)
+    where = _located(CodeLine(file, last.lineno, None))
+    if where is None or not isinstance(where.tree.body[0], ast.Assign):
+        return None
+    value = where.tree.body[0].value
+    if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Sub)):
+        return None
+    stripped = where.stripped
+    left = ast.get_source_segment(stripped, value.left) or ""
+    right = ast.get_source_segment(stripped, value.right) or ""
+    new = _replaced(stripped, value, f"{left} + {right}")
+    return where.becomes(
+        f, new, f"add {right} to the loss instead of subtracting it", objective=True
+    )
+
+
+def _all_parameters(f: Finding, seen: Seen) -> Edit | None:
+    """Parameters a gradient reaches that no optimizer holds, where the optimizer was given
+    one part of the model (``Adam(model.head.parameters())``): the whole model's given
+    instead, where the optimizer is made (``Adam(model.parameters())``)."""
+    d = _details(f)
+    if not d.get("left_out") or d.get("idle") or d.get("models"):
+        return None
+    at = next((o.get("at") for o in seen.meta.optimizers if o.get("at")), None)
+    where = _located(CodeLine.from_json(at))
+    if where is None:
+        return None
+    stripped = where.stripped
+    made = [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+    made = made or [
+        n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _name(n.func)[:1].isupper()
+    ]
+    if len(made) != 1 or not made[0].args:
+        return None
+    params = made[0].args[0]
+    if not (
+        isinstance(params, ast.Call)
+        and isinstance(params.func, ast.Attribute)
+        and params.func.attr == "parameters"
+        and isinstance(params.func.value, ast.Attribute)
+    ):
+        return None
+    base: ast.expr = params.func.value
+    while isinstance(base, ast.Attribute):
+        base = base.value
+    model = (seen.meta.forward_at or {}).get("model")
+    if not isinstance(base, ast.Name) or (model is not None and base.id != model):
+        return None
+    new = _replaced(stripped, params, f"{base.id}.parameters()")
+    part = ast.get_source_segment(stripped, params.func.value)
+    return where.becomes(
+        f, new, f"give the optimizer all of {base.id}'s parameters, not {part}'s alone"
+    )
+
+
+WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
     "nonfinite": _nonfinite,
     "zero_clip": _zero_clip,
     "accumulating_gradients": _zero_grad,
+    "eval_mode": _train_mode,
+    "loss_on_probabilities": _unsquashed,
+    "loss_includes_padding": _masked_labels,
+    "padding_leak": _mask_given,
+    "loss_unbounded": _term_sign,
+    "frozen_parameters": _all_parameters,
 }
 """The finding kinds whose code fix gradoc writes as an edit."""
 
 
-def _lr_scaled(f: Finding, optimizers: Sequence[JsonObject]) -> Edit | None:
+def _lr_scaled(f: Finding, seen: Seen) -> Edit | None:
+    return lr_edit(f, seen.meta)
+
+
+def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | None:
     """A finding whose fix scales the learning rate (``lr_scale``): the rate given where the
     program constructs its optimizer (``meta.optimizers[i].at``, seen by ``gradoc run``),
     scaled there: ``lr=0.5`` -> ``lr=0.05``, ``lr=args.lr`` -> ``lr=args.lr * 0.1``. Unlike
-    the no-code remedy it reaches an optimizer that keeps its own copy of the rate."""
-    factor = next((x.apply["lr_scale"] for x in f.fixes if x.apply and "lr_scale" in x.apply), None)
-    at = next((CodeLine.from_json(o.get("at")) for o in optimizers if o.get("at")), None)
+    the no-code remedy it reaches an optimizer that keeps its own copy of the rate.
+    ``factor``: another scale than the finding's fix asks for (a second try, further down)."""
+    asked = next((x.apply["lr_scale"] for x in f.fixes if x.apply and "lr_scale" in x.apply), None)
+    factor = factor if factor is not None and asked is not None else asked
+    at = next((CodeLine.from_json(o.get("at")) for o in meta.optimizers if o.get("at")), None)
     where = _located(at)
     if not isinstance(factor, (int, float)) or where is None:
         return None
-    file, line, text, tree, stripped = where.parts()
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+    stripped = where.stripped
+    calls = [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
     if len(calls) != 1:
         return None
     rate = _rate(calls[0])
@@ -322,13 +642,9 @@ def _lr_scaled(f: Finding, optimizers: Sequence[JsonObject]) -> Edit | None:
         new = f"{seg} * {factor:g}" if simple else f"({seg}) * {factor:g}"
     else:
         return None
-    indent = where.indent
-    return Edit(
-        f.kind,
-        file,
-        line,
-        text,
-        (indent + _replaced(stripped, rate, new),),
+    return where.becomes(
+        f,
+        _replaced(stripped, rate, new),
         f"the learning rate x{factor:g} where the optimizer is made",
         remedy="lr_scale",
     )
@@ -349,13 +665,17 @@ def _second(call: ast.Call, keyword: str) -> ast.expr | None:
     return given if given is not None else (call.args[1] if len(call.args) > 1 else None)
 
 
-def edit_for(findings: list[Finding], optimizers: Sequence[JsonObject] = ()) -> Edit | None:
-    """The edit for the most serious finding that has one written, else None
-    (``optimizers``: the run log's ``meta.optimizers``, where they were constructed)."""
+def edit_for(
+    findings: list[Finding], meta: RunMeta | None = None, sources: Sequence[Path] = ()
+) -> Edit | None:
+    """The edit for the most serious finding that has one written, else None (``meta``: the
+    run log's, where the lines the writers edit were recorded; ``sources``: the user's files,
+    where a line the run did not locate is looked for)."""
+    seen = Seen(meta if meta is not None else RunMeta(), tuple(sources))
     for f in findings:
         writer = WRITERS.get(f.kind)
-        edit = writer(f) if writer is not None else None
-        edit = edit if edit is not None else _lr_scaled(f, optimizers)
+        edit = writer(f, seen) if writer is not None else None
+        edit = edit if edit is not None else _lr_scaled(f, seen)
         if edit is not None:
             return edit
     return None

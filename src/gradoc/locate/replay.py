@@ -87,6 +87,10 @@ def own_work() -> Iterator[None]:
         own_depth[0] -= 1
 
 
+NUMBER_DENOMINATOR = "the denominator, a Python number"
+"""The reading of a division by a number, not a tensor (``pos / (len(x) - 1)``)."""
+
+
 def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[Reading]:
     """Evidence about the operands of the op that produced a non-finite value."""
     name = getattr(getattr(func, "overloadpacket", func), "__name__", str(func))
@@ -94,7 +98,9 @@ def describe(func: Any, args: Sequence[Any], out: list[Tensor]) -> list[Reading]
     ev: list[Reading] = [Reading("non-finite values in the output", sum(_bad(t) for t in out))]
     first = tensors[0] if tensors else None
     second = args[1] if len(args) > 1 else None
-    if name in ("div", "div_", "true_divide", "reciprocal") and isinstance(second, Tensor):
+    if name in ("div", "div_", "true_divide") and isinstance(second, (int, float)):
+        ev.append(Reading(NUMBER_DENOMINATOR, second))  # gradoc fix writes max(d, eps)
+    elif name in ("div", "div_", "true_divide", "reciprocal") and isinstance(second, Tensor):
         zeros = second == 0
         ev.append(Reading("zeros in the denominator", int(zeros.sum())))
         if first is not None:

@@ -345,12 +345,22 @@ def to_png(fig: Any, path: Any) -> None:
     plt.close(fig)
 
 
-def overlay_chart(steps: list[int], a: list[float], b: list[float], title: str) -> str:
-    """Two runs' losses on one axis (``gradoc diff``)."""
+def overlay_chart(
+    steps: list[int],
+    a: list[float],
+    b: list[float],
+    title: str,
+    names: tuple[str, str] = ("A", "B"),
+) -> str:
+    """Two runs' losses on one axis (``gradoc diff``; ``gradoc fix``'s before and after), on
+    a log scale when they span more than 1,000x (a blow-up beside its fixed run)."""
+    fv = [v for v in (*a, *b) if math.isfinite(v)]
+    log = bool(fv) and min(fv) > 0 and max(fv) / min(fv) > 1e3
     fig = svg.Figure(W, 300)
-    ax = _axes(fig, _steps(steps), svg.padded(svg.extent([*a, *b]), False), 250)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(fv, log), log), 250, ylog=log)
     ax.frame(title, "step", "loss")
     ax.series(steps, a, _BLUE, 1.2)
     ax.series(steps, b, _ORANGE, 1.2)
-    svg.legend(fig, [("A", _BLUE, "line"), ("B", _ORANGE, "line")], W - RIGHT, 18, anchor="end")
+    items = [(names[0], _BLUE, "line"), (names[1], _ORANGE, "line")]
+    svg.legend(fig, items, W - RIGHT, 18, anchor="end")
     return fig.svg()

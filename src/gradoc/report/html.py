@@ -13,6 +13,7 @@ import html
 import itertools
 import math
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -579,4 +580,58 @@ def write_diff(result: RunDiff, path: Path) -> Path:
 <th>B / A</th></tr>{rows}</table></main></body></html>
 """
     path.write_text(page, encoding="utf-8")
+    return path
+
+
+OBJECTIVE = (
+    "<p class='note' id='objective'>The edit changes what the loss computes: the two curves "
+    "are different quantities, and were not compared.</p>"
+)
+
+
+def write_fix(result: Mapping[str, Any], path: Path) -> Path:
+    """``gradoc fix``'s page (``fix.html`` beside ``fix.json``): the verdict, the edit as a
+    diff, the two runs' losses on one chart, and the findings gone, left and new."""
+    before, after = result["before"], result["after"]
+    a, b = list(before.get("loss") or []), list(after.get("loss") or [])
+    n = max(len(a), len(b))
+    pad = [math.nan] * n
+    chart = charts.overlay_chart(
+        list(range(n)), (a + pad)[:n], (b + pad)[:n], "Loss: before and after", ("before", "after")
+    )
+    patch = result.get("patch")
+    verdict = result.get("verdict") or ("applied" if result.get("remedy") else "-")
+    what = patch["action"] if patch else (result.get("remedy") or {}).get("describe", "")
+    why = "".join(f"<li>{_e(w)}</li>" for w in result.get("why_not") or [])
+    diff = ""
+    if patch and patch.get("diff"):
+        lines = []
+        for line in str(patch["diff"]).splitlines():
+            head = line.startswith(("+++", "---"))
+            cls = "" if head else "add" if line[:1] == "+" else "del" if line[:1] == "-" else ""
+            lines.append(f"<span class='{cls}'>{_e(line)}</span>")
+        diff = f"<h2>The edit</h2><pre class='diff' id='diff'>{chr(10).join(lines)}</pre>"
+    found = "".join(
+        f"<tr><td>{_e(label)}</td><td><code>{_e(f['kind'])}</code></td><td>{_e(f['summary'])}</td></tr>"
+        for label, key in (("gone", "disappeared"), ("left", "remaining"), ("new", "new"))
+        for f in result.get(key) or []
+    )
+    losses = (
+        f"final loss {_e(_num(before.get('final_loss')))} → {_e(_num(after.get('final_loss')))}"
+    )
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>gradoc fix</title><style>{CSS}
+pre.diff {{ background: #f8fafc; padding: 8px 12px; border-radius: 6px; overflow-x: auto; }}
+pre.diff .add {{ color: #15803d; }} pre.diff .del {{ color: #b91c1c; }}</style>
+</head><body><main><h1>gradoc fix</h1>
+<p class="summary" id="verdict"><b>{_e(verdict)}</b>: {_e(what)}</p>
+{f"<ul id='why-not'>{why}</ul>" if why else ""}
+{OBJECTIVE if patch and patch.get("objective") else ""}
+<p class="meta">before <code>{_e(before.get("dir"))}</code> · after
+<code>{_e(after.get("dir"))}</code> · {losses}</p>
+{diff}
+<figure class="chart" id="chart-loss-before-after">{chart}</figure>
+<h2>Findings</h2><table class="plan" id="findings">{found}</table></main></body></html>
+"""
+    path.write_text(page, encoding="utf-8", errors="replace")
     return path

@@ -5,8 +5,10 @@ side effect of the script up to that step: checkpoints rewritten (a resume check
 set back by 60 steps), logs appended to twice, uploads sent again. So the first run is
 watched with an audit hook (PEP 578), and the re-run happens by itself only when the
 script wrote no file outside the run directory, removed or renamed none, made no
-directory, opened no network connection and started no process. Otherwise gradoc prints
-the command that replays it (``gradoc replay RUN_DIR``) and leaves the choice to the user.
+directory, opened no network connection and started no process, or when everything it
+changed lies inside its own folder (:meth:`SideEffects.outside`): it then re-runs in a copy
+of that folder (``runtime.workcopy``). Otherwise gradoc prints the command that replays it
+(``gradoc replay RUN_DIR``) and leaves the choice to the user.
 
 Seen: everything done through Python (``open``, ``os``, ``shutil``, ``socket``,
 ``subprocess``, ``sqlite3``; so ``numpy.save``, ``pickle``, logging to a file, HTTP
@@ -199,6 +201,17 @@ class SideEffects:
                         self._file(e.path, "wrote")
             except OSError:
                 continue
+
+    def outside(self, root: str | os.PathLike[str]) -> list[str]:
+        """The side effects that reach outside ``root`` (a file written elsewhere, the
+        network, a process), for people; what remains wrote under ``root`` only, which a
+        copy of ``root`` can take (``runtime.workcopy``)."""
+        base = os.path.abspath(root)
+        return [
+            what
+            for key, what in self._effects.items()
+            if not (os.path.isabs(key) and (key == base or key.startswith(base + os.sep)))
+        ]
 
     def summary(self) -> str:
         """One line for people: 'wrote checkpoints/latest.pt, used the network (...)'."""

@@ -95,10 +95,12 @@ def replay(
     step: int,
     budget: float,
     whole: bool = False,
+    moved: tuple[str, str] | None = None,
 ) -> Origin | None:
     """Run the script again in a fresh process up to ``step``, traced there (``whole``: no
     step was seen, every operation is checked from the start); record the origin found in
-    ``out``'s log. Returns the origin (None if none was found)."""
+    ``out``'s log. Returns the origin (None if none was found). ``moved``: (the copy, the
+    folder copied) when the script runs in a working copy: the origin's file is the user's."""
     import subprocess
 
     from ..store.writer import append_event
@@ -129,6 +131,10 @@ def replay(
     if not isinstance(said, dict):
         return None
     origin = Origin.from_json(said)
+    if moved is not None and origin.file:
+        copy, root = moved
+        if origin.file == copy or origin.file.startswith(copy + os.sep):
+            origin.file = root + origin.file[len(copy) :]
     origin.note = (
         "gradoc saw no training step, but the program printed or raised a NaN/Inf; gradoc "
         "re-ran it with every RNG seeded and every operation checked from the start"

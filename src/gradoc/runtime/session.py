@@ -69,10 +69,11 @@ def execute(
     from ..collect.run import Run
     from ..config import WatchConfig
     from ..schedule import every
-    from .effects import SideEffects
+    from .effects import SHOWN, SideEffects
     from .finish import finish_run
     from .replay import script_digest, seed_everything
     from .runner import exec_script, scan_output
+    from .workcopy import copy_root
 
     config = WatchConfig(guard=guard, check_amp="amp" in checks, check_padding="padding" in checks)
     if sample_every is not None:  # fixed by hand: no budget
@@ -114,7 +115,11 @@ def execute(
         printed_nonfinite_last=(
             {"step": printed_at[0][0], "text": printed_at[0][1]} if printed_at else None
         ),
-        side_effects={"count": effects.count, "seen": effects.seen},
+        side_effects={
+            "count": effects.count,
+            "seen": effects.seen,
+            "outside": effects.outside(copy_root(script, Path.cwd()))[:SHOWN],
+        },
     )
     try:
         closed = run.close(status=status, exit_code=code, json_path=json_path)
@@ -182,8 +187,9 @@ def fix(
     from ..report import print_comparison
 
     console = Console(stderr=True)
-    remedy, edit = choose(report), edit_for(report.serious, _optimizers(before))
-    fixes = code_fixes(report, user_sources(script))
+    sources = user_sources(script)
+    remedy, edit = choose(report), edit_for(report.serious, _meta(before), sources)
+    fixes = code_fixes(report, sources)
     if report.status == "healthy":
         console.print("gradoc fix: the run is healthy; nothing to fix")
         return 0
@@ -202,16 +208,54 @@ def fix(
     )
     if edit is not None and remedy is not None and _writes_remedy(edit, remedy):
         code, result = attempt(out, None, remedy)  # no code change first
-        if result is None or all(f.kind != remedy.finding for f in result.remaining):
+        if result is None or not _too_high(result, remedy.finding):
             return code
         console.print("gradoc fix: the finding stays; the same scale, written where it is made:")
         out = None
     elif edit is None:
         return attempt(out, None, remedy)[0]
     code, result = attempt(out, edit, None)
+    again = _lower_again(edit, result, report, before)
+    if again is not None:
+        first, lower = again[1] / LOWER_AGAIN, again[1]
+        console.print(f"gradoc fix: the rate x{first:g} did not cure it; one try more, x{lower:g}:")
+        edit = again[0]
+        code, result = attempt(None, edit, None)
     if result is None:
         return code
     return _said_verdict(edit, result.verdict, result.why_not, write, console)
+
+
+LOWER_AGAIN = 0.1
+"""A learning-rate edit that left the blow-up is tried once more, this much lower again (a rate
+raised 100x needs more than the tenth the diagnosis asks for first)."""
+
+_STILL_TOO_HIGH = frozenset(
+    {"loss_blowup", "loss_divergence", "loss_spike", "large_updates", "exploding_gradients"}
+)
+
+
+def _too_high(result: Any, kind: str) -> bool:
+    """The re-run still shows the finding a lower rate was for, or another of a rate too high
+    (a divergence that became a blow-up)."""
+    return any(f.kind == kind or f.kind in _STILL_TOO_HIGH for f in result.remaining + result.new)
+
+
+def _lower_again(edit: Any, result: Any, report: Report, before: Path) -> tuple[Any, float] | None:
+    """The learning-rate edit scaled :data:`LOWER_AGAIN` further, and its factor, when the
+    first did not help because the rate is still too high (its finding stays, or a finding of
+    a rate too high came); else None."""
+    from ..fix.patch import lr_edit
+
+    if edit.remedy != "lr_scale" or result is None or result.verdict == "verified":
+        return None
+    if not _too_high(result, edit.finding):
+        return None
+    finding = next(f for f in report.serious if f.kind == edit.finding)
+    first = next(x.apply["lr_scale"] for x in finding.fixes if x.apply and "lr_scale" in x.apply)
+    factor = first * LOWER_AGAIN
+    again = lr_edit(finding, _meta(before), factor)
+    return (again, factor) if again is not None else None
 
 
 def _writes_remedy(edit: Any, remedy: Any) -> bool:
@@ -241,6 +285,7 @@ def _attempt(
     from ..fix import compare
     from ..fix.compare import verdict
     from ..report import print_comparison, to_json_text
+    from ..report.html import write_fix
     from ..report.json import write_text_file
     from .workcopy import copy_root, working_copy
 
@@ -254,6 +299,13 @@ def _attempt(
     )
     if shown:
         console.print(Text(shown.rstrip()))
+    reach = ((_meta(before).side_effects or {}).get("outside") or [])[:3]
+    if reach:
+        console.print(
+            Text(f"gradoc fix: the first run {', '.join(map(str, reach))}, outside the copied ")
+            + Text("folder; the re-run will do that again"),
+            soft_wrap=True,  # paths whole, to copy
+        )
     limit = _rerun_limit(report)
     if limit is not None:
         console.print(
@@ -277,21 +329,25 @@ def _attempt(
     result.code_fixes = [f for f in fixes if (f.finding, f.layer) in left]  # not cured
     if edit is not None:
         result.edit, result.diff = edit, shown
-        result.verdict, result.why_not = verdict(result, edit.finding)
+        result.verdict, result.why_not = verdict(result, edit.finding, edit.objective)
     text = to_json_text(result.to_json())
     write_text_file(after / "fix.json", text)
+    try:
+        write_fix(result.to_json(), after / "fix.html")
+    except Exception as exc:  # a chart failing on odd data costs the page, never the fix
+        console.print(Text(f"gradoc: could not write {after / 'fix.html'}: {exc}"))
     if json_path:
         write_text_file(json_path, text)
     print_comparison(result, what, result.code_fixes, console)
     return code, result
 
 
-def _optimizers(run_dir: Path) -> list[Any]:
-    """The run log's ``meta.optimizers`` (where each was made, when ``gradoc run`` saw it)."""
+def _meta(run_dir: Path) -> Any:
+    """The run log's ``meta`` (where the lines a fix edits were seen, under ``gradoc run``)."""
     from ..store import open_run
 
     with open_run(run_dir) as log:
-        return list(log.meta.optimizers)
+        return log.meta
 
 
 RERUN_SLACK = 3.0
@@ -347,6 +403,11 @@ def _said_verdict(
             + Text("; not written" if write else "")
         )
         return 1
+    if edit.objective:
+        console.print(
+            "gradoc fix: the edit changes what the loss computes, so the two runs' losses are "
+            "different quantities: only the fixed run's being finite was checked"
+        )
     if write:
         edit.apply()
         console.print(Text(f"gradoc fix: verified, and written to {one_line(edit.file)}"))
@@ -400,8 +461,8 @@ def _replay_if_needed(
     report."""
     from ..report import write_report
     from ..store import open_run
-    from ..store.writer import append_event
     from .replay import not_replayable, replay, unlocated_step
+    from .workcopy import CopyRefused, copy_root, working_copy
 
     with open_run(out) as log:
         step = unlocated_step(log.events, log.meta, code, clues)
@@ -424,23 +485,50 @@ def _replay_if_needed(
         )
         return None
     effects.scan(started, [cwd, os.getcwd(), str(script.absolute().parent)])
-    if effects.count and not options.asked:
-        message = (
-            f"not re-running {one_line(script.name)} to find where the NaN/Inf of step {step} "
-            f"was born: the script {effects.summary()} (outside the run directory), and a "
-            "re-run would do that again"
-        )
-        print(f"gradoc: {message}. To re-run it up to step {step}: {command}", file=sys.stderr)
-        append_event(out / "run.db", step, "replay_declined", message, {"command": command})
+    root = copy_root(script, Path(cwd))
+    outside = effects.outside(root)
+    copied = bool(effects.count) and not outside  # its writes stay in its folder: a copy's
+    if outside and not options.asked:
+        more = f" (and {len(outside) - 3} more)" if len(outside) > 3 else ""
+        why = f"the script {', '.join(outside[:3])}{more} (outside {one_line(root)}), and a "
+        _declined(out, script, step, command, why + "re-run would do that again")
         return None
     how = "with every operation checked" if whole else f"up to step {step}"
+    where = (
+        f" in a copy of {one_line(root)} (it {effects.summary()} there; your files stay as "
+        "they are)"
+        if copied
+        else ""
+    )
     print(
-        f"gradoc: re-running {one_line(script.name)} {how} to find where the NaN was born "
-        f"(at most {options.budget:g} s; --replay-budget 0 turns this off)",
+        f"gradoc: re-running {one_line(script.name)} {how}{where} to find where the NaN was "
+        f"born (at most {options.budget:g} s; --replay-budget 0 turns this off)",
         file=sys.stderr,
     )
-    replay(out, script, script_args, cwd, step, options.budget, whole)
+    if not copied:
+        replay(out, script, script_args, cwd, step, options.budget, whole)
+        return write_report(out, json_path)
+    out = out.resolve()
+    try:
+        with working_copy(script, Path(cwd)) as copy:
+            moved = (str(copy.dest), str(copy.root))
+            replay(out, copy.script, script_args, os.getcwd(), step, options.budget, whole, moved)
+    except CopyRefused as exc:
+        _declined(out, script, step, command, str(exc))
+        return None
     return write_report(out, json_path)
+
+
+def _declined(out: Path, script: Path, step: int, command: str, why: str) -> None:
+    """Say, and log, that the script is not re-run to find where its NaN/Inf was born."""
+    from ..store.writer import append_event
+
+    message = (
+        f"not re-running {one_line(script.name)} to find where the NaN/Inf of step {step} "
+        f"was born: {why}"
+    )
+    print(f"gradoc: {message}. To re-run it up to step {step}: {command}", file=sys.stderr)
+    append_event(out / "run.db", step, "replay_declined", message, {"command": command})
 
 
 def shell(path: Path) -> str:

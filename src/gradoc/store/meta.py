@@ -80,6 +80,9 @@ class RunMeta(Mapping[str, Any]):
     functional_activations: dict[str, str] = field(default_factory=dict)
     steps_counted_by: list[str] = field(default_factory=list)
     grads_kept: JsonObject | None = None
+    forward_at: JsonObject | None = None
+    """Where the program first called its model with gradients (``gradoc.collect.watched``):
+    the file, line, code, and the variable holding the model there."""
     sampling: JsonObject | None = None
     """The sampled statistics' cadence, chosen from the run's step time
     (``gradoc.collect.cadence``): ``every`` (k) from step ``from``, every ``before`` steps

@@ -1,0 +1,255 @@
+"""The edits ``gradoc fix`` writes for the fixes that change the program (``fix.patch``):
+each writer's edit from the line the run recorded, and the lines that must get none."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradoc.detect.finding import Finding, Origin, Reading
+from gradoc.fix.patch import edit_for
+from gradoc.locate.replay import NUMBER_DENOMINATOR
+from gradoc.runtime.workcopy import CopyRefused, working_copy
+from gradoc.store.meta import RunMeta
+
+
+def _finding(kind: str, details: dict[str, Any] | None = None, **more: Any) -> Finding:
+    return Finding(
+        kind=kind, severity="warning", step=0, layer=None, summary="", details=details or {}, **more
+    )
+
+
+def _file(tmp_path: Path, source: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source).lstrip("\n"))
+    return path
+
+
+def _at(path: Path, line: int, **more: Any) -> dict[str, Any]:
+    code = path.read_text().splitlines()[line - 1].strip()
+    return {"file": str(path), "line": line, "code": code, **more}
+
+
+def _after(edit: Any) -> list[str] | None:
+    return list(edit.after) if edit is not None else None
+
+
+@pytest.mark.parametrize(
+    ("line", "model", "after"),
+    [
+        (
+            "    out = model(x)",
+            "model",
+            ["    model.train()  # BatchNorm and dropout as in training", "    out = model(x)"],
+        ),
+        ("    loss = F.cross_entropy(net(x), y)", "net", None),  # below: model is None
+        ("    for x in xs: out = model(x)", "model", None),  # a line before it is not its block
+        ("    out = model(x)", None, None),  # the model's variable unknown
+    ],
+)
+def test_train_mode_goes_before_the_line_that_calls_the_model(
+    tmp_path: Path, line: str, model: str | None, after: list[str] | None
+) -> None:
+    path = _file(tmp_path, f"while True:\n{line}\n")
+    name = model if "net(" not in line else None
+    meta = RunMeta(forward_at=_at(path, 2, model=name))
+    edit = edit_for([_finding("eval_mode")], meta)
+    assert _after(edit) == after
+    if edit is not None:
+        assert edit.objective  # the loss in training mode is not the loss in eval()
+
+
+@pytest.mark.parametrize(
+    ("fed", "source", "after"),
+    [
+        ("probabilities", "        self.out = nn.Softmax(dim=1)", "nn.LogSoftmax(dim=1)"),
+        ("probabilities", "    p = F.softmax(logits, dim=-1)", "F.log_softmax(logits, dim=-1)"),
+        ("softmax", "        self.out = nn.Softmax(dim=1)", "self.out = nn.Identity()"),
+        ("softmax", "    return F.softmax(self.fc(h), dim=-1)", "return self.fc(h)"),
+        ("softmax", "    return logits.softmax(-1)", "return logits"),
+        ("sigmoid", "    return torch.sigmoid(z)", "return z"),
+        ("sigmoid", "    return self.head(h).sigmoid()", "return self.head(h)"),
+    ],
+)
+def test_the_squashing_before_a_loss_is_made_a_log_or_removed(
+    tmp_path: Path, fed: str, source: str, after: str
+) -> None:
+    path = _file(tmp_path, f"def f():\n{source}\n", "model.py")
+    edit = edit_for([_finding("loss_on_probabilities", {"fed": fed})], None, [path])
+    assert edit is not None and edit.line == 2
+    assert edit.after[0].strip().endswith(after), edit.after
+    assert edit.objective
+
+
+def test_no_squashing_edit_where_the_files_hold_two(tmp_path: Path) -> None:
+    model = _file(tmp_path, "out = nn.Softmax(dim=1)\n", "model.py")
+    train = _file(tmp_path, "probs = logits.softmax(1)  # accuracy\n")
+    finding = _finding("loss_on_probabilities", {"fed": "probabilities"})
+    assert edit_for([finding], None, [train, model]) is None
+    assert edit_for([finding], None, [model]) is not None
+
+
+@pytest.mark.parametrize(
+    ("line", "pad", "after"),
+    [
+        (
+            "out = lm(input_ids=ids, attention_mask=mask, labels=ids)",
+            None,
+            "out = lm(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))",
+        ),
+        (
+            'out = lm(batch["ids"], labels=batch["ids"])',
+            0,
+            'out = lm(batch["ids"], labels=batch["ids"].masked_fill(batch["ids"] == 0, -100))',
+        ),
+        ('out = lm(batch["ids"], labels=batch["ids"])', None, None),  # no mask, no pad token
+        ("out = lm(**batch)", 0, None),  # the labels are not on the line
+    ],
+)
+def test_labels_get_minus_100_at_the_pads_where_the_model_is_called(
+    tmp_path: Path, line: str, pad: int | None, after: str | None
+) -> None:
+    path = _file(tmp_path, line + "\n")
+    meta = RunMeta(forward_at=_at(path, 1, model="lm"), lengths={"pad_id": pad})
+    edit = edit_for([_finding("loss_includes_padding", {"model_loss": True})], meta)
+    assert _after(edit) == ([after] if after else None)
+
+
+@pytest.mark.parametrize(
+    ("line", "param", "after"),
+    [
+        (
+            "out = bert(token_ids, labels=labels)",
+            "attention_mask",
+            "out = bert(token_ids, labels=labels, attention_mask=(token_ids != 0).long())",
+        ),
+        ("h = enc(x,)", "src_key_padding_mask", "h = enc(x, src_key_padding_mask=x == 0)"),
+        ("out = bert(**batch)", "attention_mask", None),  # the mask may be in the batch
+        ("out = bert(ids, attention_mask=None)", "attention_mask", None),  # given, as None
+        ("out = bert(ids)", "padding_mask", None),  # which sense the mask has is not said
+    ],
+)
+def test_the_mask_is_given_where_the_model_is_called(
+    tmp_path: Path, line: str, param: str, after: str | None
+) -> None:
+    path = _file(tmp_path, line + "\n")
+    name = line.split("(")[0].split("=")[1].strip()
+    meta = RunMeta(forward_at=_at(path, 1, model=name), lengths={"pad_id": 0})
+    details = {"seen": "inputs", "mask_param": param, "pads": "padding_idx 0", "padding_ratio": 0.4}
+    edit = edit_for([_finding("padding_leak", details)], meta)
+    assert _after(edit) == ([after] if after else None)
+
+
+SIGN = """
+for step in range(10):
+    rec, kl = f(x)
+    loss = rec - beta * kl
+    opt.zero_grad()
+    loss.backward()
+"""
+
+
+@pytest.mark.parametrize(
+    ("node", "after"), [("SubBackward0", "    loss = rec + beta * kl"), ("MeanBackward0", None)]
+)
+def test_the_subtracted_term_of_an_unbounded_loss_is_added(
+    tmp_path: Path, node: str, after: str | None
+) -> None:
+    path = _file(tmp_path, SIGN)
+    meta = RunMeta(loss_fn={"node": node, "at": _at(path, 5, loss="loss")})
+    edit = edit_for([_finding("loss_unbounded")], meta)
+    assert _after(edit) == ([after] if after else None)
+    assert edit is None or (edit.line == 3 and edit.objective)
+
+
+@pytest.mark.parametrize(
+    ("line", "details", "model", "after"),
+    [
+        (
+            "opt = torch.optim.Adam(net.head.parameters(), lr=1e-3)",
+            {"left_out": True},
+            "net",
+            "opt = torch.optim.Adam(net.parameters(), lr=1e-3)",
+        ),
+        (
+            "opt = Adam(net.body.head.parameters())",
+            {"left_out": True},
+            None,
+            "opt = Adam(net.parameters())",
+        ),
+        ("opt = Adam(head.parameters())", {"left_out": True}, "net", None),  # not an attribute
+        ("opt = Adam(other.head.parameters())", {"left_out": True}, "net", None),  # not the model
+        ("opt = Adam(net.head.parameters())", {"left_out": False}, "net", None),  # never a grad
+        ("opt = Adam(g.parameters())", {"left_out": True, "models": ["g"]}, "g", None),
+    ],
+)
+def test_the_optimizer_is_given_the_whole_model_where_it_is_made(
+    tmp_path: Path, line: str, details: dict[str, Any], model: str | None, after: str | None
+) -> None:
+    path = _file(tmp_path, line + "\n")
+    forward = {"file": str(path), "line": 99, "code": "", "model": model}
+    meta = RunMeta(optimizers=[{"type": "Adam", "at": _at(path, 1)}], forward_at=forward)
+    edit = edit_for([_finding("frozen_parameters", details)], meta)
+    assert _after(edit) == ([after] if after else None)
+
+
+def test_a_python_number_denominator_is_floored_with_max(tmp_path: Path) -> None:
+    path = _file(tmp_path, "rel = pos / span\n")
+    evidence = [Reading(NUMBER_DENOMINATOR, 0)]
+    origin = Origin(
+        phase="forward",
+        step=3,
+        op="aten.div.Tensor",
+        file=str(path),
+        line=1,
+        code="rel = pos / span",
+    )
+    plain = _finding("nonfinite", origin=origin)
+    assert _after(edit_for([plain])) == ["rel = pos / span.clamp_min(1e-6)"]
+    origin.evidence = evidence
+    assert _after(edit_for([_finding("nonfinite", origin=origin)])) == [
+        "rel = pos / max(span, 1e-6)"
+    ]
+
+
+def test_the_working_copy_leaves_out_sockets_and_other_copies(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    (project / "gradoc-copy-old").mkdir()
+    (project / "gradoc-copy-old" / "big.bin").write_text("x")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(project / "listener"))  # a socket: copytree would fail on it
+    try:
+        with working_copy(project / "train.py", project) as copied:
+            names = sorted(os.listdir(copied.dest))
+    finally:
+        listener.close()
+    assert names == ["train.py"]
+
+
+def test_a_copy_that_fails_says_so_in_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``shutil.Error`` lists every file that failed (a folder of sockets listed 14 MB of
+    them): the refusal names the first and counts the rest."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    failed = [
+        (f"/p/f{i}", f"/q/f{i}", f"[Errno 13] Permission denied: '/p/f{i}'") for i in range(5)
+    ]
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise shutil.Error(failed)
+
+    monkeypatch.setattr(shutil, "copytree", refuse)
+    with pytest.raises(CopyRefused) as refused, working_copy(project / "train.py", project):
+        pass
+    assert str(refused.value).endswith("Permission denied: '/p/f0' (and 4 more)")
