@@ -135,3 +135,34 @@ def test_accuracy_long_split_slice(tmp_path: Path) -> None:
     # the backward-born one went unread on its lean step: found a step late, its op unnamed
     # in process (gradoc run re-runs to name it)
     assert lean["origin"] == 2 / 3, done.stdout
+
+
+def test_fixes_benchmark_slice(tmp_path: Path) -> None:
+    """Bug programs of ``benchmarks/bugs`` through ``gradoc run`` and ``gradoc fix``: a
+    softmax before nll_loss, a KL term subtracted, a model left in eval(), an optimizer given
+    the head alone, labels that score the pads (Hugging Face), a learning rate 100x (the
+    second, lower try) and a weight decay gradoc does not diagnose. Each diagnosed one is
+    repaired: its edit verified, the fixed run healthy, its loss the healthy program's."""
+    out = tmp_path / "fixes.json"
+    bugs = [
+        "tabular_nll_softmax",
+        "vae_kl_subtracted",
+        "digits_eval_left_on",
+        "finetune_head_only",
+        "lm_pad_labels",
+        "sine_lr_x100",
+        "tabular_weight_decay",
+    ]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/fixes.py"), *bugs, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {r["bug"]: r for r in json.loads(out.read_text())}
+    assert rows["tabular_weight_decay"]["result"] == "not diagnosed"
+    for name in bugs[:-1]:
+        assert rows[name]["result"] == "repaired", (name, rows[name], done.stderr)
+    assert rows["sine_lr_x100"]["fix"] == "the learning rate x0.01 where the optimizer is made"
+    assert "| tabular_nll_softmax | loss_on_probabilities |" in done.stdout
