@@ -151,6 +151,8 @@ CHECKPOINTS = textwrap.dedent(
     """
     import sys, torch, torch.nn as nn
     torch.manual_seed(0)
+    if "--read-up" in sys.argv:
+        open("../up.txt").read()  # its data, by a relative path out of its folder
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(12):
@@ -224,6 +226,21 @@ def test_a_script_that_writes_outside_its_folder_is_not_re_run_but_the_command_i
     assert "side effects up to that step happen again" in replayed.stderr
     origin = json.loads((project / "run" / "report.json").read_text())["findings"][0]["origin"]
     assert origin["code"] == 'loss = loss * float("nan")' and "re-ran" in origin["note"]
+
+
+def test_a_script_whose_copy_cannot_reach_its_data_is_not_re_run(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "up.txt").write_text("data")
+    script = _checkpoints(project)
+    argv = ["run", "--out", "run", str(script), "--nan", "--log", "--read-up"]
+    done = gradoc_cli(*argv, cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert "gradoc: re-running" not in done.stderr
+    line = next(x for x in done.stderr.splitlines() if "not re-running" in x)
+    assert "opens ../up.txt by a relative path that leaves" in line
+    assert line.endswith("To re-run it up to step 7: gradoc replay run")
+    assert (project / "train.log").read_text().count("step") == 12  # appended once
 
 
 def test_run_replay_re_runs_despite_side_effects_when_asked(tmp_path: Path) -> None:

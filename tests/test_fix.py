@@ -641,3 +641,29 @@ def test_fix_says_before_its_re_run_what_the_first_run_wrote_outside_the_copy(
     said = " ".join(done.stderr.split())
     assert f"the first run wrote {log}, outside the copied folder; the re-run will do" in said
     assert said.index("outside the copied folder") < said.index("before / after")
+
+
+def test_fix_that_the_copy_cannot_run_says_could_not_run_and_why(tmp_path: Path) -> None:
+    """A script that reads its data by a relative path out of its folder (``../data``): a
+    copy of the folder cannot reach it, so the fix is not re-run; fix.json says "could not
+    run" and why, and gradoc exits with the reason in a line."""
+    project, data = tmp_path / "project", tmp_path / "data"
+    project.mkdir()
+    data.mkdir()
+    (data / "scale.txt").write_text("1.0")
+    script = project / "train.py"
+    script.write_text(
+        LR_TOO_HIGH.replace(
+            "torch.manual_seed(0)", 'scale = float(open("../data/scale.txt").read())'
+        )
+    )
+    before = project / "before"
+    assert gradoc_cli("run", "--out", str(before), "train.py", "0.3", cwd=project).returncode == 0
+    done = gradoc_cli("fix", "--json", str(tmp_path / "fix.json"), str(before), "train.py", "0.3",
+                      cwd=project)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("gradoc: error: ") and str(project) in line
+    assert "opens ../data/scale.txt by a relative path that leaves" in line
+    result = json.loads((tmp_path / "fix.json").read_text())
+    assert result["verdict"] == "could not run" and "../data/scale.txt" in result["why_not"][0]

@@ -151,6 +151,9 @@ class SideEffects:
         # the files the process's own stdin/stdout/stderr are redirected to (`> log.txt`)
         self._own = {_identity(fd) for fd in (0, 1, 2)} - {None}
         self._created: set[str] = set()  # paths that did not exist before the run made them
+        self.relative: dict[str, str] = {}
+        """Files opened by a relative path (read or written): absolute -> as written. A copy
+        of the script's folder cannot reach one that leaves it (``../data/train.csv``)."""
 
     @property
     def count(self) -> int:
@@ -255,9 +258,22 @@ class SideEffects:
             return None
         return None if self._exempt(full) else full
 
+    def escaping(self, root: str | os.PathLike[str]) -> list[str]:
+        """The files opened by a relative path that leads out of ``root``, as written."""
+        base = os.path.abspath(root)
+        return [
+            written
+            for full, written in self.relative.items()
+            if not (full == base or full.startswith(base + os.sep))
+        ]
+
     def _event(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             path, mode, flags = (*args, None, None, None)[:3]
+            if isinstance(path, (str, bytes)) and len(self.relative) < MAX_EFFECTS:
+                written = os.fsdecode(path)
+                if written and not os.path.isabs(written) and written != os.devnull:
+                    self.relative.setdefault(os.path.abspath(written), written)
             writes = (
                 any(c in mode for c in "wax+")
                 if isinstance(mode, str)

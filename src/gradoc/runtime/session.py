@@ -119,6 +119,7 @@ def execute(
             "count": effects.count,
             "seen": effects.seen,
             "outside": effects.outside(copy_root(script, Path.cwd()))[:SHOWN],
+            "escapes": effects.escaping(copy_root(script, Path.cwd()))[:SHOWN],
         },
     )
     try:
@@ -287,7 +288,7 @@ def _attempt(
     from ..report import print_comparison, to_json_text
     from ..report.html import write_fix
     from ..report.json import write_text_file
-    from .workcopy import copy_root, working_copy
+    from .workcopy import CopyRefused, copy_root, working_copy
 
     shown = edit.diff() if edit is not None else None  # EditFailed: the file changed
     after = prepare_run_dir(out or _sibling(before), script.stem)
@@ -312,13 +313,23 @@ def _attempt(
             Text(f"gradoc fix: the re-run is interrupted after {limit:.0f} s{_why(report)}")
         )
     guard, scale = (remedy.guard, remedy.lr_scale) if remedy is not None else (None, 1.0)
-    with working_copy(script, Path.cwd()) as copied:
+    try:
+        _reachable(_meta(before), root)
+        with working_copy(script, Path.cwd()) as copied:
+            if edit is not None:
+                _edit_copy(edit, copied)
+            began = time.monotonic()
+            code, after_report = execute(
+                copied.script, script_args, after, None, guard, scale, limit_s=limit
+            )
+    except CopyRefused as exc:  # said in fix.json too, then as gradoc's error
+        unrun: JsonObject = {"schema": "gradoc.fix/1", "verdict": "could not run"}
+        unrun["why_not"] = [str(exc)]
         if edit is not None:
-            _edit_copy(edit, copied)
-        began = time.monotonic()
-        code, after_report = execute(
-            copied.script, script_args, after, None, guard, scale, limit_s=limit
-        )
+            unrun["patch"] = {**edit.to_json(), "diff": shown}
+        for target in (after / "fix.json", *([json_path] if json_path else [])):
+            write_text_file(target, to_json_text(unrun))
+        raise
     if code == -SIGINT and limit is not None and time.monotonic() - began >= limit:
         code = 0  # ended at the bound, as asked: the comparison is what this command returns
     if after_report is None:
@@ -340,6 +351,20 @@ def _attempt(
         write_text_file(json_path, text)
     print_comparison(result, what, result.code_fixes, console)
     return code, result
+
+
+def _reachable(meta: Any, root: Path) -> None:
+    """:class:`CopyRefused` when the first run opened files by relative paths that leave
+    ``root`` (``../data/train.csv``): a copy of the folder cannot reach them."""
+    from .workcopy import CopyRefused
+
+    escapes = (meta.side_effects or {}).get("escapes") or []
+    if escapes:
+        raise CopyRefused(
+            f"the script opens {', '.join(map(str, escapes[:3]))} by a relative path that "
+            f"leaves {root}, which a copy of that folder cannot reach: run it from a folder "
+            "that holds what it reads, or give those paths absolute"
+        )
 
 
 def _meta(run_dir: Path) -> Any:
@@ -487,11 +512,16 @@ def _replay_if_needed(
     effects.scan(started, [cwd, os.getcwd(), str(script.absolute().parent)])
     root = copy_root(script, Path(cwd))
     outside = effects.outside(root)
-    copied = bool(effects.count) and not outside  # its writes stay in its folder: a copy's
+    escapes = effects.escaping(root)  # a copy cannot reach them
+    copied = bool(effects.count) and not outside and not escapes  # in its folder: a copy's
     if outside and not options.asked:
         more = f" (and {len(outside) - 3} more)" if len(outside) > 3 else ""
         why = f"the script {', '.join(outside[:3])}{more} (outside {one_line(root)}), and a "
         _declined(out, script, step, command, why + "re-run would do that again")
+        return None
+    if effects.count and escapes and not options.asked:
+        why = f"the script opens {', '.join(escapes[:3])} by a relative path that leaves "
+        _declined(out, script, step, command, why + f"{one_line(root)}, so a copy cannot re-run it")
         return None
     how = "with every operation checked" if whole else f"up to step {step}"
     where = (
