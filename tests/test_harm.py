@@ -149,6 +149,7 @@ HARM_IS_READ = {
     "fp16_underflow": "mechanism",
     "nonfinite": "mechanism",
     "frozen_parameters": "mechanism",
+    "weight_decay_dominates": "mechanism",
     # the rule reads the loss itself
     "loss_divergence": "loss",
     "loss_plateau": "loss",

@@ -41,6 +41,7 @@ from .poor_initialization import PoorInitialization
 from .saturated_units import SaturatedUnits
 from .tiny_updates import TinyUpdates
 from .vanishing_gradients import VanishingGradients
+from .weight_decay_dominates import WeightDecayDominates
 from .zero_clip import ZeroClip
 
 KINDS: tuple[type[FindingKind], ...] = (
@@ -71,6 +72,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     FrozenParameters,
     EvalMode,
     ZeroClip,
+    WeightDecayDominates,
     LogIncomplete,
 )
 

@@ -35,6 +35,8 @@ what they write is what a person would write there:
 - ``frozen_parameters`` (left out of the optimizer): the optimizer given the whole model where
   it was given a part (``Adam(net.head.parameters())`` -> ``Adam(net.parameters())``).
 
+- ``weight_decay_dominates``: the weight decay scaled where the optimizer is made.
+
 An edit that changes what the loss computes (``Edit.objective``) is judged without comparing
 the two runs' losses, which are different quantities.
 """
@@ -598,6 +600,28 @@ def _all_parameters(f: Finding, seen: Seen) -> Edit | None:
     )
 
 
+def _decay_lowered(f: Finding, seen: Seen) -> Edit | None:
+    """A weight decay that outweighs the gradient, scaled where the optimizer is made by the
+    finding's factor: ``weight_decay=10.0`` -> ``weight_decay=0.1``,
+    ``weight_decay=args.wd`` -> ``weight_decay=args.wd * 0.01``."""
+    factor = _details(f).get("factor")
+    at = next((o.get("at") for o in seen.meta.optimizers if o.get("at")), None)
+    where = _located(CodeLine.from_json(at))
+    if not isinstance(factor, (int, float)) or where is None:
+        return None
+    stripped = where.stripped
+    calls = [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+    given = _keyword(calls[0], "weight_decay") if len(calls) == 1 else None
+    if given is None:
+        return None  # given by position, or by a dict of groups: where, the line does not say
+    if isinstance(given, ast.Constant) and isinstance(given.value, (int, float)):
+        new = f"{given.value * factor:.3g}"
+    else:
+        new = f"{_operand(stripped, given)} * {factor:g}"
+    action = f"weight_decay x{factor:g} where the optimizer is made"
+    return where.becomes(f, _replaced(stripped, given, new), action)
+
+
 WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
     "nonfinite": _nonfinite,
     "zero_clip": _zero_clip,
@@ -608,6 +632,7 @@ WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
     "padding_leak": _mask_given,
     "loss_unbounded": _term_sign,
     "frozen_parameters": _all_parameters,
+    "weight_decay_dominates": _decay_lowered,
 }
 """The finding kinds whose code fix gradoc writes as an edit."""
 
