@@ -574,8 +574,9 @@ def test_a_rate_the_no_code_scale_does_not_reach_is_then_scaled_where_the_optimi
     without a code change leaves the blow-up; the same scale written where the optimizer is
     made (``lr=args.lr * 0.1``) cures it, verified, and --write writes it."""
     source = (Path(__file__).parent / "shapes" / "lbfgs_lr80.py").read_text()
-    project, before = _project(tmp_path, source, "--steps", "5", "--lr", "8")
-    args = ("train.py", "--steps", "5", "--lr", "8")
+    source = source.replace("default=80.0", "default=8.0")  # in the code: no flag to scale
+    project, before = _project(tmp_path, source, "--steps", "5")
+    args = ("train.py", "--steps", "5")
     done = gradoc_cli("fix", "--write", str(before), *args, cwd=project)
     assert done.returncode == 0, done.stderr
     first = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
@@ -667,3 +668,51 @@ def test_fix_that_the_copy_cannot_run_says_could_not_run_and_why(tmp_path: Path)
     assert "opens ../data/scale.txt by a relative path that leaves" in line
     result = json.loads((tmp_path / "fix.json").read_text())
     assert result["verdict"] == "could not run" and "../data/scale.txt" in result["why_not"][0]
+
+
+def test_a_rate_set_by_a_flag_is_scaled_in_the_command(tmp_path: Path) -> None:
+    """The same LBFGS at lr 8, set by ``--lr 8`` on the command line: the flag is the
+    program's own knob, and the fix re-runs the command with ``--lr 0.8``: the blow-up is
+    gone, no code changed."""
+    source = (Path(__file__).parent / "shapes" / "lbfgs_lr80.py").read_text()
+    project, before = _project(tmp_path, source, "--steps", "5", "--lr", "8")
+    done = gradoc_cli("fix", str(before), "train.py", "--steps", "5", "--lr", "8", cwd=project)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
+    assert result["remedy"]["kind"] == "lr_flags" and result["remedy"]["action"] == "--lr 0.8"
+    assert "loss_blowup" in [f["kind"] for f in result["disappeared"]]
+    assert (project / "train.py").read_text() == source
+    assert "the learning-rate flags x0.1 (--lr 0.8)" in " ".join(done.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "after"),
+    [
+        (["--lr", "0.5", "--epochs", "3"], ["--lr", "0.05", "--epochs", "3"]),
+        (
+            ["--learning_rate=0.1", "--min_lr=0.01", "--lr_decay_iters=150"],
+            ["--learning_rate=0.01", "--min_lr=0.001", "--lr_decay_iters=150"],
+        ),
+        (["--trainer.learning_rate=0.5"], ["--trainer.learning_rate=0.05"]),
+        (["--lr-scheduler", "cosine", "--clip", "1"], None),  # no number, no rate
+    ],
+)
+def test_learning_rate_flags_are_found_and_scaled(args: list[str], after: list[str] | None) -> None:
+    from gradoc.fix.remedy import scaled_lr_flags
+
+    found = scaled_lr_flags(args, 0.1)
+    assert (found[0] if found else None) == after
+
+
+def test_the_loss_of_an_objective_not_expected_to_fall_is_not_compared() -> None:
+    """An actor-critic's loss at lr x0.01 ended at 68 against 3.8 at x100 (its returns grew
+    with its episodes): a policy gradient's loss says nothing of how well it does."""
+    from gradoc.fix.compare import Comparison, Side, verdict
+
+    def side(loss: float) -> Side:
+        return Side("run", "healthy", 0, 10, 1.0, 0.1, loss, None, [loss], None)
+
+    supervised = Comparison([], [], [], side(3.8), side(68.0), None)
+    assert verdict(supervised, "policy_collapse")[1] == ["the loss ended worse: 68 against 3.8"]
+    policy = Comparison([], [], [], side(3.8), side(68.0), None, falls=False)
+    assert verdict(policy, "policy_collapse") == ("verified", [])

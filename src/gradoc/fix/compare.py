@@ -53,6 +53,9 @@ class Comparison:
     diff: str | None = None
     verdict: str | None = None
     """For an edit: "verified", "did not help" (:func:`verdict`)."""
+    falls: bool = True
+    """The first run's loss is one expected to fall (a supervised objective's): a policy
+    gradient's or a GAN's loss says nothing of how well it does, and is not compared."""
     why_not: list[str] = field(default_factory=list)
 
     def left(self) -> set[tuple[str, str | None]]:
@@ -117,7 +120,9 @@ def compare(before_dir: Path, before: Report, after_dir: Path, after: Report) ->
     cost = None
     if sides[0].s_per_step and sides[1].s_per_step:
         cost = sides[1].s_per_step / sides[0].s_per_step
+    kinds = [o.training for o in before.run.objectives]
     return Comparison(
+        falls=all(k == "supervised" for k in kinds),
         disappeared=[f for k, f in b.items() if k not in a],
         remaining=[f for k, f in a.items() if k in b],
         new=[f for k, f in a.items() if k not in b],
@@ -138,7 +143,8 @@ def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str
     :data:`LOSS_NOISE`) and the fixed run exited as the first did or cleanly; else "did not
     help", with each of those that failed, in the run's numbers. An edit that changes what
     the loss computes (``objective``: a log-probability for a probability) has its loss
-    checked for a finite value only: the two runs' losses are not the same quantity."""
+    checked for a finite value only: the two runs' losses are not the same quantity; nor is
+    the loss of an objective not expected to fall (a policy gradient's, a GAN's)."""
     b, a = result.before, result.after
     why = []
     if any(f.kind == kind for f in result.remaining):
@@ -148,6 +154,7 @@ def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str
         why.append("the fixed run logged no finite loss")
     elif (
         not objective
+        and result.falls
         and b.final_loss is not None
         and math.isfinite(b.final_loss)
         and a.final_loss > b.final_loss + LOSS_NOISE * abs(b.final_loss) + 1e-12

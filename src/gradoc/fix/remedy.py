@@ -40,6 +40,8 @@ class Remedy:
     def describe(self) -> str:
         if self.kind == "lr_scale":
             what = f"learning rate x{self.value:g}"
+        elif self.kind == "lr_flags":
+            what = f"the learning-rate flags x{self.value:g} ({self.action})"
         elif self.kind == "clip":
             what = (
                 "adaptive gradient clipping (ZClip)"
@@ -127,3 +129,32 @@ def user_sources(script: Path, limit: int = 50) -> list[Path]:
     base = script if script.is_dir() else script.parent
     others = sorted(p for p in base.glob("*.py") if p != script)[:limit]
     return ([script] if script.is_file() else []) + others
+
+
+_LR_NAME = re.compile(r"(?:^|[._-])(?:lr|learning[_-]rate)$", re.IGNORECASE)
+"""A flag that sets a learning rate or a bound of its schedule: ``--lr``, ``--min_lr``,
+``--learning-rate``, ``--trainer.learning_rate`` (not ``--lr_decay_iters``)."""
+
+
+def scaled_lr_flags(args: list[str], factor: float) -> tuple[list[str], list[str]] | None:
+    """``args`` with every learning-rate flag's number scaled by ``factor`` (``--lr 0.1``,
+    ``--learning_rate=0.1``), and the flags as changed; None when no flag sets one. A program
+    that sets its rate each step from its flags (nanoGPT's own schedule) keeps no other
+    place a scale can reach."""
+    out, changed = list(args), []
+    for i, token in enumerate(args):
+        if not token.startswith("-"):
+            continue
+        name, eq, value = token.partition("=")
+        if not _LR_NAME.search(name.lstrip("-")):
+            continue
+        at = i if eq else i + 1
+        text = value if eq else (args[at] if at < len(args) else "")
+        try:
+            number = float(text)
+        except ValueError:
+            continue
+        new = f"{number * factor:.3g}"
+        out[at] = f"{name}={new}" if eq else new
+        changed.append(f"{name}={new}" if eq else f"{name} {new}")
+    return (out, changed) if changed else None

@@ -184,7 +184,7 @@ def fix(
 
     from ..fix import choose, code_fixes
     from ..fix.patch import edit_for
-    from ..fix.remedy import user_sources
+    from ..fix.remedy import scaled_lr_flags, user_sources
     from ..report import print_comparison
 
     console = Console(stderr=True)
@@ -207,6 +207,8 @@ def fix(
     attempt = functools.partial(
         _attempt, before, report, script, script_args, json_path, fixes, console
     )
+    if remedy is not None and remedy.kind == "lr_scale" and scaled_lr_flags(script_args, 1.0):
+        return _by_flags(attempt, out, remedy, script_args, console)
     if edit is not None and remedy is not None and _writes_remedy(edit, remedy):
         code, result = attempt(out, None, remedy)  # no code change first
         if result is None or not _too_high(result, remedy.finding):
@@ -225,6 +227,34 @@ def fix(
     if result is None:
         return code
     return _said_verdict(edit, result.verdict, result.why_not, write, console)
+
+
+FLAG_TRIES = 3
+"""A learning rate set by the command's flags is tried at the diagnosis' scale, then 10x and
+100x lower while it is still too high (a rate raised 1000x needs the third)."""
+
+
+def _by_flags(attempt: Any, out: str | None, remedy: Any, args: list[str], console: Any) -> int:
+    """The learning rate scaled where the command sets it (``--learning_rate=0.1``): the
+    program's own knob, which reaches a rate it sets each step from its flags (nanoGPT's
+    schedule) as gradoc's scale of the optimizer cannot; lower while it is still too high."""
+    from ..fix.remedy import Remedy, scaled_lr_flags
+
+    code: int = 0
+    factor = remedy.lr_scale
+    for i in range(FLAG_TRIES):
+        scaled = scaled_lr_flags(args, factor)
+        assert scaled is not None
+        new_args, changed = scaled
+        flags = Remedy("lr_flags", factor, remedy.finding, " ".join(changed))
+        code, result = attempt(out, None, flags, new_args)
+        if result is None or not _too_high(result, remedy.finding) or i == FLAG_TRIES - 1:
+            return code
+        console.print(
+            f"gradoc fix: the rate x{factor:g} did not cure it; x{factor * LOWER_AGAIN:g}:"
+        )
+        factor, out = factor * LOWER_AGAIN, None
+    return code
 
 
 LOWER_AGAIN = 0.1
@@ -276,6 +306,7 @@ def _attempt(
     out: str | None,
     edit: Any,
     remedy: Any,
+    args: list[str] | None = None,
 ) -> tuple[int, Any]:
     """One re-run with ``edit`` made or ``remedy`` applied, in a working copy, compared with
     the first run (``fix.json``, printed); the exit code and the comparison (None when the
@@ -320,7 +351,7 @@ def _attempt(
                 _edit_copy(edit, copied)
             began = time.monotonic()
             code, after_report = execute(
-                copied.script, script_args, after, None, guard, scale, limit_s=limit
+                copied.script, args or script_args, after, None, guard, scale, limit_s=limit
             )
     except CopyRefused as exc:  # said in fix.json too, then as gradoc's error
         unrun: JsonObject = {"schema": "gradoc.fix/1", "verdict": "could not run"}
