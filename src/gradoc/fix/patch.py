@@ -77,6 +77,8 @@ class Edit:
     """What the edit does, in words."""
     remedy: str | None = None
     """The no-code remedy this edit writes into the code (``lr_scale``), if it is one."""
+    scale: float | None = None
+    """The factor a learning-rate edit scales the rate by."""
     objective: bool = False
     """The edit changes what the loss computes (a log-probability for a probability, batch
     statistics for fixed ones): the loss before and after are different quantities, and are
@@ -672,6 +674,7 @@ def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | No
         _replaced(stripped, rate, new),
         f"the learning rate x{factor:g} where the optimizer is made",
         remedy="lr_scale",
+        scale=factor,
     )
 
 

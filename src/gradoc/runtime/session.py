@@ -183,7 +183,7 @@ def fix(
     from rich.console import Console
 
     from ..fix import choose, code_fixes
-    from ..fix.patch import edit_for
+    from ..fix.patch import edit_for, lr_edit
     from ..fix.remedy import scaled_lr_flags, user_sources
     from ..report import print_comparison
 
@@ -213,7 +213,19 @@ def fix(
         code, result = attempt(out, None, remedy)  # no code change first
         if result is None or not _too_high(result, remedy.finding):
             return code
-        console.print("gradoc fix: the finding stays; the same scale, written where it is made:")
+        if _first_update_scaled(result):  # the scale took hold: the rate is still too high
+            finding = next(f for f in report.serious if f.kind == remedy.finding)
+            factor = remedy.lr_scale * LOWER_AGAIN
+            edit = lr_edit(finding, _meta(before), factor) or edit
+            console.print(
+                f"gradoc fix: still too high at x{remedy.lr_scale:g}; x{factor:g}, written where "
+                "the optimizer is made:"
+            )
+        else:  # its first update was the first run's: the scale came late, or never
+            console.print(
+                "gradoc fix: the scale did not reach the optimizer's first update (its loss "
+                "after it was the first run's); the same scale, written where it is made:"
+            )
         out = None
     elif edit is None:
         return attempt(out, None, remedy)[0]
@@ -266,6 +278,16 @@ _STILL_TOO_HIGH = frozenset(
 )
 
 
+def _first_update_scaled(result: Any) -> bool:
+    """The no-code scale reached the optimizer's first update: the loss after it differs from
+    the first run's (the runs are seeded alike). LBFGS's first step ran its inner iterations
+    at the unscaled rate (``tests/shapes/lbfgs_lr80.py``): the same scale written where the
+    optimizer is made is its fix, where a scale that took hold and left the rate too high
+    calls for 10x lower."""
+    before, after = result.before.loss, result.after.loss
+    return len(before) > 1 and len(after) > 1 and before[1] != after[1]
+
+
 def _too_high(result: Any, kind: str) -> bool:
     """The re-run still shows the finding a lower rate was for, or another of a rate too high
     (a divergence that became a blow-up)."""
@@ -283,8 +305,7 @@ def _lower_again(edit: Any, result: Any, report: Report, before: Path) -> tuple[
     if not _too_high(result, edit.finding):
         return None
     finding = next(f for f in report.serious if f.kind == edit.finding)
-    first = next(x.apply["lr_scale"] for x in finding.fixes if x.apply and "lr_scale" in x.apply)
-    factor = first * LOWER_AGAIN
+    factor = edit.scale * LOWER_AGAIN
     again = lr_edit(finding, _meta(before), factor)
     return (again, factor) if again is not None else None
 
