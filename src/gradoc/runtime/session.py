@@ -207,8 +207,13 @@ def fix(
     attempt = functools.partial(
         _attempt, before, report, script, script_args, json_path, fixes, console
     )
-    if remedy is not None and remedy.kind == "lr_scale" and scaled_lr_flags(script_args, 1.0):
-        return _by_flags(attempt, out, remedy, script_args, console)
+    if (
+        remedy is not None
+        and (edit is None or _writes_remedy(edit, remedy))  # the remedy comes first
+        and remedy.kind == "lr_scale"
+        and scaled_lr_flags(script_args, 1.0)
+    ):
+        return _by_flags(attempt, out, remedy, script_args, console)  # the command's own knob
     if edit is not None and remedy is not None and _writes_remedy(edit, remedy):
         code, result = attempt(out, None, remedy)  # no code change first
         if result is None or not _too_high(result, remedy.finding):
