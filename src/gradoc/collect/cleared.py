@@ -23,7 +23,7 @@ import weakref
 from torch import Tensor
 
 from .._util.json_types import JsonObject
-from ..locate.origin import user_frame_object, user_line
+from ..locate.origin import user_line_holding
 from .grads import WatchedOptimizer
 
 
@@ -83,8 +83,4 @@ def _stepped_at(target: WatchedOptimizer) -> JsonObject | None:
     code of its ``step()`` call (read at the step's end: its statistics point may be a clip's
     call before it), and the variable holding the optimizer there (where ``gradoc fix``
     inserts its ``zero_grad()``); read once, from the caller's frame."""
-    at, frame = user_line(), user_frame_object()
-    if at is None or frame is None:
-        return None
-    names = {**frame.f_globals, **frame.f_locals}
-    return {**at, "optimizer": next((k for k, v in names.items() if v is target.optimizer), None)}
+    return user_line_holding("optimizer", lambda v: v is target.optimizer)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .._util.json_types import JsonObject
-from ..locate.origin import user_frame_object, user_line
+from ..locate.origin import user_line_holding
 from . import losses
 from .policy import PolicyReader
 
@@ -129,8 +129,5 @@ def _backward_at(loss: Tensor) -> JsonObject:
     """``{"at": ...}``: the user's line that called ``backward()`` on the loss, and the variable
     holding the loss there (``loss``: where ``gradoc fix`` reads how it was computed); read
     once, from the caller's frame."""
-    at, frame = user_line(), user_frame_object()
-    if at is None or frame is None:
-        return {}
-    name = next((k for k, v in frame.f_locals.items() if v is loss), None)
-    return {"at": {**at, "loss": name}}
+    at = user_line_holding("loss", lambda v: v is loss)
+    return {"at": at} if at is not None else {}

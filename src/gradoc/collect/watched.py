@@ -10,7 +10,6 @@ DDP, DataParallel and ``torch.compile`` wrappers are seen through: layer names h
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from torch.utils.hooks import RemovableHandle
 from .._util.json_types import JsonObject
 from .._util.state import RngState, rng_state, same_rng
 from .._util.wrappers import compiled, compiling, unwrap
-from ..locate.origin import user_frame_object, user_line
+from ..locate.origin import user_line_holding
 from ..store.writer import insert_rows
 from ._hooks import global_hooks, local_hooks
 from ._safety import guarded
@@ -170,12 +169,9 @@ class Watched:
 def _called_at(module: nn.Module) -> JsonObject:
     """The user's line that calls a watched root (``meta['forward_at']``: where ``gradoc fix``
     puts ``model.train()`` before it, or gives the call a mask), and the variable holding the
-    model there (``model``; None when the line calls it through an expression); read once,
-    from the caller's frame. ``{}`` when no user frame calls it (a library's loop)."""
-    at, frame = user_line(), user_frame_object()
-    if at is None or frame is None:
-        return {}
+    model there (``model``, through its DDP or compile wrapper too; None when the line calls
+    it through an expression); read once, from the caller's frame. ``{}`` when no user frame
+    calls it (a library's loop)."""
     inner = unwrap(module)
-    names = itertools.chain(frame.f_locals.items(), frame.f_globals.items())  # locals first
-    held = (k for k, v in names if isinstance(v, nn.Module) and unwrap(v) is inner)
-    return {**at, "model": next(held, None)}
+    at = user_line_holding("model", lambda v: isinstance(v, nn.Module) and unwrap(v) is inner)
+    return at if at is not None else {}

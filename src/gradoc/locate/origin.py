@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import re
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import torch
 
@@ -75,6 +78,20 @@ def user_line() -> JsonObject | None:
     step: it walks the stack)."""
     at = user_frame()
     return None if at is None else CodeLine(*at).to_json()
+
+
+def user_line_holding(key: str, holds: Callable[[Any], bool]) -> JsonObject | None:
+    """:func:`user_line`, with ``key`` naming the variable of that frame (its locals first,
+    then its globals) whose value ``holds`` accepts, None when none does: where a fix's edit
+    goes, and the name it writes there (``opt`` of ``opt.zero_grad()``). Read once, never per
+    step."""
+    frame = user_frame_object(1)
+    if frame is None:
+        return None
+    file, line = frame.f_code.co_filename, frame.f_lineno
+    names = itertools.chain(frame.f_locals.items(), frame.f_globals.items())
+    held = next((k for k, v in names if holds(v)), None)
+    return {**CodeLine(file, line, linecache.getline(file, line).strip()).to_json(), key: held}
 
 
 def user_frame_object(depth: int = 0) -> FrameType | None:
