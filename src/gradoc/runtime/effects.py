@@ -213,7 +213,7 @@ class SideEffects:
         return [
             what
             for key, what in self._effects.items()
-            if not (os.path.isabs(key) and (key == base or key.startswith(base + os.sep)))
+            if not (os.path.isabs(key) and _within(key, base))
         ]
 
     def summary(self) -> str:
@@ -242,7 +242,7 @@ class SideEffects:
         self._note(full, f"{how} {one_line(full)}")
 
     def _exempt(self, full: str) -> bool:
-        return any(full == d or full.startswith(d + os.sep) for d in (*self.allowed, *self.caches))
+        return any(_within(full, d) for d in (*self.allowed, *self.caches))
 
     def _outside(self, path: Any) -> str | None:
         """``path`` (absolute) when a change to it is a side effect, else None."""
@@ -261,11 +261,7 @@ class SideEffects:
     def escaping(self, root: str | os.PathLike[str]) -> list[str]:
         """The files opened by a relative path that leads out of ``root``, as written."""
         base = os.path.abspath(root)
-        return [
-            written
-            for full, written in self.relative.items()
-            if not (full == base or full.startswith(base + os.sep))
-        ]
+        return [written for full, written in self.relative.items() if not _within(full, base)]
 
     def _event(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
@@ -307,6 +303,11 @@ class SideEffects:
             what = args[0] if args else event
             name = one_line(os.fsdecode(what) if isinstance(what, bytes) else what)
             self._note(f"proc:{name}", f"started a process ({name})")
+
+
+def _within(path: str, base: str) -> bool:
+    """``path`` is ``base`` or lies under it (both absolute)."""
+    return path == base or path.startswith(base + os.sep)
 
 
 def _argv(event: str, args: tuple[Any, ...]) -> list[str]:

@@ -126,7 +126,7 @@ def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Cop
             "copy of its folder so that your files stay as they are: move the data out of "
             "the folder (read it by an absolute path) and try again"
         )
-    tmp = Path(tempfile.mkdtemp(prefix="gradoc-copy-"))
+    tmp = Path(tempfile.mkdtemp(prefix=_PREFIX))
     saved = os.getcwd()
     try:
         dest = tmp / (root.name or "root")
