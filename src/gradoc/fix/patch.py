@@ -254,8 +254,7 @@ def _zero_grad(f: Finding, seen: Seen) -> Edit | None:
     }
     if not receivers:
         return None  # not the line that steps: a zero_grad() after it could undo the update
-    details = f.details if isinstance(f.details, dict) else f.details.to_json()
-    name = details.get("optimizer")
+    name = _details(f).get("optimizer")
     if not isinstance(name, str) or not name.isidentifier():
         if len(receivers) != 1:
             return None
@@ -348,9 +347,7 @@ def _nonfinite(f: Finding, seen: Seen) -> Edit | None:
         clamped = f"max({seg}, {EPS})"  # a Python number: no tensor method
     else:
         clamped = f"{_operand(stripped, operand)}.clamp_min({EPS})"
-    indent = where.indent
-    new = indent + _replaced(stripped, operand, clamped)
-    return where.edit(f, (new,), f"clamp {seg} to at least {EPS}")
+    return where.becomes(f, _replaced(stripped, operand, clamped), f"clamp {seg} to at least {EPS}")
 
 
 _SQUASH = {"probabilities": "softmax", "softmax": "softmax", "sigmoid": "sigmoid"}
@@ -570,13 +567,11 @@ def _all_parameters(f: Finding, seen: Seen) -> Edit | None:
     d = _details(f)
     if not d.get("left_out") or d.get("idle") or d.get("models"):
         return None
-    at = next((o.get("at") for o in seen.meta.optimizers if o.get("at")), None)
-    where = _located(CodeLine.from_json(at))
+    where = _made_at(seen.meta)
     if where is None:
         return None
     stripped = where.stripped
-    made = [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
-    made = made or [
+    made = _constructors(where) or [
         n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _name(n.func)[:1].isupper()
     ]
     if len(made) != 1 or not made[0].args:
@@ -607,21 +602,15 @@ def _decay_lowered(f: Finding, seen: Seen) -> Edit | None:
     finding's factor: ``weight_decay=10.0`` -> ``weight_decay=0.1``,
     ``weight_decay=args.wd`` -> ``weight_decay=args.wd * 0.01``."""
     factor = _details(f).get("factor")
-    at = next((o.get("at") for o in seen.meta.optimizers if o.get("at")), None)
-    where = _located(CodeLine.from_json(at))
+    where = _made_at(seen.meta)
     if not isinstance(factor, (int, float)) or where is None:
         return None
-    stripped = where.stripped
-    calls = [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+    calls = _constructors(where)
     given = _keyword(calls[0], "weight_decay") if len(calls) == 1 else None
     if given is None:
         return None  # given by position, or by a dict of groups: where, the line does not say
-    if isinstance(given, ast.Constant) and isinstance(given.value, (int, float)):
-        new = f"{given.value * factor:.3g}"
-    else:
-        new = f"{_operand(stripped, given)} * {factor:g}"
-    action = f"weight_decay x{factor:g} where the optimizer is made"
-    return where.becomes(f, _replaced(stripped, given, new), action)
+    new = _replaced(where.stripped, given, _times(where.stripped, given, factor))
+    return where.becomes(f, new, f"weight_decay x{factor:g} where the optimizer is made")
 
 
 WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
@@ -651,31 +640,42 @@ def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | No
     ``factor``: another scale than the finding's fix asks for (a second try, further down)."""
     asked = next((x.apply["lr_scale"] for x in f.fixes if x.apply and "lr_scale" in x.apply), None)
     factor = factor if factor is not None and asked is not None else asked
-    at = next((CodeLine.from_json(o.get("at")) for o in meta.optimizers if o.get("at")), None)
-    where = _located(at)
+    where = _made_at(meta)
     if not isinstance(factor, (int, float)) or where is None:
         return None
-    stripped = where.stripped
-    calls = [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+    calls = _constructors(where)
     if len(calls) != 1:
         return None
     rate = _rate(calls[0])
     assert rate is not None
-    seg = ast.get_source_segment(stripped, rate)
-    if isinstance(rate, ast.Constant) and isinstance(rate.value, (int, float)):
-        new = f"{rate.value * factor:.3g}"
-    elif seg is not None:
-        simple = isinstance(rate, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
-        new = f"{seg} * {factor:g}" if simple else f"({seg}) * {factor:g}"
-    else:
-        return None
     return where.becomes(
         f,
-        _replaced(stripped, rate, new),
+        _replaced(where.stripped, rate, _times(where.stripped, rate, factor)),
         f"the learning rate x{factor:g} where the optimizer is made",
         remedy="lr_scale",
         scale=factor,
     )
+
+
+def _made_at(meta: RunMeta) -> Located | None:
+    """The line that constructs the program's optimizer (``meta.optimizers[i].at``, seen by
+    ``gradoc run``), as the file holds it now."""
+    return _located(
+        next((CodeLine.from_json(o.get("at")) for o in meta.optimizers if o.get("at")), None)
+    )
+
+
+def _constructors(where: Located) -> list[ast.Call]:
+    """The calls on an optimizer's line that give a learning rate (``Adam(ps, lr=...)``)."""
+    return [n for n in ast.walk(where.tree) if isinstance(n, ast.Call) and _rate(n) is not None]
+
+
+def _times(source: str, node: ast.expr, factor: float) -> str:
+    """``node``'s value scaled by ``factor``, as written in its place: a number computed
+    (``0.5`` -> ``0.05``), an expression multiplied (``args.lr`` -> ``args.lr * 0.1``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return f"{node.value * factor:.3g}"
+    return f"{_operand(source, node)} * {factor:g}"
 
 
 def _rate(call: ast.Call) -> ast.expr | None:
