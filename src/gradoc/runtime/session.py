@@ -106,6 +106,7 @@ def execute(
     with effects, _numerics(run, "numerics" in checks), scan, _interrupted_after(limit_s):
         code = exec_script(script, script_args, clues)
     auto.remove()
+    root = copy_root(script, Path(cwd))  # what a re-run in a copy could not reach
     status = "finished" if code == 0 else ("interrupted" if code == -SIGINT else "failed")
     if run.guard is not None and run.guard.gave_up:
         status = "gave_up"
@@ -118,8 +119,8 @@ def execute(
         side_effects={
             "count": effects.count,
             "seen": effects.seen,
-            "outside": effects.outside(copy_root(script, Path.cwd()))[:SHOWN],
-            "escapes": effects.escaping(copy_root(script, Path.cwd()))[:SHOWN],
+            "outside": effects.outside(root)[:SHOWN],
+            "escapes": effects.escaping(root)[:SHOWN],
         },
     )
     try:
@@ -183,13 +184,14 @@ def fix(
     from rich.console import Console
 
     from ..fix import choose, code_fixes
-    from ..fix.patch import edit_for, lr_edit
+    from ..fix.patch import edit_for
     from ..fix.remedy import scaled_lr_flags, user_sources
     from ..report import print_comparison
 
     console = Console(stderr=True)
     sources = user_sources(script)
-    remedy, edit = choose(report), edit_for(report.serious, _meta(before), sources)
+    meta = _meta(before)
+    remedy, edit = choose(report), edit_for(report.serious, meta, sources)
     fixes = code_fixes(report, sources)
     if report.status == "healthy":
         console.print("gradoc fix: the run is healthy; nothing to fix")
@@ -205,7 +207,7 @@ def fix(
         print_comparison(None, None, fixes, console)
         return 0
     attempt = functools.partial(
-        _attempt, before, report, script, script_args, json_path, fixes, console
+        _attempt, before, report, meta, script, script_args, json_path, fixes, console
     )
     if (
         remedy is not None
@@ -219,9 +221,8 @@ def fix(
         if result is None or not _too_high(result, remedy.finding):
             return code
         if _first_update_scaled(result):  # the scale took hold: the rate is still too high
-            finding = next(f for f in report.serious if f.kind == remedy.finding)
             factor = remedy.lr_scale * LOWER_AGAIN
-            edit = lr_edit(finding, _meta(before), factor) or edit
+            edit = _rate_edit(report, meta, remedy.finding, factor) or edit
             console.print(
                 f"gradoc fix: still too high at x{remedy.lr_scale:g}; x{factor:g}, written where "
                 "the optimizer is made:"
@@ -235,7 +236,7 @@ def fix(
     elif edit is None:
         return attempt(out, None, remedy)[0]
     code, result = attempt(out, edit, None)
-    again = _lower_again(edit, result, report, before)
+    again = _lower_again(edit, result, report, meta)
     if again is not None:
         first, lower = again[1] / LOWER_AGAIN, again[1]
         console.print(f"gradoc fix: the rate x{first:g} did not cure it; one try more, x{lower:g}:")
@@ -299,20 +300,25 @@ def _too_high(result: Any, kind: str) -> bool:
     return any(f.kind == kind or f.kind in _STILL_TOO_HIGH for f in result.remaining + result.new)
 
 
-def _lower_again(edit: Any, result: Any, report: Report, before: Path) -> tuple[Any, float] | None:
+def _lower_again(edit: Any, result: Any, report: Report, meta: Any) -> tuple[Any, float] | None:
     """The learning-rate edit scaled :data:`LOWER_AGAIN` further, and its factor, when the
     first did not help because the rate is still too high (its finding stays, or a finding of
     a rate too high came); else None."""
-    from ..fix.patch import lr_edit
-
     if edit.remedy != "lr_scale" or result is None or result.verdict == "verified":
         return None
     if not _too_high(result, edit.finding):
         return None
-    finding = next(f for f in report.serious if f.kind == edit.finding)
     factor = edit.scale * LOWER_AGAIN
-    again = lr_edit(finding, _meta(before), factor)
+    again = _rate_edit(report, meta, edit.finding, factor)
     return (again, factor) if again is not None else None
+
+
+def _rate_edit(report: Report, meta: Any, kind: str, factor: float) -> Any:
+    """The learning-rate edit of the serious finding of ``kind`` at ``factor`` (None where
+    the line that makes the optimizer is not known)."""
+    from ..fix.patch import lr_edit
+
+    return lr_edit(next(f for f in report.serious if f.kind == kind), meta, factor)
 
 
 def _writes_remedy(edit: Any, remedy: Any) -> bool:
@@ -324,6 +330,7 @@ def _writes_remedy(edit: Any, remedy: Any) -> bool:
 def _attempt(
     before: Path,
     report: Report,
+    meta: Any,
     script: Path,
     script_args: list[str],
     json_path: Path | None,
@@ -357,7 +364,7 @@ def _attempt(
     )
     if shown:
         console.print(Text(shown.rstrip()))
-    reach = ((_meta(before).side_effects or {}).get("outside") or [])[:3]
+    reach = ((meta.side_effects or {}).get("outside") or [])[:3]
     if reach:
         console.print(
             Text(f"gradoc fix: the first run {', '.join(map(str, reach))}, outside the copied ")
@@ -371,7 +378,7 @@ def _attempt(
         )
     guard, scale = (remedy.guard, remedy.lr_scale) if remedy is not None else (None, 1.0)
     try:
-        _reachable(_meta(before), root)
+        _reachable(meta, root)
         with working_copy(script, Path.cwd()) as copied:
             if edit is not None:
                 _edit_copy(edit, copied)
