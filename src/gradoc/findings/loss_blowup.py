@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
@@ -87,6 +88,7 @@ FLOOR = 100.0
 BACK = 1.5
 """The loss has come back once the smoothed loss is below 1.5x the start level again."""
 TRANSIENT = 10
+"""Steps from the onset within which a blow-up that came back was a start-up transient."""
 NOISY = 5.0
 """A loss whose ordinary excursion outside the event (``signals.excursions``) reaches this is
 one sample's or one episode's (a batch mean's is about 1.3): its start level is the median of
@@ -95,7 +97,6 @@ first 3, which is a lucky sample's."""
 LUCKY = 10.0
 """A start level this many times below the first loss, one or two steps into the run, is a
 lucky sample's too (the event may never come back, leaving no noise outside it to measure)."""
-"""Steps from the onset within which a blow-up that came back was a start-up transient."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -169,10 +170,10 @@ class LossBlowup(FindingKind):
         first = min(range(min(START, len(values))), key=values.__getitem__)
         event = _event(steps, values, first)
         lucky = values[first] * LUCKY <= values[0]  # 10x below the first loss at once
-        if event is not None and (lucky or (event[4] is not None and event[4] >= NOISY)):
+        if event is not None and (lucky or (event.noise is not None and event.noise >= NOISY)):
             # one sample's loss (its noise outside the event): its lowest start is luck; the
             # level is the median of the losses before the rise (at most NOISE_WINDOW)
-            before = min(NOISE_WINDOW, event[1])
+            before = min(NOISE_WINDOW, event.onset)
             event = _event(steps, values, before - 1, median=True) if before > first else event
         if event is None:
             return []
@@ -329,13 +330,23 @@ class LossBlowup(FindingKind):
         return [lr, init, data] + ([decay] if decay else [])
 
 
+class _Event(NamedTuple):
+    """A rise above the start level: the level, and where it began, peaked and came back
+    (indices into the run's finite losses), and the run's noise outside it."""
+
+    start: float
+    onset: int
+    peak: int
+    back: int | None
+    noise: float | None
+
+
 def _event(
     steps: list[int], values: list[float], first: int, median: bool = False
-) -> tuple[float, int, int, int | None, float | None] | None:
+) -> _Event | None:
     """The rise above the start level (the loss at ``first``, or with ``median`` the median
-    of the losses up to it): (start, onset, peak, back, the run's noise outside the event) as
-    indices, or None when there is none, or when it came back within ``SUSTAIN`` steps (a
-    spike)."""
+    of the losses up to it), or None when there is none, or when it came back within
+    ``SUSTAIN`` steps (a spike)."""
     start = statistics.median(values[: first + 1]) if median else values[first]
     if start <= 0:
         return None
@@ -363,4 +374,4 @@ def _event(
         return None  # up and back within a few steps: a spike (loss_spike), not a blow-up
     end_i = back_i if back_i is not None else len(values)
     noise = excursions(values[:onset] + values[end_i:])  # the run's noise outside the event
-    return start, onset, peak_i, back_i, noise
+    return _Event(start, onset, peak_i, back_i, noise)
