@@ -121,13 +121,19 @@ def weight_decay(f: Finding, facts: Facts, lr: Hypothesis) -> Hypothesis | None:
 
 
 def too_strong(facts: Facts) -> bool:
-    """A decay far too strong by its own setting: each step takes ``DECAY_STRONG`` or more of
-    every weight, with a weight_decay 10x the largest usual one for its kind (a usual decay
-    that takes as much is the learning rate's doing)."""
-    if facts.weight_decay is None:
+    """A decay far too strong by its own setting (:func:`decay_too_strong`)."""
+    return decay_too_strong(facts.weight_decay, facts.optimizer)
+
+
+def decay_too_strong(decay: tuple[float, float] | None, optimizer: str | None) -> bool:
+    """A decay (its setting, and the share of every weight it takes a step) far too strong by
+    its own setting: each step takes ``DECAY_STRONG`` or more of every weight, with a
+    weight_decay 10x the largest usual one for ``optimizer``'s kind (a usual decay that takes
+    as much is the learning rate's doing)."""
+    if decay is None:
         return False
-    wd, share = facts.weight_decay
-    return share >= DECAY_STRONG and wd >= 10 * USUAL_DECAY[facts.optimizer in DECOUPLED]
+    wd, share = decay
+    return share >= DECAY_STRONG and wd >= 10 * USUAL_DECAY[optimizer in DECOUPLED]
 
 
 def pinned(facts: Facts) -> bool:

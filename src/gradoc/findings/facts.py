@@ -132,13 +132,15 @@ def gather(h: History, before: int | None) -> Facts:
         clip=_clip(h),
         optimizer=optimizer_type(h),
         loss_noise=loss_noise(h),
-        weight_decay=_weight_decay(h),
+        weight_decay=weight_decay_of(h),
         outputs_seen=bool(h.act_stats) and not h.meta.compiled,
         weight_shrink=_weight_shrink(h),
     )
 
 
-def _weight_decay(h: History) -> tuple[float, float] | None:
+def weight_decay_of(h: History) -> tuple[float, float] | None:
+    """The first optimizer's weight decay, where it is above 0: its setting, and the share of
+    every weight it takes a step (``Facts.weight_decay``)."""
     opts = h.meta.optimizers or []
     first = opts[0] if opts else {}
     wd, lr = first.get("weight_decay"), first.get("lr")

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt, weight_params
-from .advice import DECAY_STRONG, DECOUPLED, USUAL_DECAY, too_strong
-from .facts import Facts, gather
+from ..detect.signals import fmt, optimizer_type, weight_params
+from .advice import DECAY_STRONG, DECOUPLED, USUAL_DECAY, decay_too_strong
+from .facts import Facts, weight_decay_of
 from .kind import Details, FindingKind
 
 DOMINATES = 0.5
@@ -107,12 +107,10 @@ class WeightDecayDominates(FindingKind):
     def check(self, h: History) -> list[Finding]:
         if len(h.meta.optimizers) != 1:
             return []
-        facts = gather(h, None)
-        if facts.weight_decay is None or facts.optimizer not in _MEASURED:
+        decay, optimizer = weight_decay_of(h), optimizer_type(h)
+        if decay is None or optimizer not in _MEASURED or not decay_too_strong(decay, optimizer):
             return []
-        if not too_strong(facts):
-            return []
-        wd, per_step = facts.weight_decay
+        wd, per_step = decay
         shares = _shares(h, per_step)
         medians = {n: statistics.median(d for _, d in v) for n, v in shares.items()}
         over = [n for n, d in medians.items() if d >= DOMINATES]

@@ -616,9 +616,7 @@ def write_fix(result: Mapping[str, Any], path: Path) -> Path:
         for label, key in (("gone", "disappeared"), ("left", "remaining"), ("new", "new"))
         for f in result.get(key) or []
     )
-    losses = (
-        f"final loss {_e(_num(before.get('final_loss')))} → {_e(_num(after.get('final_loss')))}"
-    )
+    losses = f"final loss {_num(before.get('final_loss'))} → {_num(after.get('final_loss'))}"
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>gradoc fix</title><style>{CSS}
 pre.diff {{ background: #f8fafc; padding: 8px 12px; border-radius: 6px; overflow-x: auto; }}
