@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import gradoc
+from gradoc._util.json_types import JsonObject
 from gradoc.analysis import Report
 from gradoc.detect.finding import CodeLine, Finding, Fix, Horizon
 from gradoc.fix import choose, code_fixes
@@ -113,12 +114,14 @@ def test_fix_command_states_the_code_change_with_file_and_line(tmp_path: Path) -
     before = tmp_path / "before"
     assert gradoc_cli("run", "--out", str(before), str(script)).returncode == 0
     done = gradoc_cli("fix", "--json", str(tmp_path / "fix.json"), str(before), str(script))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # skipping the steps is no cure
     result = json.loads((tmp_path / "fix.json").read_text())
     assert result["remedy"]["kind"] == "skip_nonfinite"
     assert result["after"]["guard"]["skipped"] == 3  # steps 39, 79, 119
     # the NaN is still born: the real fix is a code change, named with its line
     assert [f["kind"] for f in result["remaining"]] == ["nonfinite"]
+    assert result["verdict"] == "did not help"
+    assert result["why_not"] == ["nonfinite is still found"]
     (fix,) = result["code_fixes"]
     assert fix["file"] == str(script) and fix["line"] == 6 and "x.std(1" in fix["code"]
     assert "needs a code change" in done.stderr and f"{script}:6" in done.stderr.replace("\n", "")
@@ -716,3 +719,74 @@ def test_the_loss_of_an_objective_not_expected_to_fall_is_not_compared() -> None
     assert verdict(supervised, "policy_collapse")[1] == ["the loss ended worse: 68 against 3.8"]
     policy = Comparison([], [], [], side(3.8), side(68.0), None, falls=False)
     assert verdict(policy, "policy_collapse") == ("verified", [])
+
+
+def _findings(*specs: tuple[str, tuple[JsonObject, ...]]) -> Report:
+    """A report whose serious findings (in order) have these no-code fixes."""
+    findings = [
+        Finding(
+            kind=kind,
+            severity="error",
+            step=1,
+            layer=None,
+            summary=kind,
+            fixes=[Fix(Horizon.IMMEDIATE, f"{kind} fix {i}", apply=a) for i, a in enumerate(apply)],
+        )
+        for kind, apply in specs
+    ]
+    return Report(status="problems", findings=findings)
+
+
+def test_the_plan_takes_each_hypothesis_fix_in_order_and_none_twice() -> None:
+    from gradoc.runtime.fixing import plan
+
+    report = _findings(
+        ("loss_divergence", ({"lr_scale": 0.1}, {"clip": 2.0})),
+        ("nonfinite", ({"skip_nonfinite": True}, {"lr_scale": 0.1}, {"clip": 5.0})),
+    )
+    tried = [(t.finding, t.remedy.kind if t.remedy else None) for t in plan(report, RunMeta(), [])]
+    # the same kind of remedy asked by a later finding is the same fix: planned once
+    assert tried == [
+        ("loss_divergence", "lr_scale"),
+        ("loss_divergence", "clip"),
+        ("nonfinite", "skip_nonfinite"),
+    ]
+
+
+@pytest.mark.parametrize("cured_by", ["clip", None])
+def test_a_fix_that_did_not_help_gives_way_to_the_next_hypothesis_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cured_by: str | None
+) -> None:
+    """The re-runs are faked here (each real one is tested above): the order, the bound and
+    the exit code of the loop over the plan."""
+    from gradoc.fix.compare import Comparison, Side
+    from gradoc.runtime import fixing
+
+    def side(loss: float) -> Side:
+        return Side("run", "problems", 0, 10, 1.0, 0.1, loss, None, [loss], None)
+
+    runs: list[str] = []
+
+    def rerun(self: object, out: object, edit: object, remedy: object, args: object = None):
+        assert edit is None and remedy is not None
+        runs.append(remedy.kind)  # type: ignore[attr-defined]
+        result = Comparison([], [], [], side(1.0), side(1.0), None, remedy=remedy)  # type: ignore[arg-type]
+        result.verdict = "verified" if remedy.kind == cured_by else "did not help"  # type: ignore[attr-defined]
+        self.tried.append({"fix": remedy.kind, "verdict": result.verdict})  # type: ignore[attr-defined]
+        return 0, result
+
+    monkeypatch.setattr(fixing.Rerun, "__call__", rerun)
+    monkeypatch.setattr(fixing, "_meta", lambda run_dir: RunMeta())
+    report = _findings(
+        ("loss_divergence", ({"lr_scale": 0.1}, {"clip": 2.0})),
+        ("nonfinite", ({"skip_nonfinite": True},)),
+        ("loss_spike", ({"clip": "zclip"},)),
+        ("exploding_gradients", ({"lr_scale": 0.5},)),
+    )
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    code = fixing.fix(tmp_path / "run", report, script, [], None, None)
+    if cured_by == "clip":
+        assert (code, runs) == (0, ["lr_scale", "clip"])  # verified: no further re-run
+    else:  # three different fixes, then gradoc gives up
+        assert (code, runs) == (1, ["lr_scale", "clip", "skip_nonfinite"])

@@ -15,7 +15,8 @@ from ._util.paths import output_file
 from ._util.text import one_line, safe
 from ._version import __version__
 from .errors import GradocError, RunLogError, UsageError
-from .runtime.session import Replay, after_run, execute, fix
+from .runtime.fixing import fix
+from .runtime.session import Replay, after_run, execute
 
 FAIL_EXIT = 3
 """`gradoc report --fail-on` exit status when findings of that severity exist."""
@@ -114,18 +115,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--fix",
         action="store_true",
-        help="then apply the diagnosis's top fix that needs no code change (learning-rate "
-        "scale, clipping, skipping non-finite steps), re-run the script into DIR-fixed and "
-        "compare before and after",
+        help="then try the diagnosis's fixes in a copy of the script's folder (an edit of your "
+        "code where gradoc writes one, else a learning-rate scale, clipping or skipping "
+        "non-finite steps), re-run into DIR-fixed, compare before and after, and say whether "
+        "the fix was verified; the next hypothesis' fix follows one that did not help",
     )
     run.add_argument("script", metavar="SCRIPT")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
 
     fix = sub.add_parser(
         "fix",
-        help="re-run a script with the top fix of a run's diagnosis and compare",
-        description="Read RUN_DIR's diagnosis, apply its top fix that needs no code change, "
-        "re-run SCRIPT into RUN_DIR-fixed, and show before and after side by side.",
+        help="re-run a script with the fixes of a run's diagnosis and say which one works",
+        description="Read RUN_DIR's diagnosis, make its top fix in a copy of SCRIPT's folder "
+        "(an edit of your code where gradoc writes one, else a fix applied without a code "
+        "change), re-run SCRIPT there into RUN_DIR-fixed, show before and after side by side "
+        "and the verdict; a fix that did not help gives way to the next hypothesis' fix (at "
+        "most three). Exit 0 when a fix was verified, 1 when none was.",
     )
     fix.add_argument("run_dir", metavar="RUN_DIR")
     fix.add_argument("--out", metavar="DIR", help="run directory of the re-run")

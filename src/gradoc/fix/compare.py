@@ -52,11 +52,14 @@ class Comparison:
     """The edit of the user's code the re-run was made with (``patch``)."""
     diff: str | None = None
     verdict: str | None = None
-    """For an edit: "verified", "did not help" (:func:`verdict`)."""
+    """"verified" or "did not help" (:func:`verdict`), for an edit as for a remedy."""
     falls: bool = True
     """The first run's loss is one expected to fall (a supervised objective's): a policy
     gradient's or a GAN's loss says nothing of how well it does, and is not compared."""
     why_not: list[str] = field(default_factory=list)
+    tried: list[JsonObject] = field(default_factory=list)
+    """The re-runs of the same ``gradoc fix`` before this one: what each tried, where, and
+    its verdict."""
 
     def left(self) -> set[tuple[str, str | None]]:
         """The (kind, layer) of the findings the fix did not cure."""
@@ -86,8 +89,11 @@ class Comparison:
             out["code_fixes"] = [f.to_json() for f in self.code_fixes]
         if self.edit is not None:
             out["patch"] = {**self.edit.to_json(), "diff": self.diff}
+        if self.verdict is not None:
             out["verdict"] = self.verdict
             out["why_not"] = list(self.why_not)
+        if self.tried:
+            out["tried"] = list(self.tried)
         return out
 
 

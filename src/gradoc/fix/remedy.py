@@ -10,7 +10,7 @@ from typing import Any
 from .._util.json_types import JsonObject
 from ..analysis import Report
 from ..config import GuardConfig
-from ..detect.finding import CodeLine
+from ..detect.finding import CodeLine, Finding
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +73,17 @@ class CodeFix:
 
 def choose(report: Report) -> Remedy | None:
     """The first fix with an ``apply`` of the first (most serious) finding that has one."""
-    for f in report.serious:
-        for fix in f.fixes:
-            if fix.apply:
-                (kind, value), *_ = fix.apply.items()
-                return Remedy(kind, value, f.kind, fix.action)
-    return None
+    return next((r for f in report.serious for r in remedies(f)), None)
+
+
+def remedies(finding: Finding) -> list[Remedy]:
+    """The fixes of ``finding`` that gradoc applies without a code change, in its order."""
+    out = []
+    for fix in finding.fixes:
+        if fix.apply:
+            (kind, value), *_ = fix.apply.items()
+            out.append(Remedy(kind, value, finding.kind, fix.action))
+    return out
 
 
 def code_fixes(report: Report, sources: list[Path]) -> list[CodeFix]:

@@ -1,0 +1,453 @@
+"""``gradoc fix``: the diagnosis' fixes tried in a working copy, one hypothesis after another.
+
+The fixes come from the report's serious findings, most serious first (:func:`plan`): each
+finding's edit of the user's code where gradoc writes one (``fix.patch``), then the fixes
+gradoc applies without a code change (``fix.remedy``). Each try re-runs the script in a copy
+of its folder (``workcopy``: the user's files stay as they are), compares the re-run with the
+first run and judges it (``fix.compare.verdict``). A fix that does not verify gives way to the
+next one, up to :data:`MAX_FIXES`; a learning rate too high is one fix, tried lower while it
+stays too high. Only a verified edit is ever made in the user's file, and only on ``--write``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from signal import SIGINT
+from typing import Any
+
+from .._util.json_types import JsonObject
+from .._util.text import one_line
+from ..analysis import Report
+from ..fix.compare import Comparison
+from ..fix.patch import Edit
+from ..fix.remedy import Remedy
+
+MAX_FIXES = 3
+"""Different fixes tried before ``gradoc fix`` gives up: the most serious finding's, then the
+next hypothesis' while none verified. With a learning rate's lower tries that is at most five
+re-runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Try:
+    """One hypothesis' fix: an edit, a remedy, or both where the edit writes the remedy into
+    the code (a learning rate: scaled without a code change, then where the optimizer is
+    made)."""
+
+    finding: str
+    edit: Edit | None = None
+    remedy: Remedy | None = None
+
+    def repeats(self, earlier: Try) -> bool:
+        """The same fix as ``earlier``: the same edit, or a remedy of the same kind (a clip is
+        a clip whichever finding asked for it)."""
+        same_edit = (
+            self.edit is not None
+            and earlier.edit is not None
+            and (self.edit.file, self.edit.line, self.edit.after)
+            == (earlier.edit.file, earlier.edit.line, earlier.edit.after)
+        )
+        same_remedy = (
+            self.remedy is not None
+            and earlier.remedy is not None
+            and self.remedy.kind == earlier.remedy.kind
+        )
+        return same_edit or same_remedy
+
+
+def plan(report: Report, meta: Any, sources: list[Path]) -> list[Try]:
+    """The fixes to try, in order: for each serious finding, most serious first, its edit
+    where gradoc writes one, then each fix it applies without a code change (a learning
+    rate's paired with its edit where the optimizer is made); a fix already planned is not
+    planned again."""
+    from ..fix.patch import edit_for, lr_edit
+    from ..fix.remedy import remedies
+
+    tries: list[Try] = []
+    for f in report.serious:
+        edit = edit_for([f], meta, sources)
+        if edit is not None and edit.remedy is None:
+            tries.append(Try(f.kind, edit))
+        for remedy in remedies(f):
+            rate = lr_edit(f, meta) if remedy.kind == "lr_scale" else None
+            tries.append(Try(f.kind, rate, remedy))
+    out: list[Try] = []
+    for t in tries:
+        if not any(t.repeats(e) for e in out):
+            out.append(t)
+    return out
+
+
+def fix(
+    before: Path,
+    report: Report,
+    script: Path,
+    script_args: list[str],
+    out: str | None,
+    json_path: Path | None,
+    write: bool = False,
+) -> int:
+    """Try the fixes of ``report``'s diagnosis (:func:`plan`) in a copy of the script's folder
+    until one is verified, at most :data:`MAX_FIXES`; print each before/after and the verdict.
+    With ``write``, a verified edit is made in the user's file. 0 when a fix was verified, 1
+    when none helped (the exit code of a re-run that left no report, where none did)."""
+    from rich.console import Console
+
+    from ..fix import code_fixes
+    from ..fix.remedy import user_sources
+    from ..report import print_comparison
+
+    console = Console(stderr=True)
+    if report.status == "healthy":
+        console.print("gradoc fix: the run is healthy; nothing to fix")
+        return 0
+    sources = user_sources(script)
+    meta = _meta(before)
+    fixes = code_fixes(report, sources)
+    tries = plan(report, meta, sources)
+    if not tries:
+        console.print("gradoc fix: every fix of this diagnosis needs a code change:")
+        print_comparison(None, None, fixes, console)
+        return 0
+    rerun = Rerun(before, report, meta, script, script_args, json_path, fixes, console)
+    code, last = 0, None
+    for n, t in enumerate(tries[:MAX_FIXES]):
+        if n:
+            console.print(
+                f"gradoc fix: the next hypothesis' fix ({n + 1} of at most "
+                f"{min(MAX_FIXES, len(tries))}), for {t.finding}:"
+            )
+        code, result = _try(rerun, t, out)
+        out = None  # the next re-runs go to RUN_DIR-fixed-2, -3, ...
+        last = result if result is not None else last
+        if result is not None and result.verdict == "verified":
+            break
+    if last is None:
+        return code
+    return _said_verdict(last, rerun.tried, write, console)
+
+
+def _try(rerun: Rerun, t: Try, out: str | None) -> tuple[int, Comparison | None]:
+    """One fix, re-run; a learning rate still too high gets lower tries."""
+    from ..fix.remedy import scaled_lr_flags
+
+    edit, remedy = t.edit, t.remedy
+    if remedy is not None and remedy.kind == "lr_scale" and scaled_lr_flags(rerun.args, 1.0):
+        return _by_flags(rerun, out, remedy)  # the command's own knob
+    if remedy is None:
+        assert edit is not None
+        code, result = rerun(out, edit, None)
+    elif edit is None:
+        return rerun(out, None, remedy)
+    else:  # a learning rate: no code change first, then written where the optimizer is made
+        code, result = rerun(out, None, remedy)
+        if result is None or not _too_high(result, remedy.finding):
+            return code, result
+        if _first_update_scaled(result):  # the scale took hold: the rate is still too high
+            factor = remedy.lr_scale * LOWER_AGAIN
+            edit = _rate_edit(rerun.report, rerun.meta, remedy.finding, factor) or edit
+            rerun.console.print(
+                f"gradoc fix: still too high at x{remedy.lr_scale:g}; x{factor:g}, written where "
+                "the optimizer is made:"
+            )
+        else:  # its first update was the first run's: the scale came late, or never
+            rerun.console.print(
+                "gradoc fix: the scale did not reach the optimizer's first update (its loss "
+                "after it was the first run's); the same scale, written where it is made:"
+            )
+        code, result = rerun(None, edit, None)
+    again = _lower_again(edit, result, rerun.report, rerun.meta)
+    if again is not None:
+        first, lower = again[1] / LOWER_AGAIN, again[1]
+        rerun.console.print(
+            f"gradoc fix: the rate x{first:g} did not cure it; one try more, x{lower:g}:"
+        )
+        code, result = rerun(None, again[0], None)
+    return code, result
+
+
+FLAG_TRIES = 3
+"""A learning rate set by the command's flags is tried at the diagnosis' scale, then 10x and
+100x lower while it is still too high (a rate raised 1000x needs the third)."""
+
+
+def _by_flags(rerun: Rerun, out: str | None, remedy: Remedy) -> tuple[int, Comparison | None]:
+    """The learning rate scaled where the command sets it (``--learning_rate=0.1``): the
+    program's own knob, which reaches a rate it sets each step from its flags (nanoGPT's
+    schedule) as gradoc's scale of the optimizer cannot; lower while it is still too high."""
+    from ..fix.remedy import scaled_lr_flags
+
+    factor = remedy.lr_scale
+    for i in range(FLAG_TRIES):
+        scaled = scaled_lr_flags(rerun.args, factor)
+        assert scaled is not None
+        new_args, changed = scaled
+        flags = Remedy("lr_flags", factor, remedy.finding, " ".join(changed))
+        code, result = rerun(out, None, flags, new_args)
+        if result is None or not _too_high(result, remedy.finding) or i == FLAG_TRIES - 1:
+            return code, result
+        rerun.console.print(
+            f"gradoc fix: the rate x{factor:g} did not cure it; x{factor * LOWER_AGAIN:g}:"
+        )
+        factor, out = factor * LOWER_AGAIN, None
+    raise AssertionError("unreachable: the last try returns")
+
+
+LOWER_AGAIN = 0.1
+"""A learning-rate edit that left the blow-up is tried once more, this much lower again (a rate
+raised 100x needs more than the tenth the diagnosis asks for first)."""
+
+_STILL_TOO_HIGH = frozenset(
+    {"loss_blowup", "loss_divergence", "loss_spike", "large_updates", "exploding_gradients"}
+)
+
+
+def _first_update_scaled(result: Comparison) -> bool:
+    """The no-code scale reached the optimizer's first update: the loss after it differs from
+    the first run's (the runs are seeded alike). LBFGS's first step ran its inner iterations
+    at the unscaled rate (``tests/shapes/lbfgs_lr80.py``): the same scale written where the
+    optimizer is made is its fix, where a scale that took hold and left the rate too high
+    calls for 10x lower."""
+    before, after = result.before.loss, result.after.loss
+    return len(before) > 1 and len(after) > 1 and before[1] != after[1]
+
+
+def _too_high(result: Comparison, kind: str) -> bool:
+    """The re-run still shows the finding a lower rate was for, or another of a rate too high
+    (a divergence that became a blow-up)."""
+    return any(f.kind == kind or f.kind in _STILL_TOO_HIGH for f in result.remaining + result.new)
+
+
+def _lower_again(
+    edit: Edit, result: Comparison | None, report: Report, meta: Any
+) -> tuple[Edit, float] | None:
+    """The learning-rate edit scaled :data:`LOWER_AGAIN` further, and its factor, when the
+    first did not help because the rate is still too high (its finding stays, or a finding of
+    a rate too high came); else None."""
+    if edit.remedy != "lr_scale" or edit.scale is None or result is None:
+        return None
+    if result.verdict == "verified" or not _too_high(result, edit.finding):
+        return None
+    factor = edit.scale * LOWER_AGAIN
+    again = _rate_edit(report, meta, edit.finding, factor)
+    return (again, factor) if again is not None else None
+
+
+def _rate_edit(report: Report, meta: Any, kind: str, factor: float) -> Edit | None:
+    """The learning-rate edit of the serious finding of ``kind`` at ``factor`` (None where
+    the line that makes the optimizer is not known)."""
+    from ..fix.patch import lr_edit
+
+    return lr_edit(next(f for f in report.serious if f.kind == kind), meta, factor)
+
+
+@dataclass
+class Rerun:
+    """The script re-run with a fix, in a working copy, compared with the first run; what
+    every re-run of one ``gradoc fix`` shares, and what each one tried."""
+
+    before: Path
+    report: Report
+    meta: Any
+    script: Path
+    args: list[str]
+    json_path: Path | None
+    fixes: list[Any]
+    console: Any
+    tried: list[JsonObject] = field(default_factory=list)
+    """Each re-run so far: what it tried, where it ran, its verdict."""
+
+    def __call__(
+        self,
+        out: str | None,
+        edit: Edit | None,
+        remedy: Remedy | None,
+        args: list[str] | None = None,
+    ) -> tuple[int, Comparison | None]:
+        """One re-run with ``edit`` made or ``remedy`` applied (``args``: other arguments),
+        judged, ``fix.json`` and ``fix.html`` written, printed; the exit code and the
+        comparison (None when the re-run left no report)."""
+        from rich.text import Text
+
+        from ..collect import prepare_run_dir
+        from ..fix import compare
+        from ..fix.compare import verdict
+        from ..report import print_comparison, to_json_text
+        from ..report.html import write_fix
+        from ..report.json import write_text_file
+        from .session import execute
+        from .workcopy import CopyRefused, copy_root, working_copy
+
+        console = self.console
+        shown = edit.diff() if edit is not None else None  # EditFailed: the file changed
+        after = prepare_run_dir(out or _sibling(self.before), self.script.stem)
+        what: Any = edit if edit is not None else remedy
+        root = copy_root(self.script, Path.cwd())
+        console.print(
+            Text(f"gradoc fix: re-running {one_line(self.script.name)} with {what.describe()}, ")
+            + Text(f"in a copy of {one_line(root)} (your files stay as they are) -> ")
+            + Text(one_line(after))
+        )
+        if shown:
+            console.print(Text(shown.rstrip()))
+        reach = ((self.meta.side_effects or {}).get("outside") or [])[:3]
+        if reach:
+            console.print(
+                Text(f"gradoc fix: the first run {', '.join(map(str, reach))}, outside the ")
+                + Text("copied folder; the re-run will do that again"),
+                soft_wrap=True,  # paths whole, to copy
+            )
+        limit = _rerun_limit(self.report)
+        if limit is not None:
+            console.print(
+                Text(f"gradoc fix: the re-run is interrupted after {limit:.0f} s")
+                + Text(_why(self.report))
+            )
+        guard, scale = (remedy.guard, remedy.lr_scale) if remedy is not None else (None, 1.0)
+        try:
+            _reachable(self.meta, root)
+            with working_copy(self.script, Path.cwd()) as copied:
+                if edit is not None:
+                    _edit_copy(edit, copied)
+                began = time.monotonic()
+                code, after_report = execute(
+                    copied.script, args or self.args, after, None, guard, scale, limit_s=limit
+                )
+        except CopyRefused as exc:  # said in fix.json too, then as gradoc's error
+            unrun: JsonObject = {"schema": "gradoc.fix/1", "verdict": "could not run"}
+            unrun["why_not"] = [str(exc)]
+            if edit is not None:
+                unrun["patch"] = {**edit.to_json(), "diff": shown}
+            for target in (after / "fix.json", *([self.json_path] if self.json_path else [])):
+                write_text_file(target, to_json_text(unrun))
+            raise
+        if code == -SIGINT and limit is not None and time.monotonic() - began >= limit:
+            code = 0  # ended at the bound, as asked: the comparison is what this returns
+        if after_report is None:
+            self.tried.append({"fix": what.describe(), "dir": str(after), "verdict": None})
+            return code, None
+        result = compare(self.before, self.report, after, after_report)
+        left = result.left()
+        result.remedy = remedy
+        result.code_fixes = [f for f in self.fixes if (f.finding, f.layer) in left]  # not cured
+        result.edit, result.diff = edit, shown
+        objective = edit.objective if edit is not None else False
+        result.verdict, result.why_not = verdict(result, what.finding, objective)
+        result.tried = list(self.tried)
+        self.tried.append({"fix": what.describe(), "dir": str(after), "verdict": result.verdict})
+        text = to_json_text(result.to_json())
+        write_text_file(after / "fix.json", text)
+        try:
+            write_fix(result.to_json(), after / "fix.html")
+        except Exception as exc:  # a chart failing on odd data costs the page, never the fix
+            console.print(Text(f"gradoc: could not write {after / 'fix.html'}: {exc}"))
+        if self.json_path:
+            write_text_file(self.json_path, text)
+        print_comparison(result, what, result.code_fixes, console)
+        if result.verdict != "verified":
+            console.print(
+                Text(f"gradoc fix: did not help ({what.describe()}): ")
+                + Text("; ".join(result.why_not))
+            )
+        return code, result
+
+
+def _reachable(meta: Any, root: Path) -> None:
+    """:class:`CopyRefused` when the first run opened files by relative paths that leave
+    ``root`` (``../data/train.csv``): a copy of the folder cannot reach them."""
+    from .workcopy import CopyRefused
+
+    escapes = (meta.side_effects or {}).get("escapes") or []
+    if escapes:
+        raise CopyRefused(
+            f"the script opens {', '.join(map(str, escapes[:3]))} by a relative path that "
+            f"leaves {root}, which a copy of that folder cannot reach: run it from a folder "
+            "that holds what it reads, or give those paths absolute"
+        )
+
+
+def _meta(run_dir: Path) -> Any:
+    """The run log's ``meta`` (where the lines a fix edits were seen, under ``gradoc run``)."""
+    from ..store import open_run
+
+    with open_run(run_dir) as log:
+        return log.meta
+
+
+RERUN_SLACK = 3.0
+"""A fix's re-run of a script that ended by itself may take this many times the first run's
+length (and a minute more) before it is interrupted: a fix must not hang the command."""
+
+
+def _rerun_limit(report: Report) -> float | None:
+    """How long a fix's re-run may last: as long as the first run where that one was
+    interrupted (the user's own bound: an actor-critic trained until Ctrl-C), else
+    :data:`RERUN_SLACK` times it and a minute; None when its length is unknown."""
+    took = report.run.duration_s
+    if took is None:
+        return None
+    return took if report.run.status == "interrupted" else RERUN_SLACK * took + 60.0
+
+
+def _why(report: Report) -> str:
+    if report.run.status == "interrupted":
+        return ", as the first run was"
+    return f" ({RERUN_SLACK:g}x the first run and a minute)"
+
+
+def _edit_copy(edit: Edit, copied: Any) -> None:
+    """Make ``edit`` in the working copy's file (a file outside the copied folder is not
+    edited there: the re-run would not see it, so it is refused)."""
+    from ..errors import GradocError
+
+    target = copied.of(Path(edit.file))
+    if target is None:
+        raise GradocError(
+            f"the edit is in {edit.file}, outside the folder gradoc copies to re-run the "
+            f"script ({copied.root}): run gradoc fix from a folder that holds both"
+        )
+    edit.apply(target)
+
+
+def _said_verdict(result: Comparison, tried: list[JsonObject], write: bool, console: Any) -> int:
+    """Say the outcome: the fix verified (with ``write``, a verified edit made in the user's
+    file), or that none of those tried helped. 0 when verified, 1 when not."""
+    from rich.text import Text
+
+    if result.verdict != "verified":
+        runs = f"{len(tried)} re-run{'s' if len(tried) != 1 else ''}"
+        console.print(
+            Text(f"gradoc fix: no fix tried was verified ({runs}, each in its own directory)")
+            + Text("; nothing written" if write else "")
+        )
+        return 1
+    edit, remedy = result.edit, result.remedy
+    if edit is None:
+        assert remedy is not None
+        console.print(
+            Text(f"gradoc fix: verified, with no code change: {remedy.describe()}")
+            + Text("; nothing to write" if write else "")
+        )
+        return 0
+    if edit.objective:
+        console.print(
+            "gradoc fix: the edit changes what the loss computes, so the two runs' losses are "
+            "different quantities: only the fixed run's being finite was checked"
+        )
+    if write:
+        edit.apply()
+        console.print(Text(f"gradoc fix: verified, and written to {one_line(edit.file)}"))
+    else:
+        console.print(Text("gradoc fix: verified; gradoc fix --write makes this edit in your file"))
+    return 0
+
+
+def _sibling(before: Path) -> Path:
+    """``RUN_DIR-fixed`` (``-fixed-2``, ... when taken)."""
+    base = before.with_name(before.name + "-fixed")
+    path, i = base, 2
+    while (path / "run.db").exists():
+        path, i = base.with_name(f"{base.name}-{i}"), i + 1
+    return path
