@@ -5,7 +5,9 @@ Each folder of ``benchmarks/bugs/`` is a small program written as users write th
 bug of one kind of fix, and a ``bug.json``: the finding the bug should raise (``finding``, or
 a list of those a right diagnosis may lead with; null with a ``why`` where gradoc cannot
 diagnose it) and the hand-written fix
-(``healthy``: ``[file, old, new]`` replacements) that makes the healthy program.
+(``healthy``: ``[file, old, new]`` replacements) that makes the healthy program; a bug set
+by the command rather than the code has its flags in ``args`` and the healthy command's in
+``healthy_args`` (``gradoc fix`` is given the same flags as the buggy run).
 
 For each bug, in a temporary copy (the folder here is never written):
 
@@ -88,10 +90,11 @@ def one(bug: Path, work: Path) -> dict[str, Any]:
     log = work / f"{bug.name}.log"
     began = time.monotonic()
     healthy = _copy(bug, work / f"{bug.name}-healthy", spec["healthy"])
-    _gradoc(["run", "--out", str(work / "healthy-run"), "train.py"], healthy, log)
+    flags, healthy_flags = spec.get("args", []), spec.get("healthy_args", [])
+    _gradoc(["run", "--out", str(work / "healthy-run"), "train.py", *healthy_flags], healthy, log)
     bar = _report(work / "healthy-run")
     buggy = _copy(bug, work / bug.name)
-    _gradoc(["run", "--out", str(work / "run"), "train.py"], buggy, log)
+    _gradoc(["run", "--out", str(work / "run"), "train.py", *flags], buggy, log)
     first = _report(work / "run")
     row: dict[str, Any] = {
         "bug": bug.name,
@@ -107,7 +110,9 @@ def one(bug: Path, work: Path) -> dict[str, Any]:
         row["seconds"] = round(time.monotonic() - began, 1)
         return row
     fix_json = work / "fix.json"
-    code = _gradoc(["fix", "--json", str(fix_json), str(work / "run"), "train.py"], buggy, log)
+    code = _gradoc(
+        ["fix", "--json", str(fix_json), str(work / "run"), "train.py", *flags], buggy, log
+    )
     row["fix_exit"] = code
     if not fix_json.exists():
         row["result"] = "no fix run"

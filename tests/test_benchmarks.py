@@ -141,8 +141,9 @@ def test_fixes_benchmark_slice(tmp_path: Path) -> None:
     """Bug programs of ``benchmarks/bugs`` through ``gradoc run`` and ``gradoc fix``: a
     softmax before nll_loss, a KL term subtracted, a model left in eval(), an optimizer given
     the head alone, labels that score the pads (Hugging Face), a learning rate 100x (the
-    second, lower try) and a weight decay 1000x. Each is repaired: its edit verified, the fixed
-    run healthy, its loss the healthy program's."""
+    second, lower try), a weight decay 1000x and a clip set to inf by a flag for a hand-written
+    update. Each is repaired: its fix verified, the fixed run healthy, its loss the healthy
+    program's."""
     out = tmp_path / "fixes.json"
     bugs = [
         "tabular_nll_softmax",
@@ -152,6 +153,7 @@ def test_fixes_benchmark_slice(tmp_path: Path) -> None:
         "lm_pad_labels",
         "sine_lr_x100",
         "tabular_weight_decay",
+        "demand_clip_off",
     ]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/fixes.py"), *bugs, "--json", str(out)],
@@ -164,4 +166,6 @@ def test_fixes_benchmark_slice(tmp_path: Path) -> None:
     for name in bugs:
         assert rows[name]["result"] == "repaired", (name, rows[name], done.stderr)
     assert rows["sine_lr_x100"]["fix"] == "the learning rate x0.01 where the optimizer is made"
+    # no optimizer for gradoc's own clip to reach: the program's flag, at the usual 1.0
+    assert rows["demand_clip_off"]["fix"].startswith("the gradient-clip flags set to 1 (")
     assert "| tabular_nll_softmax | loss_on_probabilities |" in done.stdout

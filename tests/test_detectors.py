@@ -295,6 +295,9 @@ def test_clip_factors_say_where_the_programs_clip_bit() -> None:
         (1.0, 0.0),
         (1.0, 0.0),
     ]
+    # how often a clip bit, as a sign of how large the gradients ran, is read where they
+    # were finite: after a NaN every step "bites", a clip at inf too
+    assert clip_factors(measured, limits, finite=True) == [(1.0, 1.0), (1.0, 1.0), (1.0, 0.25)]
 
 
 @pytest.mark.parametrize(("at", "found"), [(0, True), (20, False)])

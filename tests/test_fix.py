@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from pathlib import Path
 
@@ -767,7 +768,7 @@ def test_a_fix_that_did_not_help_gives_way_to_the_next_hypothesis_fix(
 
     runs: list[str] = []
 
-    def rerun(self: object, out: object, edit: object, remedy: object, args: object = None):
+    def rerun(self: object, edit: object, remedy: object, args: object = None):
         assert edit is None and remedy is not None
         runs.append(remedy.kind)  # type: ignore[attr-defined]
         result = Comparison([], [], [], side(1.0), side(1.0), None, remedy=remedy)  # type: ignore[arg-type]
@@ -790,3 +791,65 @@ def test_a_fix_that_did_not_help_gives_way_to_the_next_hypothesis_fix(
         assert (code, runs) == (0, ["lr_scale", "clip"])  # verified: no further re-run
     else:  # three different fixes, then gradoc gives up
         assert (code, runs) == (1, ["lr_scale", "clip", "skip_nonfinite"])
+
+
+@pytest.mark.parametrize(
+    ("args", "to", "after"),
+    [
+        (["--clip", "inf", "--lr", "20"], 0.25, ["--clip", "0.25", "--lr", "20"]),
+        (["--max-grad-norm=0"], "zclip", ["--max-grad-norm=1"]),  # ZClip: no number, 1.0
+        (["--trainer.grad_norm_clip", "1e9"], 2.0, ["--trainer.grad_norm_clip", "2"]),
+        (["--clipping-mode", "value", "--epochs", "3"], 1.0, None),  # not a threshold
+    ],
+)
+def test_clip_flags_are_found_and_set(args: list[str], to: float | str, after: object) -> None:
+    from gradoc.fix.remedy import clip_flags
+
+    found = clip_flags(args, to)
+    assert (found[0] if found else None) == after
+
+
+def test_a_program_that_clips_at_inf_gets_a_clip_it_can_apply_and_one_that_clips_keeps_it() -> None:
+    from gradoc.findings.advice import warmup_fix
+    from gradoc.findings.facts import Facts
+
+    def facts(clip: tuple[float, int, int] | None, p99: float | None = None) -> Facts:
+        return Facts(steps=100, lr=0.2, depth=2, module_types=set(), grad_p99=p99,
+                     grad_median=None, max_update_ratio=None, median_update_ratio=None,
+                     first_update_ratio=None, clip=clip)  # fmt: skip
+
+    off = warmup_fix(facts((math.inf, 0, 39)), "add a warm-up")
+    assert off.apply == {"clip": "zclip"} and "at inf, which never clips" in off.action
+    assert warmup_fix(facts(None, 3.5), "add a warm-up").apply == {"clip": 3.5}
+    kept = warmup_fix(facts((1.0, 80, 100)), "add a warm-up")
+    assert kept.apply is None and "keep the program's gradient clipping at 1" in kept.action
+
+
+def test_gradocs_own_remedies_are_not_planned_where_no_optimizer_steps() -> None:
+    """A hand-written update (``w.add_(w.grad, alpha=-lr)``): gradoc's scale and clip are made
+    at an optimizer's step and would reach nothing; a flag of the command still does."""
+    from gradoc.runtime.fixing import plan
+
+    report = _findings(("loss_blowup", ({"lr_scale": 0.1}, {"clip": "zclip"})))
+    manual = RunMeta(steps_counted_by=["backward()"])
+    assert plan(report, manual, []) == []
+    kinds = [t.remedy.kind for t in plan(report, manual, [], ["--clip", "inf"]) if t.remedy]
+    assert kinds == ["clip"]
+    stepped = RunMeta(steps_counted_by=["optimizer.step()"])
+    assert [t.remedy.kind for t in plan(report, stepped, []) if t.remedy] == ["lr_scale", "clip"]
+
+
+def test_the_next_re_runs_go_beside_the_first(tmp_path: Path) -> None:
+    from gradoc.runtime.fixing import Rerun
+
+    def dirs(out: str | None) -> list[str]:
+        rerun = Rerun(tmp_path / "run", Report(status="problems"), RunMeta(), tmp_path / "t.py",
+                      [], None, [], None, out)  # fmt: skip
+        seen = []
+        for _ in range(3):
+            seen.append(rerun.next_dir().name)
+            rerun.tried.append({})
+        return seen
+
+    assert dirs(str(tmp_path / "fixed")) == ["fixed", "fixed-2", "fixed-3"]
+    assert dirs(None)[0] == "run-fixed"  # -2 once RUN_DIR-fixed holds a run log

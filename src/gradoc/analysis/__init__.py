@@ -195,7 +195,8 @@ def clipping(run: RunLog) -> Clipping | None:
     said = run.meta.clipping
     if said is None:
         return None
-    factors = [f for _, f in clip_factors(run.scalar("clip_norm"), run.scalar("clip_max"))]
+    measured, limits = run.scalar("clip_norm"), run.scalar("clip_max")
+    factors = [f for _, f in clip_factors(measured, limits, finite=True)]
     bit = [f for f in factors if f < 1.0]
     return Clipping(
         said.get("fn"),

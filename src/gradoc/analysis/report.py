@@ -24,7 +24,8 @@ SERIOUS = ("error", "warning")
 @dataclass(frozen=True, slots=True)
 class Clipping:
     """The program's own gradient clipping: its function and threshold, and how often it bit
-    (the norm it measured above the threshold), with the median factor it scaled by."""
+    (the norm it measured above the threshold), with the median factor it scaled by; of the
+    steps whose measured norm was finite (after a NaN every clip "bites")."""
 
     fn: str | None
     threshold: float | str | None

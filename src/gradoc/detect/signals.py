@@ -125,15 +125,19 @@ def update_ratios(h: History) -> dict[str, Series]:
     return dict(found)
 
 
-def clip_factors(measured: Series, threshold: Series) -> list[tuple[float, float]]:
+def clip_factors(
+    measured: Series, threshold: Series, finite: bool = False
+) -> list[tuple[float, float]]:
     """Per step the program clipped, (its threshold, the factor its clip scaled the
     gradients by): 1 where the measured norm was within the threshold, else threshold /
-    norm (0 for a non-finite norm, which clipping turns into NaN: it bit)."""
+    norm (0 for a non-finite norm, which clipping turns into NaN: it bit). ``finite``: only
+    the steps whose norm was finite, where how often a clip bit says how large the gradients
+    ran (after a NaN every step "bites", a clip at inf too)."""
     limits = dict(zip(threshold.steps, threshold.values))
     return [
         (t, 1.0 if v <= t else (t / v if math.isfinite(v) else 0.0))
         for s, v in zip(measured.steps, measured.values)
-        if (t := limits.get(s)) is not None
+        if (t := limits.get(s)) is not None and (math.isfinite(v) or not finite)
     ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from .._util.json_types import JsonObject
 from ..detect.finding import (
     CodeLine,
     Evidence,
@@ -171,28 +172,50 @@ def init_advice(facts: Facts) -> str:
 
 
 def clip_advice(facts: Facts) -> str:
-    if facts.clip is not None:  # the program clips already: more of it is not the fix
+    if facts.clip is not None and not clip_off(facts):  # it clips: more of it is not the fix
         threshold, bit, steps = facts.clip
         return (
             f"keep the program's gradient clipping at {fmt(threshold)} (it bit on {bit} of "
             f"{steps} steps): clipping bounds each step, it does not remove the cause"
         )
+    off = (
+        f"the program's gradient clip is at {fmt(facts.clip[0])}, which never clips: "
+        if facts.clip is not None
+        else ""
+    )
     if not facts.grad_p99:  # no healthy step to learn a scale from
         return (
-            "clip the global gradient norm while the cause is fixed: "
+            f"{off}clip the global gradient norm while the cause is fixed: "
             "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"
         )
     p99 = fmt(facts.grad_p99)
     return (
-        f"clip the global gradient norm at {p99}, the p99 of this run's healthy steps: "
+        f"{off}clip the global gradient norm at {p99}, the p99 of this run's healthy steps: "
         f"torch.nn.utils.clip_grad_norm_(model.parameters(), {p99})"
     )
 
 
+def clip_off(facts: Facts) -> bool:
+    """The program calls a gradient clip with a threshold that never clips (``--clip inf``)."""
+    return facts.clip is not None and not math.isfinite(facts.clip[0])
+
+
+def clip_to(facts: Facts) -> float | str:
+    """The threshold gradoc clips at: the p99 of the run's healthy norms, else ZClip."""
+    return float(fmt(facts.grad_p99)) if facts.grad_p99 else "zclip"
+
+
 def clip_fix(facts: Facts, horizon: Horizon = Horizon.IMMEDIATE) -> Fix:
     """The clipping fix, applicable without a code change (``gradoc run --fix``)."""
-    to: float | str = float(fmt(facts.grad_p99)) if facts.grad_p99 else "zclip"
-    return Fix(horizon, clip_advice(facts), apply={"clip": to})
+    return Fix(horizon, clip_advice(facts), apply={"clip": clip_to(facts)})
+
+
+def warmup_fix(facts: Facts, warmup: str) -> Fix:
+    """A warm-up, and clipping where the program does not clip (or clips at inf): then the
+    clip is applicable without a code change, the next fix tried after the learning rate."""
+    unclipped = facts.clip is None or clip_off(facts)
+    apply: JsonObject | None = {"clip": clip_to(facts)} if unclipped else None
+    return Fix(Horizon.SHORT_TERM, f"{warmup} and {clip_advice(facts)}", apply=apply)
 
 
 def lr_fix(factor: float, action: str, horizon: Horizon = Horizon.IMMEDIATE) -> Fix:
@@ -383,6 +406,7 @@ __all__ = [
     "at_chance",
     "clip_advice",
     "clip_fix",
+    "clip_off",
     "clipping",
     "code_at",
     "grad_jump",
@@ -396,5 +420,6 @@ __all__ = [
     "pinned",
     "related",
     "update_signs",
+    "warmup_fix",
     "zero_init",
 ]

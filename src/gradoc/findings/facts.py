@@ -34,7 +34,9 @@ class Facts:
     """Weight matrices with gradients (a proxy for depth)."""
     module_types: set[str]
     grad_p99: float | None
-    """99th percentile of the finite global gradient norms before the first problem."""
+    """99th percentile of the finite global gradient norms before the first problem; None
+    with fewer than :data:`SCALE_STEPS` of them (the p99 of three steps is their largest,
+    and a run that blows up from its third step has no healthy scale to clip at)."""
     grad_median: float | None
     max_update_ratio: float | None
     """Largest update/weight ratio of a weight matrix before the first problem."""
@@ -102,6 +104,10 @@ class Facts:
         return sorted(self.module_types & set(RELU_LIKE))
 
 
+SCALE_STEPS = 20
+"""Finite gradient norms before the first problem needed for their p99 to be a scale."""
+
+
 def gather(h: History, before: int | None) -> Facts:
     """Facts from the steps before ``before`` (the first problem), or the whole run."""
     limit = before if before is not None else math.inf
@@ -117,7 +123,7 @@ def gather(h: History, before: int | None) -> Facts:
         lr=h.lr.values[-1] if h.lr.values else None,
         depth=len(weight_params(h)),
         module_types={m.type for m in h.modules if m.type},
-        grad_p99=_quantile(early, 0.99),
+        grad_p99=_quantile(early, 0.99) if len(early) >= SCALE_STEPS else None,
         grad_median=statistics.median(early) if early else None,
         max_update_ratio=max(ratios) if ratios else None,
         median_update_ratio=statistics.median(ratios) if ratios else None,
@@ -163,7 +169,7 @@ def _weight_shrink(h: History) -> float | None:
 
 
 def _clip(h: History) -> tuple[float, int, int] | None:
-    factors = clip_factors(h.clip_norm, h.clip_max)
+    factors = clip_factors(h.clip_norm, h.clip_max, finite=True)
     if not factors:
         return None
     return factors[0][0], sum(1 for _, f in factors if f < 1.0), len(factors)

@@ -67,7 +67,6 @@ from ..detect.signals import (
 from .advice import (
     at,
     at_chance,
-    clip_advice,
     clipping,
     lr_fix,
     lr_too_high,
@@ -75,6 +74,7 @@ from .advice import (
     pinned,
     update_signs,
     warming,
+    warmup_fix,
     weight_decay,
 )
 from .facts import Facts
@@ -317,7 +317,7 @@ class LossBlowup(FindingKind):
             lr_fix(
                 0.1, "lower the learning rate by 10x: the loss should fall from the first steps"
             ),
-            Fix(Horizon.SHORT_TERM, "add a learning-rate warm-up and " + clip_advice(facts)),
+            warmup_fix(facts, "add a learning-rate warm-up"),
             Fix(
                 Horizon.LONG_TERM,
                 "choose the learning rate with a range test: the largest rate whose loss still "

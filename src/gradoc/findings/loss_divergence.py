@@ -38,13 +38,13 @@ from ..detect.signals import diverged, finite, fmt, loss_trend
 from ..store import EventKind
 from .advice import (
     at,
-    clip_advice,
     clipping,
     grad_jump,
     lr_fix,
     lr_too_high,
     related,
     update_signs,
+    warmup_fix,
     weight_decay,
 )
 from .facts import Facts
@@ -174,7 +174,7 @@ class LossDivergence(FindingKind):
         )
         f.fixes += [
             lr_fix(0.1, "lower the learning rate by 10x and resume from before the onset"),
-            Fix(Horizon.SHORT_TERM, "add a warm-up and " + clip_advice(facts)),
+            warmup_fix(facts, "add a warm-up"),
             Fix(Horizon.LONG_TERM, "choose the learning rate with a range test; decay it"),
         ]
         f.monitoring.append("smoothed loss against its best so far (alert at 2x)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from ..detect.finding import CodeLine, Finding
 
 @dataclass(frozen=True, slots=True)
 class Remedy:
-    """A fix gradoc applies itself on a re-run: ``lr_scale``, ``clip`` or ``skip_nonfinite``."""
+    """A fix gradoc applies itself on a re-run: ``lr_scale``, ``clip`` or ``skip_nonfinite``;
+    or one made in the command's own flags (``lr_flags``, ``clip_flags``)."""
 
     kind: str
     value: Any
@@ -42,6 +44,8 @@ class Remedy:
             what = f"learning rate x{self.value:g}"
         elif self.kind == "lr_flags":
             what = f"the learning-rate flags x{self.value:g} ({self.action})"
+        elif self.kind == "clip_flags":
+            what = f"the gradient-clip flags set to {self.value:g} ({self.action})"
         elif self.kind == "clip":
             what = (
                 "adaptive gradient clipping (ZClip)"
@@ -146,12 +150,54 @@ def scaled_lr_flags(args: list[str], factor: float) -> tuple[list[str], list[str
     ``--learning_rate=0.1``), and the flags as changed; None when no flag sets one. A program
     that sets its rate each step from its flags (nanoGPT's own schedule) keeps no other
     place a scale can reach."""
+    return _set_flags(args, _LR_NAME.search, lambda number: f"{number * factor:.3g}")
+
+
+_CLIP_NAMES = frozenset(
+    {
+        "clip",
+        "grad_clip",
+        "clip_grad",
+        "clip_grad_norm",
+        "clip_norm",
+        "max_grad_norm",
+        "grad_norm_clip",
+        "gradient_clip_val",
+        "gradient_clipping",
+    }
+)
+"""Flags that set a gradient clip's threshold: ``--clip``, ``--max_grad_norm``,
+``--trainer.grad_norm_clip``, ``--gradient-clip-val``."""
+
+CLIP_DEFAULT = 1.0
+"""The threshold a clip flag is set to when the run gave no healthy step to learn one from
+(gradoc's own clip would be ZClip, which a flag cannot say)."""
+
+
+def clip_flags(args: list[str], to: float | str) -> tuple[list[str], list[str]] | None:
+    """``args`` with every gradient-clip flag set to ``to`` (:data:`CLIP_DEFAULT` for ZClip),
+    and the flags as changed; None when no flag sets one. The program's own clip reaches a
+    hand-written update (``p.data.add_(p.grad, alpha=-lr)``), which gradoc's clip, made at
+    the optimizer's step, does not."""
+    value = to if isinstance(to, (int, float)) else CLIP_DEFAULT
+
+    def named(flag: str) -> bool:
+        return flag.rsplit(".", 1)[-1].replace("-", "_").lower() in _CLIP_NAMES
+
+    return _set_flags(args, named, lambda number: f"{value:.3g}")
+
+
+def _set_flags(
+    args: list[str], named: Callable[[str], Any], new: Callable[[float], str]
+) -> tuple[list[str], list[str]] | None:
+    """``args`` with the number of every flag ``named`` accepts replaced by ``new(number)``
+    (``--flag 0.1`` and ``--flag=0.1``), and the flags as changed; None when none was."""
     out, changed = list(args), []
     for i, token in enumerate(args):
         if not token.startswith("-"):
             continue
         name, eq, value = token.partition("=")
-        if not _LR_NAME.search(name.lstrip("-")):
+        if not named(name.lstrip("-")):
             continue
         at = i if eq else i + 1
         text = value if eq else (args[at] if at < len(args) else "")
@@ -159,7 +205,7 @@ def scaled_lr_flags(args: list[str], factor: float) -> tuple[list[str], list[str
             number = float(text)
         except ValueError:
             continue
-        new = f"{number * factor:.3g}"
-        out[at] = f"{name}={new}" if eq else new
-        changed.append(f"{name}={new}" if eq else f"{name} {new}")
+        replaced = new(number)
+        out[at] = f"{name}={replaced}" if eq else replaced
+        changed.append(f"{name}={replaced}" if eq else f"{name} {replaced}")
     return (out, changed) if changed else None

@@ -12,6 +12,7 @@ stays too high. Only a verified edit is ever made in the user's file, and only o
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGINT
@@ -57,14 +58,21 @@ class Try:
         return same_edit or same_remedy
 
 
-def plan(report: Report, meta: Any, sources: list[Path]) -> list[Try]:
+def plan(report: Report, meta: Any, sources: list[Path], args: Sequence[str] = ()) -> list[Try]:
     """The fixes to try, in order: for each serious finding, most serious first, its edit
     where gradoc writes one, then each fix it applies without a code change (a learning
     rate's paired with its edit where the optimizer is made); a fix already planned is not
-    planned again."""
+    planned again. In a program that steps no ``torch.optim`` optimizer (a hand-written
+    update), gradoc's own scale, clip and skip (made at the optimizer's step) reach nothing:
+    they are planned only where a flag of the command (``args``) sets that knob."""
     from ..fix.patch import edit_for, lr_edit
-    from ..fix.remedy import remedies
+    from ..fix.remedy import clip_flags, remedies, scaled_lr_flags
 
+    flagged = {
+        "lr_scale": scaled_lr_flags(list(args), 1.0) is not None,
+        "clip": clip_flags(list(args), 1.0) is not None,
+    }
+    stepped = bool(meta.optimizers) or "backward()" not in meta.steps_counted_by
     tries: list[Try] = []
     for f in report.serious:
         edit = edit_for([f], meta, sources)
@@ -72,7 +80,8 @@ def plan(report: Report, meta: Any, sources: list[Path]) -> list[Try]:
             tries.append(Try(f.kind, edit))
         for remedy in remedies(f):
             rate = lr_edit(f, meta) if remedy.kind == "lr_scale" else None
-            tries.append(Try(f.kind, rate, remedy))
+            if stepped or rate is not None or flagged.get(remedy.kind):
+                tries.append(Try(f.kind, rate, remedy))
     out: list[Try] = []
     for t in tries:
         if not any(t.repeats(e) for e in out):
@@ -96,7 +105,7 @@ def fix(
     from rich.console import Console
 
     from ..fix import code_fixes
-    from ..fix.remedy import user_sources
+    from ..fix.remedy import remedies, user_sources
     from ..report import print_comparison
 
     console = Console(stderr=True)
@@ -106,12 +115,19 @@ def fix(
     sources = user_sources(script)
     meta = _meta(before)
     fixes = code_fixes(report, sources)
-    tries = plan(report, meta, sources)
+    tries = plan(report, meta, sources, script_args)
     if not tries:
-        console.print("gradoc fix: every fix of this diagnosis needs a code change:")
+        unreached = any(remedies(f) for f in report.serious)  # gradoc's, made at opt.step()
+        console.print(
+            "gradoc fix: the program steps no torch.optim optimizer, so gradoc's learning-rate "
+            "scale, clip and skip (made at the optimizer's step) would reach nothing, and no "
+            "flag of the command sets them; every fix left needs a code change:"
+            if unreached
+            else "gradoc fix: every fix of this diagnosis needs a code change:"
+        )
         print_comparison(None, None, fixes, console)
         return 0
-    rerun = Rerun(before, report, meta, script, script_args, json_path, fixes, console)
+    rerun = Rerun(before, report, meta, script, script_args, json_path, fixes, console, out)
     code, last = 0, None
     for n, t in enumerate(tries[:MAX_FIXES]):
         if n:
@@ -119,8 +135,7 @@ def fix(
                 f"gradoc fix: the next hypothesis' fix ({n + 1} of at most "
                 f"{min(MAX_FIXES, len(tries))}), for {t.finding}:"
             )
-        code, result = _try(rerun, t, out)
-        out = None  # the next re-runs go to RUN_DIR-fixed-2, -3, ...
+        code, result = _try(rerun, t)
         last = result if result is not None else last
         if result is not None and result.verdict == "verified":
             break
@@ -129,20 +144,25 @@ def fix(
     return _said_verdict(last, rerun.tried, write, console)
 
 
-def _try(rerun: Rerun, t: Try, out: str | None) -> tuple[int, Comparison | None]:
+def _try(rerun: Rerun, t: Try) -> tuple[int, Comparison | None]:
     """One fix, re-run; a learning rate still too high gets lower tries."""
-    from ..fix.remedy import scaled_lr_flags
+    from ..fix.remedy import CLIP_DEFAULT, clip_flags, scaled_lr_flags
 
     edit, remedy = t.edit, t.remedy
     if remedy is not None and remedy.kind == "lr_scale" and scaled_lr_flags(rerun.args, 1.0):
-        return _by_flags(rerun, out, remedy)  # the command's own knob
+        return _by_flags(rerun, remedy)  # the command's own knob
+    flagged = clip_flags(rerun.args, remedy.value) if remedy and remedy.kind == "clip" else None
+    if remedy is not None and flagged is not None:  # the program's own clip: it reaches more
+        to = remedy.value if isinstance(remedy.value, (int, float)) else CLIP_DEFAULT
+        flags = Remedy("clip_flags", to, remedy.finding, " ".join(flagged[1]))
+        return rerun(None, flags, flagged[0])
     if remedy is None:
         assert edit is not None
-        code, result = rerun(out, edit, None)
+        code, result = rerun(edit, None)
     elif edit is None:
-        return rerun(out, None, remedy)
+        return rerun(None, remedy)
     else:  # a learning rate: no code change first, then written where the optimizer is made
-        code, result = rerun(out, None, remedy)
+        code, result = rerun(None, remedy)
         if result is None or not _too_high(result, remedy.finding):
             return code, result
         if _first_update_scaled(result):  # the scale took hold: the rate is still too high
@@ -157,14 +177,14 @@ def _try(rerun: Rerun, t: Try, out: str | None) -> tuple[int, Comparison | None]
                 "gradoc fix: the scale did not reach the optimizer's first update (its loss "
                 "after it was the first run's); the same scale, written where it is made:"
             )
-        code, result = rerun(None, edit, None)
+        code, result = rerun(edit, None)
     again = _lower_again(edit, result, rerun.report, rerun.meta)
     if again is not None:
         first, lower = again[1] / LOWER_AGAIN, again[1]
         rerun.console.print(
             f"gradoc fix: the rate x{first:g} did not cure it; one try more, x{lower:g}:"
         )
-        code, result = rerun(None, again[0], None)
+        code, result = rerun(again[0], None)
     return code, result
 
 
@@ -173,7 +193,7 @@ FLAG_TRIES = 3
 100x lower while it is still too high (a rate raised 1000x needs the third)."""
 
 
-def _by_flags(rerun: Rerun, out: str | None, remedy: Remedy) -> tuple[int, Comparison | None]:
+def _by_flags(rerun: Rerun, remedy: Remedy) -> tuple[int, Comparison | None]:
     """The learning rate scaled where the command sets it (``--learning_rate=0.1``): the
     program's own knob, which reaches a rate it sets each step from its flags (nanoGPT's
     schedule) as gradoc's scale of the optimizer cannot; lower while it is still too high."""
@@ -185,13 +205,13 @@ def _by_flags(rerun: Rerun, out: str | None, remedy: Remedy) -> tuple[int, Compa
         assert scaled is not None
         new_args, changed = scaled
         flags = Remedy("lr_flags", factor, remedy.finding, " ".join(changed))
-        code, result = rerun(out, None, flags, new_args)
+        code, result = rerun(None, flags, new_args)
         if result is None or not _too_high(result, remedy.finding) or i == FLAG_TRIES - 1:
             return code, result
         rerun.console.print(
             f"gradoc fix: the rate x{factor:g} did not cure it; x{factor * LOWER_AGAIN:g}:"
         )
-        factor, out = factor * LOWER_AGAIN, None
+        factor *= LOWER_AGAIN
     raise AssertionError("unreachable: the last try returns")
 
 
@@ -256,12 +276,21 @@ class Rerun:
     json_path: Path | None
     fixes: list[Any]
     console: Any
+    out: str | None = None
+    """``--out``: the first re-run's directory; the next go to ``OUT-2``, ``OUT-3``, ..."""
     tried: list[JsonObject] = field(default_factory=list)
     """Each re-run so far: what it tried, where it ran, its verdict."""
 
+    def next_dir(self) -> Path:
+        """Where the next re-run goes: ``--out``, then ``OUT-2``, ...; without it
+        ``RUN_DIR-fixed``, ``RUN_DIR-fixed-2``, ..."""
+        if self.out is None:
+            return _sibling(self.before)
+        n = len(self.tried)
+        return Path(self.out) if n == 0 else Path(f"{self.out}-{n + 1}")
+
     def __call__(
         self,
-        out: str | None,
         edit: Edit | None,
         remedy: Remedy | None,
         args: list[str] | None = None,
@@ -282,7 +311,7 @@ class Rerun:
 
         console = self.console
         shown = edit.diff() if edit is not None else None  # EditFailed: the file changed
-        after = prepare_run_dir(out or _sibling(self.before), self.script.stem)
+        after = prepare_run_dir(self.next_dir(), self.script.stem)
         what: Any = edit if edit is not None else remedy
         root = copy_root(self.script, Path.cwd())
         console.print(
