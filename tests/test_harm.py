@@ -159,6 +159,8 @@ HARM_IS_READ = {
     "poor_initialization": "loss",
     # a setting whose size no healthy run shows
     "large_updates": "setting",
+    # a statistic beyond what a healthy run shows, with its source
+    "attention_logit_growth": "statistic beyond healthy",
     # never more than information about training
     "length_anomaly": "information",
     "padding_waste": "information",

@@ -8,6 +8,8 @@ take the :class:`Report` it returns; ``gradoc.report.json`` writes and reads rep
 
 from __future__ import annotations
 
+import math
+
 from .._util.json_types import JsonObject
 from ..detect import History
 from ..detect.finding import Finding
@@ -18,7 +20,7 @@ from ..findings import check_all
 from ..findings.log_incomplete import LogIncomplete
 from ..guard import GuardSummary
 from ..schedule import lean_reads
-from ..store import EventKind, RunLog, RunMeta, Stopped
+from ..store import EventKind, RunLog, RunMeta, Series, Stopped
 from .report import (
     REPORT_SCHEMA,
     SERIOUS,
@@ -66,6 +68,7 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         unwatched=_unwatched(meta),
         objectives=[ObjectiveFacts.from_json(o.to_json()) for o in history.objectives],
         sampling=sampling(meta, run.num_steps),
+        attention=attention_series(history),
     )
     return Report(
         status="problems" if problems else ("not_watched" if unwatched else "healthy"),
@@ -74,6 +77,34 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         not_watched=unwatched,
         amp=advice(meta.amp) if meta.amp else None,
     )
+
+
+SERIES_POINTS = 100
+"""Points of a series report.json holds at most (evenly spaced over the reads)."""
+
+
+def attention_series(history: History) -> list[JsonObject]:
+    """Each attention layer's logit gap and entropy share at the steps they were read, at
+    most :data:`SERIES_POINTS` of them: report.json's ``run.attention``."""
+    out: list[JsonObject] = []
+    for a in history.attention:
+        n = len(a.gap.steps)
+        spaced = {round(i * (n - 1) / (SERIES_POINTS - 1)) for i in range(SERIES_POINTS)}
+        keep = sorted(spaced) if n > SERIES_POINTS else list(range(n))
+        if keep:
+            out.append(
+                {
+                    "layer": a.layer,
+                    "steps": [a.gap.steps[i] for i in keep],
+                    "logit_gap": _finite_at(a.gap, keep),
+                    "entropy": _finite_at(a.entropy, keep),
+                }
+            )
+    return out
+
+
+def _finite_at(s: Series, keep: list[int]) -> list[float | None]:
+    return [s.values[i] if math.isfinite(s.values[i]) else None for i in keep]
 
 
 def sampling(meta: RunMeta, steps: int) -> str | None:

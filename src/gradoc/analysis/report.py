@@ -177,6 +177,9 @@ class RunFacts:
     sampling: str | None = None
     """When weights, updates and activations were read, in one sentence (the cadence chosen
     from the step time, or the schedule given)."""
+    attention: list[JsonObject] = field(default_factory=list)
+    """Each attention layer's ``layer``, ``steps``, ``logit_gap`` and ``entropy`` (share of
+    ``ln keys``) at the steps read, at most 100 of them (``analysis.attention_series``)."""
 
     def to_json(self) -> JsonObject:
         out = {
@@ -201,6 +204,8 @@ class RunFacts:
             out["ending"] = self.ending
         if self.segments:
             out["segments"] = [s.to_json() for s in self.segments]
+        if self.attention:
+            out["attention"] = list(self.attention)
         return out
 
     @classmethod
@@ -224,6 +229,7 @@ class RunFacts:
             ranks=Ranks(ranks["world_size"], list(ranks["merged"])) if ranks else None,
             objectives=[ObjectiveFacts.from_json(o) for o in data.get("objectives") or []],
             sampling=data.get("sampling"),
+            attention=list(data.get("attention") or []),
         )
 
 

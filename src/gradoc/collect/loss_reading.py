@@ -12,6 +12,7 @@ from torch import Tensor
 from .._util.json_types import JsonObject
 from ..locate.origin import user_line_holding
 from . import losses
+from .attention import AttentionReader
 from .policy import PolicyReader
 
 if TYPE_CHECKING:
@@ -42,6 +43,11 @@ class LossReader:
         self.entropies: list[tuple[int, int, Tensor]] = []
         """(step, objective id, entropy on the device) of the policies read, waiting for the
         next transfer (``collect.policy``)."""
+        self.sharpness = AttentionReader()
+        self.attention: list[tuple[int, int, Tensor]] = []
+        """(step, site, (2, heads) on the device) of the attention calls read, waiting for
+        the next transfer (``collect.attention``)."""
+        self._names: dict[int, str] = {}
 
     def read(self, root: Tensor, joined: bool = False) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
@@ -49,6 +55,7 @@ class LossReader:
         the step's loss rather than averaged with it as a micro-batch is."""
         micro = losses.read(root, self._scaled)
         micro.entropy = self.policy.read(root.grad_fn)
+        self._read_attention(root)
         if micro.entropy is not None and "policy" not in self._said:
             self.say(None, policy={"actions": self.policy.actions, "entropy": "share of ln(k)"})
         if joined and self.micros:
@@ -103,6 +110,23 @@ class LossReader:
         if read:
             entropy = read[0] if len(read) == 1 else torch.stack(read).mean()
             self.entropies.append((step, objectives.id_of(optimizer), entropy))
+
+    def _read_attention(self, root: Tensor) -> None:
+        step = self.run.steps.count
+        if not self._names:  # the parameters' names, once the optimizers are known
+            targets = self.run.steps.targets.values()
+            self._names = {id(w.param): w.name for t in targets for w in t.params}
+        reader = self.sharpness
+        before = (reader.layers, reader.said)
+        read = reader.read(root.grad_fn, step, self._names)
+        if read is not None:
+            self.attention += [(step, site, v) for site, v in enumerate(read)]
+        if reader.layers is not None and (reader.layers, reader.said) != before:
+            self.run.set_meta(attention={"layers": reader.layers, "read": reader.said})
+
+    def take_attention(self) -> list[tuple[int, int, Tensor]]:
+        taken, self.attention = self.attention, []
+        return taken
 
     def take_entropies(self) -> list[tuple[int, int, Tensor]]:
         taken, self.entropies = self.entropies, []

@@ -22,6 +22,7 @@ from ..store import EventKind
 from ..store.writer import insert_rows, real, write_meta
 from . import losses
 from .activations import Calls, activation_rows
+from .attention import attention_row
 from .grads import Slices, grad_rows
 from .losses import Seen
 
@@ -69,6 +70,8 @@ class Layout:
     are checked when it is read."""
     entropies: list[tuple[int, int, slice]] = field(default_factory=list)
     """Policy entropies read (``policy``): (step, objective id, where the value lies)."""
+    attention: list[tuple[int, int, slice]] = field(default_factory=list)
+    """Attention calls read (``attention``): (step, site, where its (2, heads) values lie)."""
 
     def newest_loss(self, values: Any) -> tuple[int, float] | None:
         """The newest step of the transfer that has a loss, and that loss as the run log
@@ -154,6 +157,9 @@ class StepRecord:
                 message = f"loss is {value} at step {step} (objective {k})"
                 self._first(conn, EventKind.NONFINITE_LOSS, step, message, {"objective": k})
         entropy_rows = [(step, k, real(values[at][0])) for step, k, at in layout.entropies]
+        attention_rows = [
+            attention_row(step, site, host[at]) for step, site, at in layout.attention
+        ]
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
             [
@@ -178,6 +184,8 @@ class StepRecord:
             insert_rows(conn, "objective_losses", objective_rows)
         if entropy_rows:
             insert_rows(conn, "policy_entropy", entropy_rows)
+        if attention_rows:
+            insert_rows(conn, "attention", attention_rows)
         insert_rows(conn, "param_arrays", param_rows)
         insert_rows(conn, "act_stats", act_rows)
         return max([layout.step, *(sl.step for sl in layout.targets)])

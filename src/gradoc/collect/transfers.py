@@ -126,6 +126,7 @@ class Transfers:
         }
         objectives = [(step, k, pack.add(v)) for step, k, v in steps.objectives.take()]
         entropies = [(step, k, pack.add(v)) for step, k, v in steps.loss.take_entropies()]
+        attention = [(step, site, pack.add(v)) for step, site, v in steps.loss.take_attention()]
         targets = [
             sl
             for t in steps.targets.values()
@@ -136,7 +137,17 @@ class Transfers:
         steps.lengths.pack(pack)
         later = not self.checks_now()
         layout = Layout(
-            steps.count, rows, lrs, targets, self._acts, clips, unused, objectives, later, entropies
+            steps.count,
+            rows,
+            lrs,
+            targets,
+            self._acts,
+            clips,
+            unused,
+            objectives,
+            later,
+            entropies,
+            attention,
         )
         self.pending, self._acts = [], []
         self._last = time.monotonic()
@@ -188,7 +199,7 @@ class Transfers:
         steps = self.steps
         return (
             bool(self.pending or steps.loss.unbacked.unused or steps.objectives.pending)
-            or bool(steps.loss.entropies)
+            or bool(steps.loss.entropies or steps.loss.attention)
             or self._collected()
         )
 

@@ -15,6 +15,18 @@ from .training import Objective, judge
 _EMPTY = Series([], [])
 
 
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """One attention call of the model, as read from the loss's graph (``collect.attention``):
+    its layer, its largest logit gap (nats) and its rows' mean entropy as a share of
+    ``ln(keys)`` at the steps it was read, and per step its heads' (gap, share)."""
+
+    layer: str
+    gap: Series
+    entropy: Series
+    heads: list[list[tuple[float, float]]] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class History:
     """Per-step scalars, per-parameter and per-module series, layer metadata.
@@ -46,6 +58,8 @@ class History:
     policy_entropy: dict[int, Series] = field(default_factory=dict)
     """A categorical policy's entropy (a share of its maximum) by objective id, where the
     loss's graph showed one (``collect.policy``)."""
+    attention: list[Attention] = field(default_factory=list)
+    """The model's attention calls in forward order, where the loss's graph showed some."""
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
     that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,
@@ -80,6 +94,7 @@ class History:
                 for k in {0, *(int(o["id"]) for o in run.meta.objectives)}
                 if (found := run.policy_entropy(k))
             },
+            attention=_attention(run),
         )
 
     @property
@@ -113,6 +128,14 @@ class History:
     @property
     def num_steps(self) -> int:
         return len(self.loss.steps) if self.loss.steps else len(self.grad_norm.steps)
+
+
+def _attention(run: RunLog) -> list[Attention]:
+    said = run.meta.attention or {}
+    layers = said.get("layers")
+    if not isinstance(layers, list):
+        return []
+    return [Attention(str(name), *run.attention(site)) for site, name in enumerate(layers)]
 
 
 def synthetic(

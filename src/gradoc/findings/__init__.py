@@ -15,6 +15,7 @@ from ..detect.signals import fmt, improved
 from ..detect.training import Objective
 from .accumulating_gradients import AccumulatingGradients
 from .adversarial_imbalance import AdversarialImbalance
+from .attention_logit_growth import AttentionLogitGrowth
 from .dead_units import DeadUnits
 from .eval_mode import EvalMode
 from .exploding_gradients import ExplodingGradients
@@ -62,6 +63,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     PoorInitialization,
     LargeUpdates,
     TinyUpdates,
+    AttentionLogitGrowth,
     Fp16Overflow,
     Fp16Underflow,
     PaddingLeak,

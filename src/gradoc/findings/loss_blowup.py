@@ -126,6 +126,7 @@ class LossBlowup(FindingKind):
         "nonfinite",
         "exploding_gradients",
         "loss_divergence",
+        "attention_logit_growth",
     )
     link = 50
     example_details = Blowup(

@@ -129,6 +129,7 @@ class LossDivergence(FindingKind):
         "nonfinite",
         "loss_blowup",
         "exploding_gradients",
+        "attention_logit_growth",
     )
     link = 70
 

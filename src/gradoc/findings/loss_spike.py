@@ -98,7 +98,7 @@ class LossSpike(FindingKind):
         "loss began."
     )
     judges_trend = True
-    caused_by = ("accumulating_gradients", "nonfinite", "loss_blowup")
+    caused_by = ("accumulating_gradients", "nonfinite", "loss_blowup", "attention_logit_growth")
     link = 140
 
     example_details = Spikes(spikes=1, spike_steps=[], back_after=None, ratio=None)

@@ -306,20 +306,34 @@ def heatmap(
 
 def ratio_chart(series: dict[str, tuple[list[int], list[float]]]) -> str:
     """Update/weight ratio per layer over steps, log scale, with the healthy band ~1e-3."""
+    title, ylabel = "Update/weight ratio per layer", "|update| / |weight|"
+    return per_layer_chart(series, title, ylabel, band=(1e-4, 1e-2, "healthy ~1e-3"))
+
+
+def per_layer_chart(
+    series: dict[str, tuple[list[int], list[float]]],
+    title: str,
+    ylabel: str,
+    band: tuple[float, float, str] | None = None,
+) -> str:
+    """One line per layer over the steps, log scale; ``band``: a shaded range (low, high,
+    its legend), always in view."""
     fig = svg.Figure(W + 130, 320)
     values = [v for _, vs in series.values() for v in vs]
-    span = svg.extent([*values, 1e-4, 1e-2], log=True)  # the band always in view
+    span = svg.extent([*values, *(band[:2] if band else ())], log=True)
     steps = [s for ss, _ in series.values() for s in ss]
     ax = _axes(fig, _steps(steps), svg.padded(span, True), 272, ylog=True, right=230)
-    ax.band(1e-4, 1e-2, _GREEN, 0.08)
-    ax.frame("Update/weight ratio per layer", "step", "|update| / |weight|")
+    if band:
+        ax.band(band[0], band[1], _GREEN, 0.08)
+    ax.frame(title, "step", ylabel)
     n = max(1, len(series) - 1)
     items = []
     for i, (name, (steps_i, values_i)) in enumerate(series.items()):
         c = svg.colour("viridis", i / n)
         ax.series(steps_i, values_i, c, 1.1)
         items.append((name, c, "line"))
-    items.append(("healthy ~1e-3", "#d1fae5", "box"))
+    if band:
+        items.append((band[2], "#d1fae5", "box"))
     svg.legend(fig, items, ax.box[2] + 16, TOP + 10, across=False, room=190)
     return fig.svg()
 

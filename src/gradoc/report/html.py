@@ -254,11 +254,52 @@ def _entropy_figures(log: RunLog, report: Report) -> list[str]:
     return out
 
 
+def _attention_figures(report: Report) -> list[str]:
+    """Each attention layer's largest logit gap and entropy, where the loss's graph showed
+    attention (``collect.attention``)."""
+    layers = report.run.attention
+    if not layers:
+        return []
+
+    def series(key: str) -> dict[str, tuple[list[int], list[float]]]:
+        return {
+            a["layer"]: (list(a["steps"]), [math.nan if v is None else v for v in a[key]])
+            for a in layers
+        }
+
+    said = (
+        "read from the loss's autograd graph at backward() (the first 20 steps, then one in "
+        "10), on one sample's rows: "
+    )
+    gap = charts.per_layer_chart(
+        series("logit_gap"), "Largest attention logit gap per layer (nats)", "max - min logit"
+    )
+    share = charts.per_layer_chart(
+        series("entropy"), "Attention entropy per layer (share of ln keys)", "entropy / ln keys"
+    )
+    return [
+        _figure(
+            "chart-attention-gap",
+            "Attention logits",
+            gap,
+            said + "the largest gap between a query's largest and smallest logit; past 50 "
+            "the softmax is one-hot (attention_logit_growth).",
+        ),
+        _figure(
+            "chart-attention-entropy",
+            "Attention entropy",
+            share,
+            said + "the rows' mean entropy, 1 uniform over the keys, 0 one key.",
+        ),
+    ]
+
+
 def _charts(log: RunLog, report: Report) -> list[str]:
     norm = log.scalar("grad_norm")
     out = [
         *_loss_figures(log, report),
         *_entropy_figures(log, report),
+        *_attention_figures(report),
         _figure(
             "chart-grad-norm",
             "Global gradient norm",

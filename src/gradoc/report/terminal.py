@@ -83,6 +83,26 @@ def _series_line(name: str, s: Series) -> Text | None:
     return text
 
 
+def _attention_lines(report: Report, console: Console) -> None:
+    """The attention series of the layer a precursor finding names (``attn gap``: its largest
+    logit gap; ``attn H``: its entropy share)."""
+    named = {
+        layer
+        for f in report.findings
+        for kind, layer in [(f.kind, f.layer), *((r.kind, r.layer) for r in f.related)]
+        if kind == "attention_logit_growth"
+    }
+    for a in report.run.attention:
+        if a.get("layer") not in named:
+            continue
+        console.print(_t(f"attention of {a['layer']}", style="dim"))
+        for name, key in (("attn gap", "logit_gap"), ("attn H", "entropy")):
+            values = [math.nan if v is None else float(v) for v in a[key]]
+            line = _series_line(name, Series(list(a["steps"]), values))
+            if line is not None:
+                console.print(line)
+
+
 def print_run_summary(out: Path, report: Report, stderr: bool = True) -> None:
     """The diagnosis at the end of a run; on stderr by default, so it survives `> log`."""
     with open_run(out) as log:
@@ -155,6 +175,7 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
             line = _series_line(named, run.policy_entropy(o.id))
             if line is not None:
                 console.print(line)
+    _attention_lines(report, console)
 
     norms = run.scalar("grad_norm")
     if norms.steps:

@@ -96,6 +96,10 @@ class RunMeta(Mapping[str, Any]):
     """The process writing the log: pid, start time, host (``store.liveness``)."""
     heartbeat: float | None = None
     """When the writer last committed (seconds since the epoch; about every second)."""
+    attention: JsonObject | None = None
+    """The attention calls read from the loss's graph (``gradoc.collect.attention``): their
+    layers in forward order (``layers``: the ``attention`` table's ``site`` indexes it) and
+    when they are read."""
     compiled: bool = False
     check_numerics: bool = False
     table: Mapping[str, Any] = field(default_factory=dict, repr=False)

@@ -364,6 +364,11 @@ def _layer_of(r: tuple[Any, ...]) -> Layer:
     )
 
 
+_NONE = Series([], [])
+AttentionRows = tuple[Series, Series, list[list[tuple[float, float]]]]
+"""An attention call's logit gap and entropy share by step, and per step its heads' pairs."""
+
+
 class RunLog(Shown):
     """A read-only view of one run's log (finished, crashed or still running).
 
@@ -478,9 +483,12 @@ class RunLog(Shown):
         return self._per_objective("objective_losses", "loss", objective, since=5)
 
     def policy_entropy(self, objective: int) -> Series:
-        """One objective's policy entropy, a share of its maximum, at the steps it was read
-        (``collect.policy``); empty when none was (a log before schema 6)."""
+        """An objective's policy entropy, a share of its maximum, by step (schema 6)."""
         return self._per_objective("policy_entropy", "entropy", objective, since=6)
+
+    def attention(self, site: int) -> AttentionRows:
+        """One attention call's series (``collect.attention``); empty before schema 7."""
+        return _attention(self._query, site) if self.version >= 7 else (_NONE, _NONE, [])
 
     def _per_objective(self, table: str, column: str, objective: int, since: int) -> Series:
         """``column`` of a per-objective table (added in schema ``since``) by step."""
@@ -762,3 +770,26 @@ def open_run(path: str | Path) -> RunLog:
     1
     """
     return RunLog(path)
+
+
+def _head_pairs(blob: Any) -> list[tuple[float, float]]:
+    """An ``attention`` row's heads: float32 (gap, share) pairs (damaged: none)."""
+    if not isinstance(blob, bytes) or len(blob) % 8:
+        return []
+    values = np.frombuffer(blob, "=f4").astype(float).reshape(-1, 2)
+    return [(float(g), float(e)) for g, e in values]
+
+
+_NONE = Series([], [])
+
+
+def _attention(query: Any, site: int) -> tuple[Series, Series, list[list[tuple[float, float]]]]:
+    """The ``attention`` table's rows of one call (``collect.attention``), by step."""
+    rows = query(
+        "SELECT step, logit_gap, entropy, heads FROM attention WHERE site = ? ORDER BY step",
+        (site,),
+    )
+    steps = [_step(r[0]) for r in rows]
+    gap = Series(steps, [_value(r[1]) if r[1] is not None else math.nan for r in rows])
+    share = Series(steps, [_value(r[2]) if r[2] is not None else math.nan for r in rows])
+    return gap, share, [_head_pairs(r[3]) for r in rows]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .._util.text import StrEnum
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 class EventKind(StrEnum):
@@ -55,14 +55,15 @@ class EventKind(StrEnum):
     CRASH = "crash"
 
 
-"""6: ``policy_entropy`` (a categorical policy's entropy, read from its loss's graph);
+"""7: ``attention`` (each attention call's logit gap and entropy, read from the loss's graph);
+6: ``policy_entropy`` (a categorical policy's entropy, read from its loss's graph);
 5: ``objective_losses`` (a run with several optimizers: each objective's loss);
 4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
 ``steps.loss`` with gradient accumulation and loss scaling undone;
 3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
 2: ``steps.samples``. Versions 1 to 3 (1 and 2: one ``param_stats`` row per parameter and
 step) are read too."""
-READABLE = (1, 2, 3, 4, 5, 6)
+READABLE = (1, 2, 3, 4, 5, 6, 7)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -109,6 +110,17 @@ CREATE TABLE IF NOT EXISTS policy_entropy (
     entropy    REAL,               -- a categorical policy's mean entropy, a share of its
                                    -- maximum ln(k) (meta 'loss_read' policy.actions: k)
     PRIMARY KEY (step, objective)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attention (
+    step       INTEGER NOT NULL,   -- the steps table's step in progress at its backward()
+    site       INTEGER NOT NULL,   -- the attention call, in forward order: meta
+                                   -- 'attention' layers[site] names its layer
+    logit_gap  REAL,               -- the largest gap between a query row's largest and
+                                   -- smallest logit (nats), over the rows and heads read
+    entropy    REAL,               -- the rows' mean entropy as a share of ln(keys), the mean
+                                   -- over its heads (1: uniform, 0: one key)
+    heads      BLOB,               -- float32 pairs per head: (logit gap, entropy share)
+    PRIMARY KEY (step, site)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS param_arrays (
     step           INTEGER NOT NULL,

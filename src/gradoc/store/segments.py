@@ -27,7 +27,14 @@ from .liveness import Writer
 from .meta import RunMeta
 from .schema import SCHEMA_VERSION
 
-STEP_TABLES = ("steps", "param_arrays", "act_stats", "objective_losses", "policy_entropy")
+STEP_TABLES = (
+    "steps",
+    "param_arrays",
+    "act_stats",
+    "objective_losses",
+    "policy_entropy",
+    "attention",
+)
 """The tables keyed by step: a step run again replaces its rows in each."""
 
 
