@@ -57,8 +57,8 @@ def test_sdpa_and_a_written_out_softmax_read_the_same_gap_and_entropy(mask: str)
     written, fused = Attn(False, mask), Attn(True, mask)
     fused.load_state_dict(written.state_dict())
     x = torch.randn(2, 8, 16) * 3
-    (a,) = AttentionReader().read(written(x).sum().grad_fn, 0, {}) or []
-    (b,) = AttentionReader().read(fused(x).sum().grad_fn, 0, {}) or []
+    (a,) = AttentionReader().read(written(x).sum().grad_fn, {}) or []
+    (b,) = AttentionReader().read(fused(x).sum().grad_fn, {}) or []
     assert a.shape == (2, 4)  # per head: the largest logit gap, the entropy share
     assert torch.allclose(a, b, atol=1e-4), (a, b)
     assert (a[0] > 0).all() and ((a[1] > 0) & (a[1] <= 1)).all()
@@ -69,7 +69,7 @@ def test_each_call_is_named_by_its_layer_in_forward_order() -> None:
     model = nn.Sequential(Attn(True), Attn(False))
     names = {id(p): n for n, p in model.named_parameters()}
     reader = AttentionReader()
-    assert len(reader.read(model(x).pow(2).mean().grad_fn, 0, names) or []) == 2
+    assert len(reader.read(model(x).pow(2).mean().grad_fn, names) or []) == 2
     assert reader.layers == ["0", "1"]  # 0.c_attn.weight's parent
 
     mha = nn.MultiheadAttention(16, 4, batch_first=True)  # its own in_proj_weight
@@ -77,7 +77,7 @@ def test_each_call_is_named_by_its_layer_in_forward_order() -> None:
     for weights in (True, False):  # an explicit softmax, then SDPA
         reader = AttentionReader()
         out, _ = mha(x, x, x, need_weights=weights)
-        assert reader.read(out.sum().grad_fn, 0, names) is not None
+        assert reader.read(out.sum().grad_fn, names) is not None
         assert reader.layers == ["blocks.3.attn"]
 
     encoder = nn.TransformerEncoder(
@@ -87,7 +87,7 @@ def test_each_call_is_named_by_its_layer_in_forward_order() -> None:
     )
     names = {id(p): n for n, p in encoder.named_parameters()}
     reader = AttentionReader()
-    assert reader.read(encoder(x).sum().grad_fn, 0, names) is not None
+    assert reader.read(encoder(x).sum().grad_fn, names) is not None
     assert reader.layers == ["layers.0.self_attn", "layers.1.self_attn"]
 
 
@@ -106,7 +106,7 @@ def test_reads_come_on_the_first_steps_then_one_in_ten_and_stop_where_there_is_n
 
     def reads(reader: AttentionReader) -> list[int]:
         batches = (model(torch.randn(1, 4, 16)).sum().grad_fn for _ in range(60))
-        return [s for s, g in enumerate(batches) if reader.read(g, s, {})]
+        return [s for s, g in enumerate(batches) if reader.due(s) and reader.read(g, {})]
 
     monkeypatch.setattr(attention, "BUDGET_FLOOR_S", 1.0)  # any read is within it
     assert reads(AttentionReader()) == [*range(FIRST), 20, 30, 40, 50]
@@ -117,7 +117,8 @@ def test_reads_come_on_the_first_steps_then_one_in_ten_and_stop_where_there_is_n
     assert reader.said == f"the first {FIRST} backward() calls, then 1 in {reader.every}"
     mlp, reader = nn.Linear(16, 1), AttentionReader()
     for s in range(40):
-        reader.read(mlp(torch.randn(2, 16)).sum().grad_fn, s, {})
+        if reader.due(s):
+            reader.read(mlp(torch.randn(2, 16)).sum().grad_fn, {})
     assert reader.looked == LOOKS  # no attention: looked at no more
 
 

@@ -228,22 +228,27 @@ class AttentionReader:
         """When the calls are read, in words (``meta['attention']['read']``)."""
         return f"the first {FIRST} backward() calls, then 1 in {self.every}"
 
-    def read(self, root: Any, step: int, names: dict[int, str]) -> list[Tensor] | None:
-        """Per attention call of this ``backward()``, its (2, heads) statistics on the device,
-        on the reads sampled (one per step); None elsewhere. ``names``: parameter names by id,
-        to name the layers (read once)."""
-        if step == self._last_step:
-            return None
+    def due(self, step: int) -> bool:
+        """Whether this ``backward()`` is read (one per step, on the sampled ones); counts it.
+        A run whose first looks found no attention is never read again."""
+        if step == self._last_step or (self.layers is None and self.looked >= LOOKS):
+            return False
         k, self.reads = self.reads, self.reads + 1
-        if (k >= FIRST and k < self._next) or (self.layers is None and self.looked >= LOOKS):
-            return None
-        self.looked += 1
+        if k >= FIRST and k < self._next:
+            return False
         self._last_step = step
+        return True
+
+    def read(self, root: Any, names: dict[int, str]) -> list[Tensor] | None:
+        """Per attention call of a ``backward()`` that is :meth:`due`, its (2, heads)
+        statistics on the device (None: none found). ``names``: parameter names by id, to
+        name the layers."""
+        self.looked += 1
         began = time.perf_counter()
         try:
             return self._read(root, names)
         finally:
-            self._budget(k, began, time.perf_counter() - began)
+            self._budget(self.reads - 1, began, time.perf_counter() - began)
 
     def _budget(self, k: int, began: float, cost: float) -> None:
         """The next read's count: :data:`EVERY` on, or later where this read cost more than

@@ -48,6 +48,7 @@ class LossReader:
         """(step, site, (2, heads) on the device) of the attention calls read, waiting for
         the next transfer (``collect.attention``)."""
         self._names: dict[int, str] = {}
+        self._attention_said: JsonObject = {}
 
     def read(self, root: Tensor, joined: bool = False) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
@@ -112,17 +113,21 @@ class LossReader:
             self.entropies.append((step, objectives.id_of(optimizer), entropy))
 
     def _read_attention(self, root: Tensor) -> None:
-        step = self.run.steps.count
+        """This ``backward()``'s attention, when it is read (``collect.attention``)."""
+        reader, step = self.sharpness, self.run.steps.count
+        if not reader.due(step):
+            return
         if not self._names:  # the parameters' names, once the optimizers are known
             targets = self.run.steps.targets.values()
             self._names = {id(w.param): w.name for t in targets for w in t.params}
-        reader = self.sharpness
-        before = (reader.layers, reader.said)
-        read = reader.read(root.grad_fn, step, self._names)
-        if read is not None:
-            self.attention += [(step, site, v) for site, v in enumerate(read)]
-        if reader.layers is not None and (reader.layers, reader.said) != before:
-            self.run.set_meta(attention={"layers": reader.layers, "read": reader.said})
+        read = reader.read(root.grad_fn, self._names)
+        if read is None or reader.layers is None:
+            return
+        self.attention += [(step, site, v) for site, v in enumerate(read)]
+        said = {"layers": reader.layers, "read": reader.said}
+        if said != self._attention_said:
+            self._attention_said = said
+            self.run.set_meta(attention=said)
 
     def take_attention(self) -> list[tuple[int, int, Tensor]]:
         taken, self.attention = self.attention, []
