@@ -108,9 +108,18 @@ def _finite_at(s: Series, keep: list[int]) -> list[float | None]:
 
 
 def sampling(meta: RunMeta, steps: int) -> str | None:
-    """When weights, updates and activations were read, in one sentence: the cadence chosen
-    from the run's step time (``collect.cadence``; its choice only once the run of ``steps``
-    went past the step it applies from), else the schedules the run was given."""
+    """When weights, updates, activations and attention were read, in one sentence."""
+    said = _sampled(meta, steps)
+    attention = (meta.attention or {}).get("read")
+    if isinstance(attention, str):
+        said = f"{said}; attention on {attention}" if said else f"attention on {attention}"
+    return said
+
+
+def _sampled(meta: RunMeta, steps: int) -> str | None:
+    """When weights, updates and activations were read: the cadence chosen from the run's
+    step time (``collect.cadence``; its choice only once the run of ``steps`` went past the
+    step it applies from), else the schedules the run was given."""
     chosen = meta.sampling
     if chosen:
         said = f"weights, updates and activations every {chosen.get('before')} steps"
