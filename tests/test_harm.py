@@ -150,6 +150,7 @@ HARM_IS_READ = {
     "nonfinite": "mechanism",
     "frozen_parameters": "mechanism",
     "weight_decay_dominates": "mechanism",
+    "adam_epsilon": "mechanism",
     # the rule reads the loss itself
     "loss_divergence": "loss",
     "loss_plateau": "loss",

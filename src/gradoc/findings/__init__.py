@@ -14,6 +14,7 @@ from ..detect.history import History
 from ..detect.signals import fmt, improved
 from ..detect.training import Objective
 from .accumulating_gradients import AccumulatingGradients
+from .adam_epsilon import AdamEpsilon
 from .adversarial_imbalance import AdversarialImbalance
 from .attention_logit_growth import AttentionLogitGrowth
 from .dead_units import DeadUnits
@@ -64,6 +65,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     LargeUpdates,
     TinyUpdates,
     AttentionLogitGrowth,
+    AdamEpsilon,
     Fp16Overflow,
     Fp16Underflow,
     PaddingLeak,

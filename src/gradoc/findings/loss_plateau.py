@@ -89,6 +89,7 @@ class LossPlateau(FindingKind):
         "tiny_updates",
         "loss_divergence",
         "frozen_parameters",
+        "adam_epsilon",
     )
     considers_zero_init = True
     link = 150

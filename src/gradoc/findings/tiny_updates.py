@@ -30,7 +30,7 @@ class TinyUpdates(FindingKind):
         "improved clearly (halved), when they are information."
     )
     statistic = True
-    caused_by = ("zero_clip", "nonfinite", "vanishing_gradients", "dead_units")
+    caused_by = ("zero_clip", "adam_epsilon", "nonfinite", "vanishing_gradients", "dead_units")
     considers_zero_init = True
     link = 130
 
