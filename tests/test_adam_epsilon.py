@@ -55,6 +55,16 @@ def test_a_loss_scaled_far_down_under_adams_epsilon_is_found_and_a_small_eps_cur
     assert kinds[0] == "adam_epsilon", kinds  # it heads what it causes
     (f,) = [f for f in report["findings"] if f["kind"] == "adam_epsilon"]
     assert "eps (1e-08)" in f["summary"] and "1e-15" in f["fixes"][0]["action"]
+    # gradoc fix writes eps=1e-15 where the optimizer is made, in a copy, and verifies it
+    fixed = gradoc_cli("fix", "--json", str(tmp_path / "fix.json"), str(tmp_path / "run"),
+                       str(script), eps)  # fmt: skip
+    assert fixed.returncode == 0, fixed.stderr
+    result = json.loads((tmp_path / "fix.json").read_text())
+    assert result["verdict"] == "verified", result["why_not"]
+    assert result["patch"]["after"] == [
+        "opt = torch.optim.AdamW(model.parameters(), lr=3e-3, eps=1e-15)"
+    ]
+    assert "eps=float(sys.argv[1])" in script.read_text()  # the user's file as it was
 
 
 def _history(grad_rms: float, step_ratio: float, eps: float = 1e-8, kind: str = "AdamW"):

@@ -253,3 +253,27 @@ def test_a_copy_that_fails_says_so_in_a_line(
     with pytest.raises(CopyRefused) as refused, working_copy(project / "train.py", project):
         pass
     assert str(refused.value).endswith("Permission denied: '/p/f0' (and 4 more)")
+
+
+@pytest.mark.parametrize(
+    ("line", "after"),
+    [
+        (
+            "opt = torch.optim.AdamW(net.parameters(), lr=3e-3, eps=args.eps)",
+            "opt = torch.optim.AdamW(net.parameters(), lr=3e-3, eps=1e-15)",
+        ),
+        (  # left at its default: given
+            "opt = Adam(net.parameters(), lr=1e-3,)",
+            "opt = Adam(net.parameters(), lr=1e-3, eps=1e-15)",
+        ),
+        ("opt = Adam(ps, 1e-3, (0.9, 0.99), 1e-8)", None),  # by position: the fourth argument
+        ("a, b = Adam(ps, lr=1e-3), SGD(qs, lr=0.1)", None),  # two optimizers on the line
+    ],
+)
+def test_adams_epsilon_is_set_small_where_the_optimizer_is_made(
+    tmp_path: Path, line: str, after: str | None
+) -> None:
+    path = _file(tmp_path, line + "\n")
+    meta = RunMeta(optimizers=[{"type": "AdamW", "eps": 1e-8, "at": _at(path, 1)}])
+    edit = edit_for([_finding("adam_epsilon")], meta, [path])
+    assert _after(edit) == ([after] if after else None)

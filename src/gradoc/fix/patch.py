@@ -613,6 +613,30 @@ def _decay_lowered(f: Finding, seen: Seen) -> Edit | None:
     return where.becomes(f, new, f"weight_decay x{factor:g} where the optimizer is made")
 
 
+SMALL_EPS = "1e-15"
+"""The epsilon an Adam whose gradients fell under its own is given (Wortsman et al. 2023)."""
+
+
+def _eps_lowered(f: Finding, seen: Seen) -> Edit | None:
+    """An Adam epsilon above the gradients' scale, set to :data:`SMALL_EPS` where the optimizer
+    is made: ``eps=1e-8`` -> ``eps=1e-15``, and ``AdamW(ps, lr=1e-3)`` ->
+    ``AdamW(ps, lr=1e-3, eps=1e-15)`` where it was left at its default."""
+    where = _made_at(seen.meta)
+    calls = _constructors(where) if where is not None else []
+    if where is None or len(calls) != 1 or len(calls[0].args) > 3:
+        return None  # eps given by position (the fourth argument) or on another line
+    call, text = calls[0], where.stripped
+    given = _keyword(call, "eps")
+    if given is not None:
+        new = _replaced(text, given, SMALL_EPS)
+    elif call.end_col_offset is not None and text[call.end_col_offset - 1] == ")":
+        end = call.end_col_offset - 1
+        new = text[:end].rstrip().rstrip(",") + f", eps={SMALL_EPS}" + text[end:]
+    else:
+        return None
+    return where.becomes(f, new, f"eps={SMALL_EPS} where the optimizer is made")
+
+
 WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
     "nonfinite": _nonfinite,
     "zero_clip": _zero_clip,
@@ -624,6 +648,7 @@ WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
     "loss_unbounded": _term_sign,
     "frozen_parameters": _all_parameters,
     "weight_decay_dominates": _decay_lowered,
+    "adam_epsilon": _eps_lowered,
 }
 """The finding kinds whose code fix gradoc writes as an edit."""
 
