@@ -187,3 +187,20 @@ def test_qk_layernorm_at_a_rate_that_trains_gives_no_warning(tmp_path: Path) -> 
     db = sqlite3.connect(tmp_path / "run" / "run.db")
     (reads,) = db.execute("select count(*) from attention where site = 0").fetchone()
     assert reads == FIRST + 10  # steps 0-19, then 20, 30, ... 110
+
+
+def test_the_memory_efficient_kernels_bias_is_read_as_its_mask() -> None:
+    """CUDA's memory-efficient attention saves its mask as ``attn_bias`` (no GPU here: a node
+    holding what that kernel's saves)."""
+    from types import SimpleNamespace
+
+    from gradoc.collect.attention import sdpa_stats
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
+    bias = torch.zeros(6, 6).masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), -math.inf)
+    saved = {"_saved_query": q, "_saved_key": k, "_saved_is_causal": False, "_saved_scale": None}
+    as_bias = sdpa_stats(SimpleNamespace(**saved, _saved_attn_bias=bias))
+    causal = sdpa_stats(SimpleNamespace(**{**saved, "_saved_is_causal": True}))
+    assert as_bias is not None and causal is not None
+    assert torch.allclose(as_bias, causal, atol=1e-5)

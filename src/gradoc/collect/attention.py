@@ -191,6 +191,8 @@ def sdpa_stats(node: Any) -> Tensor | None:
     if bool(_saved(node, "_saved_is_causal")):
         allowed &= torch.ones(t, s, dtype=torch.bool, device=logits.device).tril()[rows]
     mask = _saved(node, "_saved_attn_mask")
+    if mask is None:  # the memory-efficient kernel saves its mask as a bias
+        mask = _saved(node, "_saved_attn_bias")
     if isinstance(mask, Tensor):
         full = torch.broadcast_to(mask, (*q.shape[:-2], t, s)) if q.dim() >= 3 else mask
         m = _heads(full)[:, rows] if full.dim() >= 3 else full[rows]
