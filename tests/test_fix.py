@@ -803,9 +803,9 @@ def test_a_fix_that_did_not_help_gives_way_to_the_next_hypothesis_fix(
     ],
 )
 def test_clip_flags_are_found_and_set(args: list[str], to: float | str, after: object) -> None:
-    from gradoc.fix.remedy import clip_flags
+    from gradoc.fix.remedy import clip_flags, flag_clip
 
-    found = clip_flags(args, to)
+    found = clip_flags(args, flag_clip(to))
     assert (found[0] if found else None) == after
 
 

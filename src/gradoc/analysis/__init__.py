@@ -89,8 +89,9 @@ def attention_series(history: History) -> list[JsonObject]:
     out: list[JsonObject] = []
     for a in history.attention:
         n = len(a.gap.steps)
-        spaced = {round(i * (n - 1) / (SERIES_POINTS - 1)) for i in range(SERIES_POINTS)}
-        keep = sorted(spaced) if n > SERIES_POINTS else list(range(n))
+        keep = list(range(n))
+        if n > SERIES_POINTS:  # evenly spaced, the first and the last read kept
+            keep = sorted({round(i * (n - 1) / (SERIES_POINTS - 1)) for i in range(SERIES_POINTS)})
         if keep:
             out.append(
                 {

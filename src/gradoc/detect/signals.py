@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 from .._util.text import number
 from ..store import EventKind, Layer, Series
@@ -123,6 +124,19 @@ def update_ratios(h: History) -> dict[str, Series]:
             if ratios.steps:
                 found[p.name] = ratios
     return dict(found)
+
+
+Sample = TypeVar("Sample", bound=tuple[Any, ...])
+
+
+def second_half(h: History, samples: Sequence[Sample], least: int) -> list[Sample] | None:
+    """The ``samples`` (each ``(step, ...)``, in step order) over the run's second half, or
+    its last ``least`` where a sparse cadence left fewer there; None with fewer than
+    ``least`` in all. What a setting does to a trained run is read there, past the start."""
+    half = (h.loss.steps[-1] if h.loss.steps else 0) / 2
+    late = [x for x in samples if x[0] >= half]
+    late = late if len(late) >= least else list(samples[-least:])
+    return late if len(late) >= least else None
 
 
 def clip_factors(

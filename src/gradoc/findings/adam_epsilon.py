@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt, optimizer_type, weight_params
+from ..detect.signals import fmt, optimizer_type, second_half, weight_params
 from .facts import Facts
 from .kind import Details, FindingKind
 
@@ -63,7 +63,6 @@ def _layers(h: History) -> dict[str, tuple[float, float]]:
     where the cadence left fewer there): the median gradient RMS and the median update RMS
     over the learning rate at its step."""
     lr_at = dict(zip(h.lr.steps, h.lr.values))
-    half = (h.loss.steps[-1] if h.loss.steps else 0) / 2
     out = {}
     for p in weight_params(h):
         numel = p.numel or (math.prod(p.shape) if p.shape else 0)
@@ -78,9 +77,8 @@ def _layers(h: History) -> dict[str, tuple[float, float]]:
             if s == 0 or not lr or gn is None or not math.isfinite(du) or not math.isfinite(gn):
                 continue
             found.append((s, gn / root, du / root / lr))
-        late = [x for x in found if x[0] >= half]
-        late = late if len(late) >= MIN_SAMPLES else found[-MIN_SAMPLES:]
-        if len(late) >= MIN_SAMPLES:
+        late = second_half(h, found, MIN_SAMPLES)
+        if late is not None:
             out[p.name] = (
                 statistics.median(x[1] for x in late),
                 statistics.median(x[2] for x in late),

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt, optimizer_type, weight_params
+from ..detect.signals import fmt, optimizer_type, second_half, weight_params
 from .advice import DECAY_STRONG, DECOUPLED, USUAL_DECAY, decay_too_strong
 from .facts import Facts, weight_decay_of
 from .kind import Details, FindingKind
@@ -70,7 +70,6 @@ def _shares(h: History, per_step: float) -> dict[str, list[tuple[int, float]]]:
     step (a schedule lowers the decay with it)."""
     base = h.lr.values[0] if h.lr.values else None
     lr_at = dict(zip(h.lr.steps, h.lr.values))
-    half = (h.loss.steps[-1] if h.loss.steps else 0) / 2
     out = {}
     for p in weight_params(h):
         w, u = h.param(p.name, "weight_norm"), h.param(p.name, "update_norm")
@@ -83,9 +82,8 @@ def _shares(h: History, per_step: float) -> dict[str, list[tuple[int, float]]]:
             d = per_step * (lr / base) * wn / du
             if math.isfinite(d):
                 found.append((s, d))
-        late = [x for x in found if x[0] >= half]
-        late = late if len(late) >= MIN_SAMPLES else found[-MIN_SAMPLES:]  # a sparse cadence
-        if len(late) >= MIN_SAMPLES:
+        late = second_half(h, found, MIN_SAMPLES)
+        if late is not None:
             out[p.name] = late
     return out
 

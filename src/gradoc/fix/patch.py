@@ -602,11 +602,11 @@ def _decay_lowered(f: Finding, seen: Seen) -> Edit | None:
     finding's factor: ``weight_decay=10.0`` -> ``weight_decay=0.1``,
     ``weight_decay=args.wd`` -> ``weight_decay=args.wd * 0.01``."""
     factor = _details(f).get("factor")
-    where = _made_at(seen.meta)
-    if not isinstance(factor, (int, float)) or where is None:
+    made = _optimizer_call(seen.meta)
+    if not isinstance(factor, (int, float)) or made is None:
         return None
-    calls = _constructors(where)
-    given = _keyword(calls[0], "weight_decay") if len(calls) == 1 else None
+    where, call = made
+    given = _keyword(call, "weight_decay")
     if given is None:
         return None  # given by position, or by a dict of groups: where, the line does not say
     new = _replaced(where.stripped, given, _times(where.stripped, given, factor))
@@ -621,11 +621,11 @@ def _eps_lowered(f: Finding, seen: Seen) -> Edit | None:
     """An Adam epsilon above the gradients' scale, set to :data:`SMALL_EPS` where the optimizer
     is made: ``eps=1e-8`` -> ``eps=1e-15``, and ``AdamW(ps, lr=1e-3)`` ->
     ``AdamW(ps, lr=1e-3, eps=1e-15)`` where it was left at its default."""
-    where = _made_at(seen.meta)
-    calls = _constructors(where) if where is not None else []
-    if where is None or len(calls) != 1 or len(calls[0].args) > 3:
-        return None  # eps given by position (the fourth argument) or on another line
-    call, text = calls[0], where.stripped
+    made = _optimizer_call(seen.meta)
+    if made is None or len(made[1].args) > 3:
+        return None  # eps given by position (the fourth argument), or the line not known
+    where, call = made
+    text = where.stripped
     given = _keyword(call, "eps")
     if given is not None:
         new = _replaced(text, given, SMALL_EPS)
@@ -665,13 +665,11 @@ def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | No
     ``factor``: another scale than the finding's fix asks for (a second try, further down)."""
     asked = next((x.apply["lr_scale"] for x in f.fixes if x.apply and "lr_scale" in x.apply), None)
     factor = factor if factor is not None and asked is not None else asked
-    where = _made_at(meta)
-    if not isinstance(factor, (int, float)) or where is None:
+    made = _optimizer_call(meta)
+    if not isinstance(factor, (int, float)) or made is None:
         return None
-    calls = _constructors(where)
-    if len(calls) != 1:
-        return None
-    rate = _rate(calls[0])
+    where, call = made
+    rate = _rate(call)
     assert rate is not None
     return where.becomes(
         f,
@@ -688,6 +686,14 @@ def _made_at(meta: RunMeta) -> Located | None:
     return _located(
         next((CodeLine.from_json(o.get("at")) for o in meta.optimizers if o.get("at")), None)
     )
+
+
+def _optimizer_call(meta: RunMeta) -> tuple[Located, ast.Call] | None:
+    """The line that constructs the program's optimizer and its constructor's call, where the
+    line holds exactly one (``opt = AdamW(ps, lr=1e-3)``); None elsewhere."""
+    where = _made_at(meta)
+    calls = _constructors(where) if where is not None else []
+    return (where, calls[0]) if where is not None and len(calls) == 1 else None
 
 
 def _constructors(where: Located) -> list[ast.Call]:

@@ -174,17 +174,22 @@ CLIP_DEFAULT = 1.0
 (gradoc's own clip would be ZClip, which a flag cannot say)."""
 
 
-def clip_flags(args: list[str], to: float | str) -> tuple[list[str], list[str]] | None:
-    """``args`` with every gradient-clip flag set to ``to`` (:data:`CLIP_DEFAULT` for ZClip),
-    and the flags as changed; None when no flag sets one. The program's own clip reaches a
-    hand-written update (``p.data.add_(p.grad, alpha=-lr)``), which gradoc's clip, made at
-    the optimizer's step, does not."""
-    value = to if isinstance(to, (int, float)) else CLIP_DEFAULT
+def flag_clip(to: float | str) -> float:
+    """The threshold a clip flag is set to for gradoc's clip ``to``: its number, or
+    :data:`CLIP_DEFAULT` for ZClip."""
+    return float(to) if isinstance(to, (int, float)) else CLIP_DEFAULT
+
+
+def clip_flags(args: list[str], to: float) -> tuple[list[str], list[str]] | None:
+    """``args`` with every gradient-clip flag set to ``to``, and the flags as changed; None
+    when no flag sets one. The program's own clip reaches a hand-written update
+    (``p.data.add_(p.grad, alpha=-lr)``), which gradoc's clip, made at the optimizer's step,
+    does not."""
 
     def named(flag: str) -> bool:
         return flag.rsplit(".", 1)[-1].replace("-", "_").lower() in _CLIP_NAMES
 
-    return _set_flags(args, named, lambda number: f"{value:.3g}")
+    return _set_flags(args, named, lambda number: f"{to:.3g}")
 
 
 def _set_flags(

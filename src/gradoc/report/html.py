@@ -254,7 +254,7 @@ def _entropy_figures(log: RunLog, report: Report) -> list[str]:
     return out
 
 
-def _attention_figures(report: Report) -> list[str]:
+def _attention_figures(log: RunLog, report: Report) -> list[str]:
     """Each attention layer's largest logit gap and entropy, where the loss's graph showed
     attention (``collect.attention``)."""
     layers = report.run.attention
@@ -267,10 +267,9 @@ def _attention_figures(report: Report) -> list[str]:
             for a in layers
         }
 
-    said = (
-        "read from the loss's autograd graph at backward() (the first 20 steps, then one in "
-        "10), on one sample's rows: "
-    )
+    when = (log.meta.attention or {}).get("read")  # the cadence the run kept to its budget
+    cadence = f" ({when})" if isinstance(when, str) else ""
+    said = f"read from the loss's autograd graph at backward(){cadence}, on one sample's rows: "
     gap = charts.per_layer_chart(
         series("logit_gap"), "Largest attention logit gap per layer (nats)", "max - min logit"
     )
@@ -299,7 +298,7 @@ def _charts(log: RunLog, report: Report) -> list[str]:
     out = [
         *_loss_figures(log, report),
         *_entropy_figures(log, report),
-        *_attention_figures(report),
+        *_attention_figures(log, report),
         _figure(
             "chart-grad-norm",
             "Global gradient norm",

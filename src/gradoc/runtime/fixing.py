@@ -146,14 +146,14 @@ def fix(
 
 def _try(rerun: Rerun, t: Try) -> tuple[int, Comparison | None]:
     """One fix, re-run; a learning rate still too high gets lower tries."""
-    from ..fix.remedy import CLIP_DEFAULT, clip_flags, scaled_lr_flags
+    from ..fix.remedy import clip_flags, flag_clip, scaled_lr_flags
 
     edit, remedy = t.edit, t.remedy
     if remedy is not None and remedy.kind == "lr_scale" and scaled_lr_flags(rerun.args, 1.0):
         return _by_flags(rerun, remedy)  # the command's own knob
-    flagged = clip_flags(rerun.args, remedy.value) if remedy and remedy.kind == "clip" else None
-    if remedy is not None and flagged is not None:  # the program's own clip: it reaches more
-        to = remedy.value if isinstance(remedy.value, (int, float)) else CLIP_DEFAULT
+    to = flag_clip(remedy.value) if remedy is not None and remedy.kind == "clip" else None
+    flagged = clip_flags(rerun.args, to) if to is not None else None
+    if remedy is not None and to is not None and flagged is not None:  # the program's own clip
         flags = Remedy("clip_flags", to, remedy.finding, " ".join(flagged[1]))
         return rerun(None, flags, flagged[0])
     if remedy is None:

@@ -780,10 +780,7 @@ def _head_pairs(blob: Any) -> list[tuple[float, float]]:
     return [(float(g), float(e)) for g, e in values]
 
 
-_NONE = Series([], [])
-
-
-def _attention(query: Any, site: int) -> tuple[Series, Series, list[list[tuple[float, float]]]]:
+def _attention(query: Any, site: int) -> AttentionRows:
     """The ``attention`` table's rows of one call (``collect.attention``), by step."""
     rows = query(
         "SELECT step, logit_gap, entropy, heads FROM attention WHERE site = ? ORDER BY step",
