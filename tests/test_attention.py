@@ -204,3 +204,19 @@ def test_the_memory_efficient_kernels_bias_is_read_as_its_mask() -> None:
     causal = sdpa_stats(SimpleNamespace(**{**saved, "_saved_is_causal": True}))
     assert as_bias is not None and causal is not None
     assert torch.allclose(as_bias, causal, atol=1e-5)
+
+
+def test_the_cadence_is_chosen_once_from_the_median_early_read() -> None:
+    """One preempted read (5 ms among 0.5 ms ones, on 8 ms steps) changes nothing: the
+    median read needs 1 in 3, so 1 in 10; a model whose reads cost 3 ms on 8 ms steps is
+    read 1 in 20 (0.15 ms a step: within 0.24 ms)."""
+
+    def chosen(costs: list[float]) -> int:
+        reader = AttentionReader()
+        for k, cost in enumerate(costs):
+            reader._time(k, 0.008 * k, cost)
+        reader._time(FIRST + 5, 1.0, 1.0)  # later timing is not read
+        return reader.every
+
+    assert chosen([0.0005] * 10 + [0.005] + [0.0005] * (FIRST - 11)) == 10
+    assert chosen([0.003] * FIRST) == 20

@@ -18,7 +18,7 @@ what it takes to see it, with no change to the program and no hook on the forwar
 Per attention call and head, on the device: the largest logit gap over the rows (how far
 from uniform the softmax can be pushed) and the mean entropy of the rows as a share of its
 maximum ``ln(keys)`` (1: uniform, 0: one key). Read on the first ``FIRST`` backward calls,
-then one in ``EVERY`` (or fewer, to keep within the budget); a run whose first ``LOOKS``
+then one in ``EVERY`` (or fewer, chosen once to keep within the budget); a run whose first ``LOOKS``
 looks found no attention is looked at no more. At most ``NODES`` nodes are walked, ``MOST``
 calls read, each on at most ``ROWS`` query rows of one sample. Each call is named by the
 layer that holds it: the module of the first parameter below the attention's inputs (a
@@ -28,6 +28,7 @@ layer that holds it: the module of the first parameter below the attention's inp
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from typing import Any
 
@@ -36,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ..store.writer import real
+from .cadence import ROUND
 
 FIRST = 20
 EVERY = 10
@@ -52,7 +54,7 @@ OWNER = 64
 BUDGET_SHARE = 0.03
 BUDGET_FLOOR_S = 1e-4
 """A read's cost, spread over the steps until the next, stays within the larger of 3% of
-those steps and 0.1 ms a step (``DESIGN.md``'s budget)."""
+those steps and 0.1 ms a step (``DESIGN.md``'s budget), judged on the median early read."""
 
 _PRODUCT = frozenset({"BmmBackward0"})
 _THROUGH = frozenset(
@@ -208,12 +210,14 @@ def sdpa_stats(node: Any) -> Tensor | None:
 class AttentionReader:
     """When a ``backward()``'s graph is looked at for attention (see the module docstring).
 
-    After the first :data:`FIRST` reads, one in ``every`` (:data:`EVERY` at least): a read
-    that costs more than the budget allows (the larger of :data:`BUDGET_SHARE` of the steps
-    it covers and :data:`BUDGET_FLOOR_S`) makes the next come that much later, so a model
-    whose steps are short pays no more than one whose steps are long."""
+    The first :data:`FIRST` reads are every step's, and timed; from there one in ``every``,
+    chosen once from their medians as ``collect.cadence`` chooses its k: the smallest of its
+    round numbers (at least :data:`EVERY`) at which a read's cost, spread over the steps until
+    the next, stays within the larger of :data:`BUDGET_SHARE` of a step and
+    :data:`BUDGET_FLOOR_S`. One slow read (a preempted process) changes nothing, and which
+    steps are read never depends on later timing."""
 
-    __slots__ = ("_last", "_last_step", "_next", "every", "layers", "looked", "reads")
+    __slots__ = ("_last", "_last_step", "_timed", "every", "layers", "looked", "reads")
 
     def __init__(self) -> None:
         self.reads = 0
@@ -222,8 +226,8 @@ class AttentionReader:
         self.layers: list[str] | None = None
         """The attention calls' layers, in forward order, once some were found."""
         self._last_step = -1
-        self._next = 0
         self._last: tuple[int, float] | None = None  # the last read: its count and start
+        self._timed: list[tuple[float, float]] = []  # early reads: (cost, step time), seconds
 
     @property
     def said(self) -> str:
@@ -236,7 +240,7 @@ class AttentionReader:
         if step == self._last_step or (self.layers is None and self.looked >= LOOKS):
             return False
         k, self.reads = self.reads, self.reads + 1
-        if k >= FIRST and k < self._next:
+        if k >= FIRST and k % self.every:
             return False
         self._last_step = step
         return True
@@ -250,18 +254,21 @@ class AttentionReader:
         try:
             return self._read(root, names)
         finally:
-            self._budget(self.reads - 1, began, time.perf_counter() - began)
+            self._time(self.reads - 1, began, time.perf_counter() - began)
 
-    def _budget(self, k: int, began: float, cost: float) -> None:
-        """The next read's count: :data:`EVERY` on, or later where this read cost more than
-        the budget of the steps since the last one."""
+    def _time(self, k: int, began: float, cost: float) -> None:
+        """Time the early reads; after the last of them, choose ``every`` (fixed from then)."""
+        if k >= FIRST:
+            return
         last, self._last = self._last, (k, began)
         if last is not None and k > last[0]:
-            step_s = (began - last[1]) / (k - last[0])
+            self._timed.append((cost, (began - last[1]) / (k - last[0])))
+        if k == FIRST - 1 and self._timed:
+            cost_s = statistics.median(c for c, _ in self._timed)
+            step_s = statistics.median(s for _, s in self._timed)
             allowed = max(BUDGET_SHARE * step_s, BUDGET_FLOOR_S)
-            self.every = max(EVERY, math.ceil(cost / allowed))
-        # the first reads are every step's; then 20, 30, ... at the usual cost
-        self._next = FIRST + self.every - EVERY if k < FIRST else k + self.every
+            fits = [n for n in ROUND if n >= EVERY and cost_s / n <= allowed]
+            self.every = fits[0] if fits else ROUND[-1]
 
     def _read(self, root: Any, names: dict[int, str]) -> list[Tensor] | None:
         try:

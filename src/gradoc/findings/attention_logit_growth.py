@@ -2,7 +2,8 @@
 
 Needs: the attention calls read from the loss's graph (``collect.attention``: every
 ``scaled_dot_product_attention``, ``nn.MultiheadAttention`` and explicit
-``softmax(q @ k^T)``), read on the first 20 steps, then one step in 10: per layer, the largest
+``softmax(q @ k^T)``), read on the first 20 steps, then one step in 10 (or fewer, within
+the budget): per layer, the largest
 gap between a query row's largest and smallest logit (nats), and the rows' mean entropy as a
 share of ``ln(keys)``.
 
