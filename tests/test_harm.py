@@ -162,6 +162,7 @@ HARM_IS_READ = {
     "large_updates": "setting",
     # a statistic beyond what a healthy run shows, with its source
     "attention_logit_growth": "statistic beyond healthy",
+    "output_logit_divergence": "statistic beyond healthy",
     # never more than information about training
     "length_anomaly": "information",
     "padding_waste": "information",

@@ -7,12 +7,19 @@ and ``--z-loss`` adds ``coef * log(Z)^2`` (PaLM's z-loss): the two mitigations o
 
     python lm.py --lr 0.3                      # attention logits grow, the loss diverges
     python lm.py --lr 0.3 --qk-norm --z-loss 1e-4
+
+The output logits' drift (``benchmarks/precursors.py --drift``) takes a word vocabulary
+(``--words 4096``: the standard library's 4,095 most frequent words and symbols, the rest
+one token), an output bias (``--head-bias``), no weight decay (``--weight-decay 0``) and
+logits computed in bfloat16 (``--bf16``: the forward under CPU autocast).
 """
 
 import argparse
+import collections
 import math
 import os
 import pathlib
+import re
 
 import torch
 import torch.nn as nn
@@ -25,9 +32,13 @@ ap.add_argument("--warmup", type=int, default=200)
 ap.add_argument("--qk-norm", action="store_true")
 ap.add_argument("--z-loss", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--words", type=int, default=0, help="a word vocabulary of this size")
+ap.add_argument("--head-bias", action="store_true")
+ap.add_argument("--bf16", action="store_true")
+ap.add_argument("--weight-decay", type=float, default=1e-4)
 args = ap.parse_args()
 
-VOCAB, CONTEXT, WIDTH, HEADS, LAYERS, BATCH = 128, 64, 64, 4, 2, 16
+VOCAB, CONTEXT, WIDTH, HEADS, LAYERS, BATCH = args.words or 128, 64, 64, 4, 2, 16
 
 
 def corpus(size: int = 400_000) -> torch.Tensor:
@@ -35,6 +46,17 @@ def corpus(size: int = 400_000) -> torch.Tensor:
     files = sorted(pathlib.Path(os.__file__).parent.glob("*.py"))
     text = b"".join(f.read_bytes() for f in files)[:size]
     return torch.tensor([c if c < VOCAB else ord("?") for c in text], dtype=torch.long)
+
+
+def words(size: int = 3_000_000) -> torch.Tensor:
+    """The standard library's words and symbols, the ``VOCAB - 1`` most frequent each a
+    token and the rest token 0."""
+    files = sorted(pathlib.Path(os.__file__).parent.glob("*.py"))
+    text = "".join(f.read_text(errors="replace") for f in files)[:size]
+    found = re.findall(r"\w+|[^\w\s]|\n", text)
+    common = [w for w, _ in collections.Counter(found).most_common(VOCAB - 1)]
+    ids = {w: i + 1 for i, w in enumerate(common)}
+    return torch.tensor([ids.get(w, 0) for w in found], dtype=torch.long)
 
 
 class Block(nn.Module):
@@ -65,7 +87,7 @@ class LM(nn.Module):
         self.position = nn.Parameter(torch.zeros(CONTEXT, WIDTH))
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
         self.norm = nn.LayerNorm(WIDTH)
-        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head = nn.Linear(WIDTH, VOCAB, bias=args.head_bias)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed(idx) + self.position[: idx.shape[1]]
@@ -75,19 +97,22 @@ class LM(nn.Module):
 
 
 torch.manual_seed(args.seed)
-tokens = corpus()
+tokens = words() if args.words else corpus()
 model = LM()
-opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=1e-4)
+opt = torch.optim.AdamW(
+    model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay
+)
 warm = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / args.warmup))
 batches = torch.Generator().manual_seed(args.seed + 1)
 for step in range(args.steps):
     at = torch.randint(0, len(tokens) - CONTEXT - 1, (BATCH,), generator=batches)
     x = torch.stack([tokens[i : i + CONTEXT] for i in at])
     y = torch.stack([tokens[i + 1 : i + CONTEXT + 1] for i in at])
-    logits = model(x)
-    loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().view(-1, VOCAB), y.view(-1))
     if args.z_loss:
-        loss = loss + args.z_loss * torch.logsumexp(logits, -1).pow(2).mean()
+        loss = loss + args.z_loss * torch.logsumexp(logits.float(), -1).pow(2).mean()
     opt.zero_grad()
     loss.backward()
     opt.step()

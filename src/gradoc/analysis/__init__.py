@@ -69,6 +69,7 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         objectives=[ObjectiveFacts.from_json(o.to_json()) for o in history.objectives],
         sampling=sampling(meta, run.num_steps),
         attention=attention_series(history),
+        output_logits=output_logit_series(history),
     )
     return Report(
         status="problems" if problems else ("not_watched" if unwatched else "healthy"),
@@ -86,22 +87,43 @@ SERIES_POINTS = 100
 def attention_series(history: History) -> list[JsonObject]:
     """Each attention layer's logit gap and entropy share at the steps they were read, at
     most :data:`SERIES_POINTS` of them: report.json's ``run.attention``."""
-    out: list[JsonObject] = []
-    for a in history.attention:
-        n = len(a.gap.steps)
-        keep = list(range(n))
-        if n > SERIES_POINTS:  # evenly spaced, the first and the last read kept
-            keep = sorted({round(i * (n - 1) / (SERIES_POINTS - 1)) for i in range(SERIES_POINTS)})
-        if keep:
-            out.append(
-                {
-                    "layer": a.layer,
-                    "steps": [a.gap.steps[i] for i in keep],
-                    "logit_gap": _finite_at(a.gap, keep),
-                    "entropy": _finite_at(a.entropy, keep),
-                }
-            )
-    return out
+    read = (
+        _site_reads({"layer": a.layer}, {"logit_gap": a.gap, "entropy": a.entropy})
+        for a in history.attention
+    )
+    return [r for r in read if r is not None]
+
+
+def output_logit_series(history: History) -> list[JsonObject]:
+    """Each output layer's log Z, largest logit and spread at the steps they were read, at
+    most :data:`SERIES_POINTS` of them: report.json's ``run.output_logits``."""
+    read = (
+        _site_reads(
+            {"layer": o.layer, "dtype": o.dtype},
+            {"log_z": o.log_z, "top": o.top, "spread": o.spread},
+        )
+        for o in history.output_logits
+    )
+    return [r for r in read if r is not None]
+
+
+def _site_reads(said: JsonObject, columns: dict[str, Series]) -> JsonObject | None:
+    """One site's series read at the same steps (the first column's), at most
+    :data:`SERIES_POINTS` of them, non-finite values as None; None where none was read."""
+    first = next(iter(columns.values()))
+    keep = _spaced(len(first.steps))
+    if not keep:
+        return None
+    steps = [first.steps[i] for i in keep]
+    return {**said, "steps": steps, **{k: _finite_at(s, keep) for k, s in columns.items()}}
+
+
+def _spaced(n: int) -> list[int]:
+    """Which of ``n`` reads a series keeps: all, or :data:`SERIES_POINTS` evenly spaced
+    (the first and the last among them)."""
+    if n <= SERIES_POINTS:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (SERIES_POINTS - 1)) for i in range(SERIES_POINTS)})
 
 
 def _finite_at(s: Series, keep: list[int]) -> list[float | None]:
@@ -109,11 +131,17 @@ def _finite_at(s: Series, keep: list[int]) -> list[float | None]:
 
 
 def sampling(meta: RunMeta, steps: int) -> str | None:
-    """When weights, updates, activations and attention were read, in one sentence."""
+    """When weights, updates, activations, attention and output logits were read, in one
+    sentence (attention and output logits are read at the same ``backward()`` calls)."""
     said = _sampled(meta, steps)
     attention = (meta.attention or {}).get("read")
-    if isinstance(attention, str):
-        said = f"{said}; attention on {attention}" if said else f"attention on {attention}"
+    outputs = (meta.output_logits or {}).get("read")
+    read = attention if isinstance(attention, str) else outputs
+    if isinstance(read, str):
+        what = " and ".join(
+            w for w, m in (("attention", attention), ("output logits", outputs)) if m
+        )
+        said = f"{said}; {what} on {read}" if said else f"{what} on {read}"
     return said
 
 

@@ -180,6 +180,9 @@ class RunFacts:
     attention: list[JsonObject] = field(default_factory=list)
     """Each attention layer's ``layer``, ``steps``, ``logit_gap`` and ``entropy`` (share of
     ``ln keys``) at the steps read, at most 100 of them (``analysis.attention_series``)."""
+    output_logits: list[JsonObject] = field(default_factory=list)
+    """Each output layer's ``layer``, ``dtype``, ``steps``, ``log_z``, ``top`` (largest
+    logit) and ``spread`` at the steps read (``analysis.output_logit_series``)."""
 
     def to_json(self) -> JsonObject:
         out = {
@@ -206,6 +209,8 @@ class RunFacts:
             out["segments"] = [s.to_json() for s in self.segments]
         if self.attention:
             out["attention"] = list(self.attention)
+        if self.output_logits:
+            out["output_logits"] = list(self.output_logits)
         return out
 
     @classmethod
@@ -230,6 +235,7 @@ class RunFacts:
             objectives=[ObjectiveFacts.from_json(o) for o in data.get("objectives") or []],
             sampling=data.get("sampling"),
             attention=list(data.get("attention") or []),
+            output_logits=list(data.get("output_logits") or []),
         )
 
 

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from ..store.writer import real
 from .cadence import ROUND
+from .output_logits import logits_dtype, output_calls, output_stats
 
 FIRST = 20
 EVERY = 10
@@ -144,6 +145,14 @@ def layer_of(param: str) -> str:
     return module or param
 
 
+def output_layer(product: Any, names: dict[int, str], i: int) -> str:
+    """An output layer's name: the module of the weight its product (``addmm``/``mm``) was
+    made with (``lm_head``; ``transformer.wte`` where the embedding is tied)."""
+    weight = product.next_functions[-1][0] if product.next_functions else None
+    name = owner(weight, names) if weight is not None else None
+    return (name.rpartition(".")[0] or name) if name else f"{UNNAMED_OUTPUT}{i}"
+
+
 def _row_stats(logp: Tensor, allowed: Tensor) -> Tensor:
     """Per head (dim 0): the largest gap between a row's largest and smallest allowed logit,
     and the rows' mean entropy as a share of ``ln(allowed keys)`` (rows of one key left out);
@@ -208,7 +217,8 @@ def sdpa_stats(node: Any) -> Tensor | None:
 
 
 class AttentionReader:
-    """When a ``backward()``'s graph is looked at for attention (see the module docstring).
+    """When a ``backward()``'s graph is looked at for attention (see the module docstring)
+    and for the output logits under the loss's log-softmax (``collect.output_logits``).
 
     The first :data:`FIRST` reads are every step's, and timed; from there one in ``every``,
     chosen once from their medians as ``collect.cadence`` chooses its k: the smallest of its
@@ -217,7 +227,18 @@ class AttentionReader:
     :data:`BUDGET_FLOOR_S`. One slow read (a preempted process) changes nothing, and which
     steps are read never depends on later timing."""
 
-    __slots__ = ("_last", "_last_step", "_timed", "every", "layers", "looked", "reads")
+    __slots__ = (
+        "_last",
+        "_last_step",
+        "_timed",
+        "dtypes",
+        "every",
+        "layers",
+        "looked",
+        "output",
+        "outputs",
+        "reads",
+    )
 
     def __init__(self) -> None:
         self.reads = 0
@@ -225,6 +246,12 @@ class AttentionReader:
         self.every = EVERY
         self.layers: list[str] | None = None
         """The attention calls' layers, in forward order, once some were found."""
+        self.outputs: list[str] | None = None
+        """The output layers whose logits the loss's log-softmaxes read, nearest it first."""
+        self.dtypes: list[str] = []
+        """The dtype each output layer computed its logits in."""
+        self.output: list[Tensor] | None = None
+        """The last read's output statistics, (3,) each on the device (``output_logits``)."""
         self._last_step = -1
         self._last: tuple[int, float] | None = None  # the last read: its count and start
         self._timed: list[tuple[float, float]] = []  # early reads: (cost, step time), seconds
@@ -236,8 +263,10 @@ class AttentionReader:
 
     def due(self, step: int) -> bool:
         """Whether this ``backward()`` is read (one per step, on the sampled ones); counts it.
-        A run whose first looks found no attention is never read again."""
-        if step == self._last_step or (self.layers is None and self.looked >= LOOKS):
+        A run whose first looks found neither attention nor output logits is never read
+        again."""
+        found = self.layers is not None or self.outputs is not None
+        if step == self._last_step or (not found and self.looked >= LOOKS):
             return False
         k, self.reads = self.reads, self.reads + 1
         if k >= FIRST and k % self.every:
@@ -271,6 +300,11 @@ class AttentionReader:
             self.every = fits[0] if fits else ROUND[-1]
 
     def _read(self, root: Any, names: dict[int, str]) -> list[Tensor] | None:
+        """Each kind is looked for on the first :data:`LOOKS` reads, then only where found."""
+        early = self.looked <= LOOKS
+        self.output = self._read_outputs(root, names) if early or self.outputs else None
+        if not (early or self.layers):
+            return None
         try:
             calls = attention_calls(root)
             stats = [
@@ -278,7 +312,9 @@ class AttentionReader:
                 for node, kind in calls
             ]
         except (RuntimeError, TypeError, ValueError, IndexError):  # a graph of another shape
-            self.looked, self.layers = LOOKS, None
+            self.layers = None
+            if self.outputs is None:
+                self.looked = LOOKS
             return None
         kept = [(node, s) for (node, _), s in zip(calls, stats) if s is not None]
         if not kept:
@@ -290,10 +326,27 @@ class AttentionReader:
             ]
         return [s for _, s in kept]
 
+    def _read_outputs(self, root: Any, names: dict[int, str]) -> list[Tensor] | None:
+        """The output logits' level (``collect.output_logits``), where the loss shows one."""
+        try:
+            calls = output_calls(root)
+            kept = [(p, s) for ls, p in calls if (s := output_stats(ls, p)) is not None]
+        except (RuntimeError, TypeError, ValueError, IndexError):  # a graph of another shape
+            return None
+        if not kept:
+            return None
+        named = self.outputs and UNNAMED_OUTPUT not in self.outputs[0]
+        if not named or len(kept) != len(self.outputs or ()):
+            self.outputs = [output_layer(p, names, i) for i, (p, _) in enumerate(kept)]
+            self.dtypes = [logits_dtype(p) for p, _ in kept]
+        return [s for _, s in kept]
+
 
 UNNAMED = "attention."
 """A call named before the run knew its parameters (the first backward() of ``gradoc run``
 comes before its optimizer's step): ``attention.0``, named again at the next read."""
+UNNAMED_OUTPUT = "output."
+"""An output layer named before the run knew its parameters: ``output.0``."""
 
 
 def attention_row(step: int, site: int, values: Any) -> tuple[Any, ...]:

@@ -47,8 +47,12 @@ class LossReader:
         self.attention: list[tuple[int, int, Tensor]] = []
         """(step, site, (2, heads) on the device) of the attention calls read, waiting for
         the next transfer (``collect.attention``)."""
+        self.outputs: list[tuple[int, int, Tensor]] = []
+        """(step, site, (3,) on the device) of the output logits read, waiting for the next
+        transfer (``collect.output_logits``)."""
         self._names: dict[int, str] = {}
         self._attention_said: JsonObject = {}
+        self._outputs_said: JsonObject = {}
 
     def read(self, root: Tensor, joined: bool = False) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
@@ -113,7 +117,8 @@ class LossReader:
             self.entropies.append((step, objectives.id_of(optimizer), entropy))
 
     def _read_attention(self, root: Tensor) -> None:
-        """This ``backward()``'s attention, when it is read (``collect.attention``)."""
+        """This ``backward()``'s attention and output logits, when they are read
+        (``collect.attention``, ``collect.output_logits``)."""
         reader, step = self.sharpness, self.run.steps.count
         if not reader.due(step):
             return
@@ -121,6 +126,12 @@ class LossReader:
             targets = self.run.steps.targets.values()
             self._names = {id(w.param): w.name for t in targets for w in t.params}
         read = reader.read(root.grad_fn, self._names)
+        if reader.output is not None and reader.outputs is not None:
+            self.outputs += [(step, site, v) for site, v in enumerate(reader.output)]
+            said = {"layers": reader.outputs, "dtypes": reader.dtypes, "read": reader.said}
+            if said != self._outputs_said:
+                self._outputs_said = said
+                self.run.set_meta(output_logits=said)
         if read is None or reader.layers is None:
             return
         self.attention += [(step, site, v) for site, v in enumerate(read)]
@@ -131,6 +142,10 @@ class LossReader:
 
     def take_attention(self) -> list[tuple[int, int, Tensor]]:
         taken, self.attention = self.attention, []
+        return taken
+
+    def take_outputs(self) -> list[tuple[int, int, Tensor]]:
+        taken, self.outputs = self.outputs, []
         return taken
 
     def take_entropies(self) -> list[tuple[int, int, Tensor]]:

@@ -72,6 +72,8 @@ class Layout:
     """Policy entropies read (``policy``): (step, objective id, where the value lies)."""
     attention: list[tuple[int, int, slice]] = field(default_factory=list)
     """Attention calls read (``attention``): (step, site, where its (2, heads) values lie)."""
+    outputs: list[tuple[int, int, slice]] = field(default_factory=list)
+    """Output logits read (``output_logits``): (step, site, where its 3 values lie)."""
 
     def newest_loss(self, values: Any) -> tuple[int, float] | None:
         """The newest step of the transfer that has a loss, and that loss as the run log
@@ -160,6 +162,9 @@ class StepRecord:
         attention_rows = [
             attention_row(step, site, host[at]) for step, site, at in layout.attention
         ]
+        output_rows = [
+            (step, site, *(real(float(v)) for v in host[at])) for step, site, at in layout.outputs
+        ]
         counts = self.counts  # empty on a healthy step: no look at each parameter
         bad_steps = (
             [
@@ -186,6 +191,8 @@ class StepRecord:
             insert_rows(conn, "policy_entropy", entropy_rows)
         if attention_rows:
             insert_rows(conn, "attention", attention_rows)
+        if output_rows:
+            insert_rows(conn, "output_logits", output_rows)
         insert_rows(conn, "param_arrays", param_rows)
         insert_rows(conn, "act_stats", act_rows)
         return max([layout.step, *(sl.step for sl in layout.targets)])

@@ -47,6 +47,7 @@ from ..store import EventKind
 from . import losses, taps
 from ._safety import guarded, without_grad
 from .activations import Activations, AmpRanges
+from .adam_state import eps_shares
 from .cadence import Cadence
 from .cleared import Clearing
 from .clipping import ProgramClipping
@@ -387,7 +388,7 @@ class Steps(taps.TapReceiver):
         meta |= self._clearing.summary()
         for probe in self.probes:
             meta |= probe.close(self.count)
-        return meta
+        return meta | eps_shares(self.targets.values(), self.count)
 
 
 def _said(origin: Origin) -> str:

@@ -127,6 +127,7 @@ class Transfers:
         objectives = [(step, k, pack.add(v)) for step, k, v in steps.objectives.take()]
         entropies = [(step, k, pack.add(v)) for step, k, v in steps.loss.take_entropies()]
         attention = [(step, site, pack.add(v)) for step, site, v in steps.loss.take_attention()]
+        outputs = [(step, site, pack.add(v)) for step, site, v in steps.loss.take_outputs()]
         targets = [
             sl
             for t in steps.targets.values()
@@ -148,6 +149,7 @@ class Transfers:
             later,
             entropies,
             attention,
+            outputs,
         )
         self.pending, self._acts = [], []
         self._last = time.monotonic()
@@ -199,7 +201,7 @@ class Transfers:
         steps = self.steps
         return (
             bool(self.pending or steps.loss.unbacked.unused or steps.objectives.pending)
-            or bool(steps.loss.entropies or steps.loss.attention)
+            or bool(steps.loss.entropies or steps.loss.attention or steps.loss.outputs)
             or self._collected()
         )
 

@@ -27,6 +27,19 @@ class Attention:
     heads: list[list[tuple[float, float]]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class OutputLogits:
+    """One output layer's logits as the loss's log-softmax read them
+    (``collect.output_logits``): the rows' mean log-sum-exp ``log Z``, largest logit and
+    spread (largest less smallest) at the steps read, and the dtype they were computed in."""
+
+    layer: str
+    dtype: str
+    log_z: Series
+    top: Series
+    spread: Series
+
+
 @dataclass(slots=True)
 class History:
     """Per-step scalars, per-parameter and per-module series, layer metadata.
@@ -60,6 +73,8 @@ class History:
     loss's graph showed one (``collect.policy``)."""
     attention: list[Attention] = field(default_factory=list)
     """The model's attention calls in forward order, where the loss's graph showed some."""
+    output_logits: list[OutputLogits] = field(default_factory=list)
+    """The output layers under the loss's log-softmaxes, nearest the loss first."""
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
     that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,
@@ -95,6 +110,7 @@ class History:
                 if (found := run.policy_entropy(k))
             },
             attention=_attention(run),
+            output_logits=_output_logits(run),
         )
 
     @property
@@ -136,6 +152,19 @@ def _attention(run: RunLog) -> list[Attention]:
     if not isinstance(layers, list):
         return []
     return [Attention(str(name), *run.attention(site)) for site, name in enumerate(layers)]
+
+
+def _output_logits(run: RunLog) -> list[OutputLogits]:
+    said = run.meta.output_logits or {}
+    layers, dtypes = said.get("layers"), said.get("dtypes")
+    if not isinstance(layers, list):
+        return []
+    if not isinstance(dtypes, list) or len(dtypes) != len(layers):
+        dtypes = ["unknown"] * len(layers)
+    return [
+        OutputLogits(str(name), str(dtype), *run.output_logits(site))
+        for site, (name, dtype) in enumerate(zip(layers, dtypes))
+    ]
 
 
 def synthetic(

@@ -211,6 +211,10 @@ def ce_classes(h: History) -> int | None:
     return k if isinstance(k, int) and k >= 2 else None
 
 
+SQRT_V_EPS = ("Adam", "AdamW", "NAdam", "RAdam")
+"""The optimizers whose step is ``lr * m / (sqrt(v) + eps)``, ``v`` in ``exp_avg_sq``."""
+
+
 def optimizer_type(h: History) -> str | None:
     """The first optimizer's class name, as recorded in ``meta['optimizers']``."""
     return h.meta.optimizer()

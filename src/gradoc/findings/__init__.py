@@ -36,6 +36,7 @@ from .loss_plateau import LossPlateau
 from .loss_spike import LossSpike
 from .loss_unbounded import LossUnbounded
 from .nonfinite import Nonfinite
+from .output_logit_divergence import OutputLogitDivergence
 from .padding_leak import PaddingLeak
 from .padding_waste import PaddingWaste
 from .policy_collapse import PolicyCollapse
@@ -65,6 +66,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     LargeUpdates,
     TinyUpdates,
     AttentionLogitGrowth,
+    OutputLogitDivergence,
     AdamEpsilon,
     Fp16Overflow,
     Fp16Underflow,

@@ -1,7 +1,8 @@
 """adam_epsilon: the gradients are below Adam's epsilon, and its step shrinks with them.
 
 Needs: the optimizer's setting (``meta['optimizers']``: its type and ``eps``), the learning rate
-per step, and the weight matrices' gradient and update norms (params schedule).
+per step, the weight matrices' gradient and update norms (params schedule), and where it was
+read, the optimizer's state at the end of the run (``meta['adam_state']``).
 
 Adam's step is ``lr * m / (sqrt(v) + eps)``: where the gradient's RMS (``sqrt(v)``) is far
 above ``eps`` the step is about ``lr`` per element whatever the gradient's scale; where it
@@ -20,7 +21,13 @@ Rule: an Adam-family optimizer (Adam, AdamW, NAdam, RAdam) with its ``eps`` reco
 at least half of the weight matrices, over the run's second half (at least ``MIN_SAMPLES``
 sampled steps), the median gradient RMS at most ``eps`` (and above 0: a gradient of 0 moves
 no weight whatever eps is) and the median update RMS at most ``DAMPED`` (0.05) of the
-learning rate.
+learning rate. Where the optimizer's state was read at the end of the run
+(``collect.adam_state``), the damped matrices' second moments confirm it: the median share
+of their elements whose bias-corrected ``sqrt(v)`` is at most eps at least ``STATE_SHARE``
+(0.5); the gradient norms are the proxy on the sampled steps, the state the truth at one.
+The update's ratio at the first samples is its own history: where it was far larger (3x),
+the gradients fell under eps as the run went on (Wortsman et al.'s case), and that supports
+the diagnosis; a loss scaled down from the start shows the same ratio throughout.
 
 Harm: the mechanism itself: on half the weight matrices Adam's step is under 5% of its
 learning rate because their gradients are below its epsilon. A warning.
@@ -34,13 +41,15 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt, optimizer_type, second_half, weight_params
+from ..detect.signals import SQRT_V_EPS, fmt, optimizer_type, second_half, weight_params
 from .facts import Facts
 from .kind import Details, FindingKind
 
 DAMPED = 0.05
 MIN_SAMPLES = 3
-ADAM_FAMILY = ("Adam", "AdamW", "NAdam", "RAdam")
+STATE_SHARE = 0.5
+"""Where the optimizer's state was read at the end, at least this share of the damped
+matrices' elements (their median) must have ``sqrt(v_hat)`` at most eps."""
 SMALL_EPS = 1e-15
 """The epsilon Wortsman et al. found to keep the step at its learning rate."""
 
@@ -56,12 +65,29 @@ class Damped(Details):
     """... and of their update RMS over the learning rate."""
     matrices: int
     total: int
+    early_ratio: float | None = None
+    """The damped matrices' update RMS over the learning rate at their first samples."""
+    state_share: float | None = None
+    """The median over the damped matrices of the share of their elements whose
+    bias-corrected ``sqrt(v)`` was at most eps in the optimizer's state at the end of the run
+    (``meta['adam_state']``); None where it was not read."""
 
 
-def _layers(h: History) -> dict[str, tuple[float, float]]:
+def _state_share(h: History, damped: dict[str, tuple[float, float, float]]) -> float | None:
+    """The median share of the damped matrices' elements whose ``sqrt(v_hat)`` was at most
+    eps in the optimizer's state at the end (``collect.adam_state``); None where not read."""
+    read = (h.meta.adam_state or {}).get("eps_share")
+    if not isinstance(read, dict):
+        return None
+    shares = [float(read[n]) for n in damped if isinstance(read.get(n), (int, float))]
+    return statistics.median(shares) if shares else None
+
+
+def _layers(h: History) -> dict[str, tuple[float, float, float]]:
     """Per weight matrix, over the run's second half (its last ``MIN_SAMPLES`` sampled steps
     where the cadence left fewer there): the median gradient RMS and the median update RMS
-    over the learning rate at its step."""
+    over the learning rate at its step; and that ratio's median over its first
+    ``MIN_SAMPLES`` samples (its own history: the same from the start, or shrunk since)."""
     lr_at = dict(zip(h.lr.steps, h.lr.values))
     out = {}
     for p in weight_params(h):
@@ -82,6 +108,7 @@ def _layers(h: History) -> dict[str, tuple[float, float]]:
             out[p.name] = (
                 statistics.median(x[1] for x in late),
                 statistics.median(x[2] for x in late),
+                statistics.median(x[2] for x in found[:MIN_SAMPLES]),
             )
     return out
 
@@ -101,16 +128,20 @@ class AdamEpsilon(FindingKind):
     def check(self, h: History) -> list[Finding]:
         first = (h.meta.optimizers or [{}])[0]
         eps = first.get("eps")
-        if optimizer_type(h) not in ADAM_FAMILY or not isinstance(eps, (int, float)) or eps <= 0:
+        if optimizer_type(h) not in SQRT_V_EPS or not isinstance(eps, (int, float)) or eps <= 0:
             return []
         layers = _layers(h)
         # a gradient of 0 moves no weight whatever eps is: not this mechanism
         damped = {n: v for n, v in layers.items() if 0 < v[0] <= eps and v[1] <= DAMPED}
         if not layers or len(damped) * 2 < len(layers):
             return []
+        state = _state_share(h, damped)
+        if state is not None and state < STATE_SHARE:  # the optimizer's own v says otherwise
+            return []
         grad = statistics.median(v[0] for v in damped.values())
         ratio = statistics.median(v[1] for v in damped.values())
-        d = Damped(float(eps), grad, ratio, len(damped), len(layers))
+        early = statistics.median(v[2] for v in damped.values())
+        d = Damped(float(eps), grad, ratio, len(damped), len(layers), early, state)
         half = (h.loss.steps[-1] if h.loss.steps else 0) // 2
         return [
             Finding(
@@ -128,8 +159,18 @@ class AdamEpsilon(FindingKind):
                     Evidence("eps", fmt(eps), type="code"),
                     Evidence("gradient RMS, second half (median)", fmt(grad)),
                     Evidence("update RMS / learning rate, second half (median)", fmt(ratio)),
+                    Evidence("update RMS / learning rate, first samples (median)", fmt(early)),
                     Evidence(
                         "weight matrices damped", f"{len(damped)} of {len(layers)}", step=half
+                    ),
+                    *(
+                        [
+                            Evidence(
+                                "their elements with sqrt(v) <= eps at the end (median)", fmt(state)
+                            )
+                        ]
+                        if state is not None
+                        else []
                     ),
                 ],
                 details=d,
@@ -150,6 +191,12 @@ class AdamEpsilon(FindingKind):
             base=0.4,
         )
         eps.seen(f.summary, Weight.DECISIVE, step=f.step)
+        if d.early_ratio is not None and d.early_ratio >= 3 * d.step_ratio:
+            eps.seen(  # the gradients fell toward eps as the run went on (Wortsman et al.)
+                f"the update's RMS fell from {fmt(d.early_ratio)} of the learning rate at the "
+                f"first samples to {fmt(d.step_ratio)}: the gradients shrank under eps",
+                Weight.MODERATE,
+            )
         small = Hypothesis(
             Family.LOOP,
             "a loss scaled far down (divided twice by the batch or the tokens, a loss scale "

@@ -158,15 +158,9 @@ class AttentionLogitGrowth(FindingKind):
             f"the attention of {f.layer} is one-hot: its logits grew {fmt(d.gap / d.start_gap)}x "
             "since the start while the loss did not yet show it"
         )
-        lead = _lead(f)
+        lead = lead_over_the_loss(f)
         if lead is not None:
-            kind, step, steps = lead
-            f.evidence.append(
-                Evidence(
-                    f"lead over the {kind} at step {step}",
-                    f"{steps} steps ({fmt(100 * steps / step)}% of the steps before it)",
-                )
-            )
+            f.evidence.append(lead)
         lr = Hypothesis(
             Family.LEARNING_RATE,
             f"{LR_TOO_HIGH} for attention whose logits nothing bounds (no qk-layernorm)",
@@ -207,8 +201,9 @@ class AttentionLogitGrowth(FindingKind):
         return [lr]
 
 
-def _lead(f: Finding) -> tuple[str, int, int] | None:
-    """The loss's harm this finding preceded, its step, and the lead in steps."""
+def lead_over_the_loss(f: Finding) -> Evidence | None:
+    """The lead a precursor gave over the loss's harm it preceded (the first of its related
+    loss findings after it), as evidence; None when none followed."""
     later = [
         r
         for r in f.related
@@ -218,4 +213,8 @@ def _lead(f: Finding) -> tuple[str, int, int] | None:
         return None
     first = min(later, key=lambda r: r.step or 0)
     assert first.step is not None
-    return first.kind, first.step, first.step - f.step
+    steps = first.step - f.step
+    return Evidence(
+        f"lead over the {first.kind} at step {first.step}",
+        f"{steps} steps ({fmt(100 * steps / first.step)}% of the steps before it)",
+    )

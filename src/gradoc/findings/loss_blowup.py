@@ -127,6 +127,7 @@ class LossBlowup(FindingKind):
         "exploding_gradients",
         "loss_divergence",
         "attention_logit_growth",
+        "output_logit_divergence",
     )
     link = 50
     example_details = Blowup(

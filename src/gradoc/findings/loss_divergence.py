@@ -130,6 +130,7 @@ class LossDivergence(FindingKind):
         "loss_blowup",
         "exploding_gradients",
         "attention_logit_growth",
+        "output_logit_divergence",
     )
     link = 70
 

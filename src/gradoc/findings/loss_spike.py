@@ -98,7 +98,13 @@ class LossSpike(FindingKind):
         "loss began."
     )
     judges_trend = True
-    caused_by = ("accumulating_gradients", "nonfinite", "loss_blowup", "attention_logit_growth")
+    caused_by = (
+        "accumulating_gradients",
+        "nonfinite",
+        "loss_blowup",
+        "attention_logit_growth",
+        "output_logit_divergence",
+    )
     link = 140
 
     example_details = Spikes(spikes=1, spike_steps=[], back_after=None, ratio=None)

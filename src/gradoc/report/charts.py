@@ -315,14 +315,15 @@ def per_layer_chart(
     title: str,
     ylabel: str,
     band: tuple[float, float, str] | None = None,
+    log: bool = True,
 ) -> str:
-    """One line per layer over the steps, log scale; ``band``: a shaded range (low, high,
-    its legend), always in view."""
+    """One line per layer over the steps, log scale (``log``: else linear, for values of
+    either sign); ``band``: a shaded range (low, high, its legend), always in view."""
     fig = svg.Figure(W + 130, 320)
     values = [v for _, vs in series.values() for v in vs]
-    span = svg.extent([*values, *(band[:2] if band else ())], log=True)
+    span = svg.extent([*values, *(band[:2] if band else ())], log=log)
     steps = [s for ss, _ in series.values() for s in ss]
-    ax = _axes(fig, _steps(steps), svg.padded(span, True), 272, ylog=True, right=230)
+    ax = _axes(fig, _steps(steps), svg.padded(span, log), 272, ylog=log, right=230)
     if band:
         ax.band(band[0], band[1], _GREEN, 0.08)
     ax.frame(title, "step", ylabel)

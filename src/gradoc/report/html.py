@@ -293,12 +293,39 @@ def _attention_figures(log: RunLog, report: Report) -> list[str]:
     ]
 
 
+def _output_logit_figures(log: RunLog, report: Report) -> list[str]:
+    """Each output layer's log Z and largest logit, where the loss's log-softmax showed its
+    logits (``collect.output_logits``)."""
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for o in report.run.output_logits:
+        for key, what in (("log_z", "log Z"), ("top", "largest logit")):
+            values = [math.nan if v is None else v for v in o[key]]
+            series[f"{o['layer']} {what} ({o.get('dtype')})"] = (list(o["steps"]), values)
+    if not series:
+        return []
+    when = (log.meta.output_logits or {}).get("read")
+    cadence = f" ({when})" if isinstance(when, str) else ""
+    chart = charts.per_layer_chart(series, "Output logits' level (nats)", "nats", log=False)
+    return [
+        _figure(
+            "chart-output-logits",
+            "Output logits",
+            chart,
+            f"read from the loss's autograd graph at backward(){cadence}: the rows' mean "
+            "log-sum-exp (log Z) and largest logit. The softmax cannot see their level; "
+            "a z-loss holds log Z near 0. In a 16-bit dtype a level 16 nats from its start, "
+            "where the spacing is half a nat, is output_logit_divergence.",
+        )
+    ]
+
+
 def _charts(log: RunLog, report: Report) -> list[str]:
     norm = log.scalar("grad_norm")
     out = [
         *_loss_figures(log, report),
         *_entropy_figures(log, report),
         *_attention_figures(log, report),
+        *_output_logit_figures(log, report),
         _figure(
             "chart-grad-norm",
             "Global gradient norm",

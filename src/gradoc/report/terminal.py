@@ -103,6 +103,18 @@ def _attention_lines(report: Report, console: Console) -> None:
                 console.print(line)
 
 
+def _output_logit_lines(report: Report, console: Console) -> None:
+    """The log Z series of the output layer a precursor finding names (``log Z``)."""
+    named = {f.layer for f in report.findings if f.kind == "output_logit_divergence"}
+    for o in report.run.output_logits:
+        if o.get("layer") in named:
+            console.print(_t(f"output logits of {o['layer']} ({o.get('dtype')})", style="dim"))
+            values = [math.nan if v is None else float(v) for v in o["log_z"]]
+            line = _series_line("log Z", Series(list(o["steps"]), values))
+            if line is not None:
+                console.print(line)
+
+
 def print_run_summary(out: Path, report: Report, stderr: bool = True) -> None:
     """The diagnosis at the end of a run; on stderr by default, so it survives `> log`."""
     with open_run(out) as log:
@@ -176,6 +188,7 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
             if line is not None:
                 console.print(line)
     _attention_lines(report, console)
+    _output_logit_lines(report, console)
 
     norms = run.scalar("grad_norm")
     if norms.steps:

@@ -100,6 +100,15 @@ class RunMeta(Mapping[str, Any]):
     """The attention calls read from the loss's graph (``gradoc.collect.attention``): their
     layers in forward order (``layers``: the ``attention`` table's ``site`` indexes it) and
     when they are read."""
+    adam_state: JsonObject | None = None
+    """The first Adam-family optimizer's second moments at the end of the run
+    (``gradoc.collect.adam_state``): the ``step`` read at, its ``eps``, and per weight matrix
+    the share of its elements whose bias-corrected ``sqrt(v)`` is at most eps
+    (``eps_share``)."""
+    output_logits: JsonObject | None = None
+    """The output layers whose logits the loss's log-softmaxes read
+    (``gradoc.collect.output_logits``): ``layers`` (the ``output_logits`` table's ``site``
+    indexes it), the ``dtypes`` they computed their logits in, and when they are read."""
     compiled: bool = False
     check_numerics: bool = False
     table: Mapping[str, Any] = field(default_factory=dict, repr=False)

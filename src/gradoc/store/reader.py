@@ -395,7 +395,7 @@ class RunLog(Shown):
             # NOTE: a damaged file can hold text that is not UTF-8: read text as bytes
             self._conn.text_factory = _text
         except (sqlite3.Error, OSError) as exc:
-            raise RunLogError(self._unreadable(exc)) from None
+            raise RunLogError(_unreadable(self.path, exc)) from None
         try:
             version = self._query("PRAGMA user_version")[0][0]
             if version not in READABLE:
@@ -417,14 +417,11 @@ class RunLog(Shown):
         self._param_table: ParamTable | None = None
         """Per-parameter statistics as packed arrays (schema 3), else one row each (1, 2)."""
 
-    def _unreadable(self, exc: BaseException) -> str:
-        return f"{one_line(self.path)} is not a readable gradoc run log: {one_line(exc)}"
-
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._conn.execute(sql, args).fetchall()
         except (sqlite3.Error, OverflowError, MemoryError) as exc:
-            raise RunLogError(self._unreadable(exc)) from None
+            raise RunLogError(_unreadable(self.path, exc)) from None
 
     def close(self) -> None:
         self._conn.close()
@@ -490,6 +487,10 @@ class RunLog(Shown):
         """One attention call's series (``collect.attention``); empty before schema 7."""
         return _attention(self._query, site) if self.version >= 7 else (_NONE, _NONE, [])
 
+    def output_logits(self, site: int) -> tuple[Series, Series, Series]:
+        """One output layer's log Z, largest logit and spread by step (schema 8)."""
+        return _output_logits(self._query, site) if self.version >= 8 else (_NONE,) * 3
+
     def _per_objective(self, table: str, column: str, objective: int, since: int) -> Series:
         """``column`` of a per-objective table (added in schema ``since``) by step."""
         if self.version < since:
@@ -505,9 +506,8 @@ class RunLog(Shown):
         """The learning rate of one param group (of the first optimizer) per step."""
         rows = self._query("SELECT step, lr FROM steps WHERE lr IS NOT NULL ORDER BY step")
         pairs = [(s, _lrs(_json(v, "a learning rate"))) for s, v in rows]
-        return Series(
-            [s for s, v in pairs if len(v) > group], [v[group] for s, v in pairs if len(v) > group]
-        )
+        kept = [(s, v[group]) for s, v in pairs if len(v) > group]
+        return Series([s for s, _ in kept], [v for _, v in kept])
 
     # -- per layer --------------------------------------------------------------------
     def layer(self, name: str, kind: str = "param") -> Layer:
@@ -623,7 +623,7 @@ class RunLog(Shown):
         try:
             yield from self._conn.execute(sql)
         except (sqlite3.Error, OverflowError, MemoryError) as exc:
-            raise RunLogError(self._unreadable(exc)) from None
+            raise RunLogError(_unreadable(self.path, exc)) from None
 
     def activation_table(self) -> dict[str, dict[str, Series]]:
         """Every module output's every statistic: ``{name: {stat: Series}}`` (one query)."""
@@ -772,6 +772,10 @@ def open_run(path: str | Path) -> RunLog:
     return RunLog(path)
 
 
+def _unreadable(path: Path, exc: BaseException) -> str:
+    return f"{one_line(path)} is not a readable gradoc run log: {one_line(exc)}"
+
+
 def _head_pairs(blob: Any) -> list[tuple[float, float]]:
     """An ``attention`` row's heads: float32 (gap, share) pairs (damaged: none)."""
     if not isinstance(blob, bytes) or len(blob) % 8:
@@ -790,3 +794,17 @@ def _attention(query: Any, site: int) -> AttentionRows:
     gap = Series(steps, [_value(r[1]) if r[1] is not None else math.nan for r in rows])
     share = Series(steps, [_value(r[2]) if r[2] is not None else math.nan for r in rows])
     return gap, share, [_head_pairs(r[3]) for r in rows]
+
+
+def _output_logits(query: Any, site: int) -> tuple[Series, Series, Series]:
+    """The ``output_logits`` table's rows of one output layer (``collect.output_logits``):
+    log Z, the largest logit and the spread by step."""
+    rows = query(
+        "SELECT step, log_z, top, spread FROM output_logits WHERE site = ? ORDER BY step", (site,)
+    )
+    steps = [_step(r[0]) for r in rows]
+    log_z, top, spread = (
+        Series(steps, [_value(r[i]) if r[i] is not None else math.nan for r in rows])
+        for i in (1, 2, 3)
+    )
+    return log_z, top, spread

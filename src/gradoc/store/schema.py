@@ -1,4 +1,4 @@
-"""The run log's tables (schema version 6).
+"""The run log's tables (schema version 8).
 
 Readable with the ``sqlite3`` tool::
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .._util.text import StrEnum
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class EventKind(StrEnum):
@@ -55,7 +55,9 @@ class EventKind(StrEnum):
     CRASH = "crash"
 
 
-"""7: ``attention`` (each attention call's logit gap and entropy, read from the loss's graph);
+"""8: ``output_logits`` (the output layer's log Z, largest logit and spread, read from the
+loss's graph);
+7: ``attention`` (each attention call's logit gap and entropy, read from the loss's graph);
 6: ``policy_entropy`` (a categorical policy's entropy, read from its loss's graph);
 5: ``objective_losses`` (a run with several optimizers: each objective's loss);
 4: ``steps.clip_norm`` and ``steps.clip_max`` (the program's own gradient clipping), and
@@ -63,7 +65,7 @@ class EventKind(StrEnum):
 3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
 2: ``steps.samples``. Versions 1 to 3 (1 and 2: one ``param_stats`` row per parameter and
 step) are read too."""
-READABLE = (1, 2, 3, 4, 5, 6, 7)
+READABLE = (1, 2, 3, 4, 5, 6, 7, 8)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -120,6 +122,16 @@ CREATE TABLE IF NOT EXISTS attention (
     entropy    REAL,               -- the rows' mean entropy as a share of ln(keys), the mean
                                    -- over its heads (1: uniform, 0: one key)
     heads      BLOB,               -- float32 pairs per head: (logit gap, entropy share)
+    PRIMARY KEY (step, site)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS output_logits (
+    step       INTEGER NOT NULL,   -- the steps table's step in progress at its backward()
+    site       INTEGER NOT NULL,   -- the loss's log-softmax, nearest the loss first: meta
+                                   -- 'output_logits' layers[site] names its output layer
+    log_z      REAL,               -- the rows' mean log-sum-exp of the logits (nats); NaN:
+                                   -- the logits could not be recomputed from the graph
+    top        REAL,               -- the rows' mean largest logit
+    spread     REAL,               -- the rows' mean largest less smallest logit
     PRIMARY KEY (step, site)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS param_arrays (

@@ -34,6 +34,7 @@ STEP_TABLES = (
     "objective_losses",
     "policy_entropy",
     "attention",
+    "output_logits",
 )
 """The tables keyed by step: a step run again replaces its rows in each."""
 
