@@ -147,9 +147,10 @@ class OutputLogitDivergence(FindingKind):
                 layer=o.layer,
                 summary=(
                     f"the output logits of {o.layer} drifted: log Z went from {fmt(start)} to "
-                    f"{fmt(log_z)} by step {step}, where {o.dtype} resolves only "
-                    f"{fmt(d.resolution)} nats: the loss and its gradient are rounded that "
-                    "coarsely, the drift that precedes output-logit divergence"
+                    f"{fmt(log_z)} by step {step}, where {o.dtype} rounds them to "
+                    f"{fmt(d.resolution)} nats (about {fmt(d.resolution**2 / 24)} nats of "
+                    "loss, more as it drifts on): the drift that ends in output-logit "
+                    "divergence at scale (Wortsman et al. 2023)"
                 ),
                 evidence=evidence,
                 details=d,
