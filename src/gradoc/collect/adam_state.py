@@ -56,8 +56,8 @@ def _shares(target: WatchedOptimizer) -> tuple[list[str], list[torch.Tensor], fl
     eps = float(opt.param_groups[0]["eps"])
     for w in target.params:
         p, group = w.param, group_of.get(id(w.param))
-        state = opt.state.get(p) if group is not None else None
-        if not state or group is None or p.dim() < 2:
+        state = opt.state.get(p)
+        if group is None or not state or p.dim() < 2:
             continue
         v = state.get("max_exp_avg_sq", state.get("exp_avg_sq"))
         step = state.get("step")

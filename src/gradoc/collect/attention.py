@@ -38,7 +38,7 @@ from torch import Tensor
 
 from ..store.writer import real
 from .cadence import ROUND
-from .output_logits import logits_dtype, output_calls, output_stats
+from .output_logits import logits_dtype, output_calls, output_stats, saved
 
 FIRST = 20
 EVERY = 10
@@ -89,13 +89,6 @@ def _logits_product(node: Any) -> bool:
         if name in _THROUGH:
             todo.extend(fn for fn, _ in n.next_functions)
     return False
-
-
-def _saved(node: Any, attr: str) -> Any:
-    try:
-        return getattr(node, attr)
-    except (AttributeError, RuntimeError):  # freed by a backward already run
-        return None
 
 
 def attention_calls(root: Any) -> list[tuple[Any, str]]:
@@ -177,7 +170,7 @@ def _heads(t: Tensor) -> Tensor:
 
 @torch.no_grad()
 def softmax_stats(node: Any) -> Tensor | None:
-    p = _saved(node, "_saved_result")
+    p = saved(node, "_saved_result")
     if not isinstance(p, Tensor) or p.dim() < 3 or not p.is_floating_point():
         return None
     p = _heads(p)[:, -ROWS:].float()
@@ -187,10 +180,10 @@ def softmax_stats(node: Any) -> Tensor | None:
 
 @torch.no_grad()
 def sdpa_stats(node: Any) -> Tensor | None:
-    q, k = _saved(node, "_saved_query"), _saved(node, "_saved_key")
+    q, k = saved(node, "_saved_query"), saved(node, "_saved_key")
     if not isinstance(q, Tensor) or not isinstance(k, Tensor) or q.dim() < 3:
         return None
-    scale = _saved(node, "_saved_scale")
+    scale = saved(node, "_saved_scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     q0, k0 = _heads(q).float(), _heads(k).float()
     if k0.shape[0] != q0.shape[0] and q0.shape[0] % k0.shape[0] == 0:  # grouped queries
@@ -199,11 +192,11 @@ def sdpa_stats(node: Any) -> Tensor | None:
     rows = slice(max(0, t - ROWS), t)
     logits = (q0[:, rows] @ k0.transpose(-1, -2)) * scale
     allowed = torch.ones(logits.shape, dtype=torch.bool, device=logits.device)
-    if bool(_saved(node, "_saved_is_causal")):
+    if bool(saved(node, "_saved_is_causal")):
         allowed &= torch.ones(t, s, dtype=torch.bool, device=logits.device).tril()[rows]
-    mask = _saved(node, "_saved_attn_mask")
+    mask = saved(node, "_saved_attn_mask")
     if mask is None:  # the memory-efficient kernel saves its mask as a bias
-        mask = _saved(node, "_saved_attn_bias")
+        mask = saved(node, "_saved_attn_bias")
     if isinstance(mask, Tensor):
         full = torch.broadcast_to(mask, (*q.shape[:-2], t, s)) if q.dim() >= 3 else mask
         m = _heads(full)[:, rows] if full.dim() >= 3 else full[rows]

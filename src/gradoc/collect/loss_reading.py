@@ -51,8 +51,7 @@ class LossReader:
         """(step, site, (3,) on the device) of the output logits read, waiting for the next
         transfer (``collect.output_logits``)."""
         self._names: dict[int, str] = {}
-        self._attention_said: JsonObject = {}
-        self._outputs_said: JsonObject = {}
+        self._told: dict[str, JsonObject] = {}
 
     def read(self, root: Tensor, joined: bool = False) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
@@ -128,17 +127,18 @@ class LossReader:
         read = reader.read(root.grad_fn, self._names)
         if reader.output is not None and reader.outputs is not None:
             self.outputs += [(step, site, v) for site, v in enumerate(reader.output)]
-            said = {"layers": reader.outputs, "dtypes": reader.dtypes, "read": reader.said}
-            if said != self._outputs_said:
-                self._outputs_said = said
-                self.run.set_meta(output_logits=said)
-        if read is None or reader.layers is None:
-            return
-        self.attention += [(step, site, v) for site, v in enumerate(read)]
-        said = {"layers": reader.layers, "read": reader.said}
-        if said != self._attention_said:
-            self._attention_said = said
-            self.run.set_meta(attention=said)
+            self._tell("output_logits", layers=reader.outputs, dtypes=reader.dtypes)
+        if read is not None and reader.layers is not None:
+            self.attention += [(step, site, v) for site, v in enumerate(read)]
+            self._tell("attention", layers=reader.layers)
+
+    def _tell(self, key: str, **said: Any) -> None:
+        """``meta[key]``: what the graph reads found and when they are read, written when it
+        changes (the layers named once the parameters are known, the cadence once chosen)."""
+        said["read"] = self.sharpness.said
+        if said != self._told.get(key):
+            self._told[key] = said
+            self.run.set_meta(**{key: said})
 
     def take_attention(self) -> list[tuple[int, int, Tensor]]:
         taken, self.attention = self.attention, []

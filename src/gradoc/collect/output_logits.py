@@ -59,7 +59,8 @@ _INPUT = {"AddmmBackward0": "_saved_mat1", "MmBackward0": "_saved_self"}
 _TO_PARAMETER = frozenset({"ToCopyBackward0", "ExpandBackward0", "ViewBackward0"})
 
 
-def _saved(node: Any, attr: str) -> Any:
+def saved(node: Any, attr: str) -> Any:
+    """A tensor or value a graph node saved for its backward; None once freed or absent."""
     try:
         return getattr(node, attr)
     except (AttributeError, RuntimeError):  # freed by a backward already run
@@ -124,23 +125,25 @@ def _weight(product: Any) -> Tensor | None:
     return weight.detach().t() if weight is not None and weight.dim() == 2 else None
 
 
-def _columns(w: Tensor, rows: Tensor, at: Tensor) -> Tensor:
+def _columns(w: Tensor, by_class: Tensor, at: Tensor) -> Tensor:
     """``w[:, at].t()``, gathered along the weight's contiguous dimension (a gather across
     it copies the whole weight first: 100 ms for a 50,000-word head on the CPU)."""
-    return rows.index_select(0, at) if rows.is_contiguous() else w.index_select(1, at).t()
+    if by_class.is_contiguous():
+        return by_class.index_select(0, at)
+    return w.index_select(1, at).t()
 
 
 @torch.no_grad()
 def output_stats(log_softmax: Any, product: Any) -> Tensor | None:
     """(log Z, largest logit, spread), means over the rows read, on the device; NaN where
     fewer than :data:`AGREE` of the rows could be recomputed. None: nothing to read."""
-    logp = _saved(log_softmax, "_saved_result")
-    h, w = _saved(product, _INPUT.get(product.name(), "")), _saved(product, "_saved_mat2")
+    logp = saved(log_softmax, "_saved_result")
+    h, w = saved(product, _INPUT.get(product.name(), "")), saved(product, "_saved_mat2")
     if w is None:  # an input that needs no gradient: the product kept only the input
         w = _weight(product)
     if not all(isinstance(t, Tensor) for t in (logp, h, w)) or h.dim() != 2 or w.dim() != 2:
         return None
-    dim = int(_saved(log_softmax, "_saved_dim") or 0)
+    dim = int(saved(log_softmax, "_saved_dim") or 0)
     dim = dim - (1 << 64) if dim >= 1 << 63 else dim  # -1 is saved as an unsigned 2**64 - 1
     logp = logp.movedim(dim, -1) if logp.dim() > 1 else logp
     if logp.shape[-1] != w.shape[1] or logp.numel() != h.shape[0] * w.shape[1]:
@@ -151,15 +154,15 @@ def output_stats(log_softmax: Any, product: Any) -> Tensor | None:
     big = torch.finfo(lp.dtype).max
     top, j = lp.max(-1)
     low, k = lp.nan_to_num(neginf=big).min(-1)
-    rows = w.t()  # the weight's rows: a linear layer's own (classes, features), contiguous
-    z_j = (x * _columns(w, rows, j).float()).sum(-1)
-    z_k = (x * _columns(w, rows, k).float()).sum(-1)
+    by_class = w.t()  # a linear layer's own weight, (classes, features), contiguous
+    z_j = (x * _columns(w, by_class, j).float()).sum(-1)
+    z_k = (x * _columns(w, by_class, k).float()).sum(-1)
     if product.name() == "AddmmBackward0":
         bias = _parameter(product.next_functions[0][0])
         if bias is None:
             return None
-        alpha = float(_saved(product, "_saved_alpha") or 1.0)
-        beta = float(_saved(product, "_saved_beta") or 1.0)
+        alpha = float(saved(product, "_saved_alpha") or 1.0)
+        beta = float(saved(product, "_saved_beta") or 1.0)
         b = bias.detach().reshape(-1).float()
         if b.numel() != w.shape[1]:
             return None
@@ -175,5 +178,5 @@ def output_stats(log_softmax: Any, product: Any) -> Tensor | None:
 
 def logits_dtype(product: Any) -> str:
     """The dtype the output layer's product computed its logits in (``bfloat16``, ...)."""
-    h = _saved(product, _INPUT.get(product.name(), ""))
+    h = saved(product, _INPUT.get(product.name(), ""))
     return str(h.dtype).removeprefix("torch.") if isinstance(h, Tensor) else "unknown"
