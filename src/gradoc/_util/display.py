@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import entry
+
 RENDERERS: dict[type, Callable[[Any], str]] = {}
 
 
@@ -26,7 +28,15 @@ class Shown:
     __slots__ = ()
 
     def _repr_html_(self) -> str | None:
-        for cls in type(self).__mro__:
-            if cls in RENDERERS:
-                return RENDERERS[cls](self)
-        return None  # Jupyter falls back to repr()
+        # Jupyter calls it: an entry point (``entry``), None when gradoc fails (repr() then)
+        return entry.call(_render, self, where=_WHERE)  # type: ignore[no-any-return]
+
+
+_WHERE = "_util.display.Shown._repr_html_"
+
+
+def _render(obj: Any) -> str | None:
+    for cls in type(obj).__mro__:
+        if cls in RENDERERS:
+            return RENDERERS[cls](obj)
+    return None  # Jupyter falls back to repr()

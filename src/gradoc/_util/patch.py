@@ -6,6 +6,8 @@ else's: a wrapper installed over gradoc's while it is in place must survive grad
 removal. So :meth:`Patch.remove` puts the original back only if gradoc's wrapper is still
 the installed function; otherwise the wrapper stays in the other one's chain, turned into
 a pass-through, and is switched on again (not stacked) by the next :meth:`Patch.install`.
+The wrapper is an entry point (``entry.wrapped``): a failure of gradoc's in it stops
+gradoc, never the program, whose call is made exactly once.
 
 >>> import types
 >>> lib = types.SimpleNamespace(f=lambda x: x + 1)
@@ -23,14 +25,22 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from . import entry
+
 
 class Patch:
     """``owner.name`` replaced by ``make(original)`` while installed."""
 
     def __init__(
-        self, owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]
+        self,
+        owner: Any,
+        name: str,
+        make: Callable[[Callable[..., Any]], Callable[..., Any]],
+        prepare: entry.Prepare | None = None,
     ) -> None:
-        self.owner, self.name, self.make = owner, name, make
+        """``prepare``: the call's arguments made safe to read twice (``entry.wrapped``)."""
+        self.owner, self.name, self.make, self.prepare = owner, name, make, prepare
+        self.where = f"patch of {getattr(owner, '__name__', type(owner).__name__)}.{name}"
         self._original: Callable[..., Any] | None = None
         self._inherited = False
         self._wrapper: Callable[..., Any] | None = None
@@ -65,15 +75,11 @@ class Patch:
             self._on[0] = True  # still inside someone else's wrapper: switched on again
             return
         self._inherited = isinstance(self.owner, type) and self.name not in self.owner.__dict__
-        original = self._current()
-        inner, on = self.make(original), [True]
-
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if on[0]:
-                return inner(*args, **kwargs)
-            return original(*args, **kwargs)
-
+        original, on = self._current(), [True]
+        # an entry point (``entry.wrapped``): the original is called exactly once whatever
+        # gradoc's part does, and a failure of gradoc's stops it, never the program
+        made = entry.wrapped(original, self.make, self.where, on, self.prepare)
+        wrapper = functools.wraps(original)(made)
         self._original, self._wrapper, self._on = original, wrapper, on
         setattr(self.owner, self.name, wrapper)
 

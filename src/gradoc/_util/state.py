@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from . import objects
+
 RngState = dict[str, Any]
 
 
@@ -72,7 +74,7 @@ def kept(
     step drew; an empty one: the forward drew none, see ``collect.watched``)."""
     anomaly = anomaly_state()
     rng = rng_state()
-    buffers = [(m, k, b.detach().clone()) for m in modules for k, b in m.named_buffers()]
+    buffers = [(m, k, b.detach().clone()) for m in modules for k, b in objects.named_buffers(m)]
     grads = [(t, t.grad) for t in tensors]
     try:
         if start:
@@ -82,10 +84,10 @@ def kept(
         set_anomaly_state(anomaly)
         set_rng_state(rng)
         with torch.no_grad():
+            now = {(id(m), k): b for m in modules for k, b in objects.named_buffers(m)}
             for m, k, saved in buffers:  # by name: a forward may rebind a buffer
-                with contextlib.suppress(AttributeError):
-                    now = m.get_buffer(k)
-                    if now is not None and now.shape == saved.shape:
-                        now.copy_(saved)
+                found = now.get((id(m), k))
+                if found is not None and found.shape == saved.shape:
+                    found.copy_(saved)
         for t, g in grads:
             t.grad = g

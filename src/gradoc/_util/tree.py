@@ -4,12 +4,13 @@ registered with ``torch.utils._pytree``, such as Hugging Face's ``ModelOutput``)
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 from torch.utils._pytree import tree_flatten
+
+from .objects import WeakIdMap
 
 
 def tensors(tree: Any) -> list[Tensor]:
@@ -38,7 +39,7 @@ def floats(tree: Any) -> list[Tensor]:
     return [t for t in tensors(tree) if t.is_floating_point()]
 
 
-_signatures: weakref.WeakKeyDictionary[Any, inspect.Signature | None] = weakref.WeakKeyDictionary()
+_signatures: WeakIdMap[Any, inspect.Signature | None] = WeakIdMap()
 
 
 def arguments(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -12,10 +12,11 @@ from typing import Any
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from .._util import entry
 from .._util.paths import output_dir
 from .._util.text import one_line
 from ..config import WatchConfig
-from ..errors import UsageError
+from ..errors import GradocError, UsageError
 from .run import Finish, Run
 
 __all__ = ["Run", "prepare_run_dir", "torchrun_out", "torchrun_rank", "watch"]
@@ -85,6 +86,11 @@ def watch(
     the run leaves at close (the report, the sinks; see ``Run``)."""
     if config is not None and options:
         raise TypeError("pass either config= or WatchConfig fields as keywords, not both")
+    models = model if isinstance(model, list) else [model]
+    if not all(isinstance(m, nn.Module) for m in models):
+        raise TypeError(f"gradoc.watch takes a torch.nn.Module (or a list), not {model!r:.80}")
+    if optimizer is not None and not isinstance(optimizer, Optimizer):
+        raise TypeError(f"gradoc.watch takes a torch.optim.Optimizer, not {optimizer!r:.80}")
     cfg = config or WatchConfig(**options)
     stem = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
     name = stem if stem and not stem.startswith("-") else "run"  # `python -c` gives '-c'
@@ -95,7 +101,12 @@ def watch(
     else:
         where = torchrun_out(name) if out is None else Path(out)
         run = _rank_run(where, name, rank, cfg, finish, resume)
-    run.attach(model, optimizer)
+    try:
+        run.attach(model, optimizer)
+    except GradocError:
+        raise
+    except Exception as exc:  # gradoc's failure, not the program's: it trains unwatched
+        entry.failed(exc, "collect.watch")
     return run
 
 

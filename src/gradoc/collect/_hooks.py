@@ -19,19 +19,20 @@ of hooks added later point at it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch.nn as nn
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 from torch.utils.hooks import RemovableHandle
+
+from .._util import entry
 
 _DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs")
 """The dicts ``register_forward_pre_hook`` and ``register_forward_hook(with_kwargs=True)``
 write to."""
+
+
+_REDUCE = "collect._hooks.LocalHooks.__reduce_ex__"
 
 
 class LocalHooks(OrderedDict[int, Any]):
@@ -43,8 +44,13 @@ class LocalHooks(OrderedDict[int, Any]):
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # what pickle, copy.copy and copy.deepcopy see: a plain OrderedDict without gradoc
-        mine: Iterator[tuple[int, Any]] = ((k, v) for k, v in self.items() if k not in self.ours)
-        return (OrderedDict, (), None, None, mine)
+        # (called by the program's pickling: an entry; should it fail, the copy has no hooks
+        # rather than gradoc's, which cannot be pickled)
+        return entry.call(self._without_ours, where=_REDUCE, fallback=(OrderedDict, ()))  # type: ignore[no-any-return]
+
+    def _without_ours(self) -> tuple[Any, ...]:
+        mine = [(k, v) for k, v in self.items() if k not in self.ours]  # here, not in pickle
+        return (OrderedDict, (), None, None, iter(mine))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return self.__reduce_ex__(2)
@@ -76,8 +82,8 @@ def local_hooks(
     if dicts is None:
         return None
     handles = [
-        module.register_forward_pre_hook(pre),
-        module.register_forward_hook(post, with_kwargs=True),
+        entry.forward_pre_hook(module, pre),
+        entry.forward_hook(module, post, with_kwargs=True),
     ]
     for d in dicts:
         d.ours.update(h.id for h in handles)
@@ -89,7 +95,4 @@ def global_hooks(
     post: Callable[[nn.Module, Any, Any, Any], None],
 ) -> list[RemovableHandle]:
     """The same for every module of the process: the callbacks must filter."""
-    return [
-        register_module_forward_pre_hook(pre),
-        register_module_forward_hook(post, with_kwargs=True),
-    ]
+    return [entry.every_forward_pre_hook(pre), entry.every_forward_hook(post, with_kwargs=True)]

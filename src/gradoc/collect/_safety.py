@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import os
@@ -14,21 +13,25 @@ from typing import Any
 
 import torch
 
+from .._util import entry
 from .._util.json_types import JsonObject
-from .._util.text import one_line, safe
-from ..guard import GuardGaveUp
+from .._util.text import one_line
 from ..locate.replay import own_depth
 from ..store import EventKind
 from . import termination
 
 
 def guarded(method: Callable[..., None]) -> Callable[..., None]:
-    """A hook that fails stops gradoc, never the user's training (and says so once). The
-    hook's object is the run, or has it as ``run``; nothing runs once it is broken or while
-    its locator replays a step. Its ops are gradoc's own (``locate.replay.own_work``).
+    """A method of the run's that PyTorch or the program calls (through a hook, a tap): one
+    that fails stops gradoc, never the user's training (``_util.entry``: said once, recorded
+    with its traceback). The method's object is the run, or has it as ``run``; nothing runs
+    once it is broken or while its locator replays a step. Its ops are gradoc's own
+    (``locate.replay.own_work``).
 
     NOTE: it runs several times a step, so it is written out: no context manager objects
     (~1 us each)."""
+    where = entry.name_of(method)
+    cell = entry.fault_cell(where)
 
     @functools.wraps(method)
     def hook(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -37,18 +40,20 @@ def guarded(method: Callable[..., None]) -> Callable[..., None]:
             return
         own_depth[0] += 1
         try:
+            if cell[0] is not None:
+                entry.fault(cell, "before", where)
             method(self, *args, **kwargs)
-        except GuardGaveUp:
+            if cell[0] is not None:
+                entry.fault(cell, "after", where)
+        except entry.Deliberate:
             raise  # the guard's decision to stop training, not a failure of gradoc
         except Exception as exc:
             run.broken = True
-            message = f"internal error in {method.__name__}: {type(exc).__name__}: {exc}"
-            print(f"gradoc: {safe(message)}; monitoring stopped, training goes on", file=sys.stderr)
-            with contextlib.suppress(Exception):
-                run.event(EventKind.INTERNAL_ERROR, message)
+            entry.failed(exc, where)
         finally:
             own_depth[0] -= 1
 
+    setattr(hook, entry.GUARDED, True)
     return hook
 
 
@@ -90,15 +95,20 @@ def _deferred() -> Iterator[list[bool]]:
     if threading.current_thread() is not threading.main_thread():
         yield came
         return
+    previous = signal.getsignal(signal.SIGINT)
     try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: came.append(True))
+        entry.signal_handler(signal.SIGINT, lambda signum, frame: came.append(True), _noop)
     except (ValueError, OSError):  # no signals here (an embedded interpreter)
         yield came
         return
     try:
         yield came
     finally:
-        signal.signal(signal.SIGINT, previous)
+        entry.restore_signal(signal.SIGINT, previous)
+
+
+def _noop(signum: int, frame: Any) -> None:
+    """Nothing to recover: the close goes on, the Ctrl-C is lost."""
 
 
 def finish_safely(run: Any, write: Callable[[], JsonObject]) -> JsonObject | None:
@@ -129,9 +139,26 @@ open_runs: set[Any] = set()
 
 
 def remember(run: Any) -> None:
-    """An open run: the program's exit closes it, and so does a SIGTERM (``termination``)."""
+    """An open run: the program's exit closes it, and so does a SIGTERM (``termination``).
+    Its entries run, whatever failed before it (``_util.entry``)."""
+    entry.reset()
     open_runs.add(run)
     termination.arm(close_terminated)
+
+
+def _record_failure(message: str, trace: str) -> None:
+    """gradoc failed (``_util.entry``): every open run stops watching and records why."""
+    for run in list(open_runs):
+        run.broken = True
+        run.event(EventKind.INTERNAL_ERROR, message, traceback=trace[-4000:])
+
+
+entry.on_failure(_record_failure)
+
+
+def others_open(run: Any) -> bool:
+    """Another run than ``run`` is open in this process."""
+    return any(r is not run for r in open_runs)
 
 
 def forget(run: Any) -> None:
@@ -141,7 +168,7 @@ def forget(run: Any) -> None:
         termination.disarm()
 
 
-@atexit.register
+@entry.at_exit
 def _close_open_runs() -> None:
     """A script that never closed its run still leaves a complete log and report, which
     says how it ended: an exception nothing caught (python printed it and keeps it in

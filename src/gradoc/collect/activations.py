@@ -19,9 +19,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
-from torch.nn.modules.module import register_module_forward_hook
 from torch.utils.hooks import RemovableHandle
 
+from .._util import entry
 from .._util.json_types import JsonObject
 from .._util.wrappers import compiling
 from ..locate.replay import own_work
@@ -36,6 +36,7 @@ from .packet import Packet
 from .probe import Probe
 
 if TYPE_CHECKING:
+    from .._util.objects import IdMap
     from .context import Context
     from .grads import WatchedOptimizer
 
@@ -104,7 +105,7 @@ class Activations(Probe):
     def arm(self, on: bool) -> None:
         """One global forward hook, present only on the steps that collect activations."""
         if on and not self._handles:
-            self._handles = [register_module_forward_hook(self._module_output)]
+            self._handles = [entry.every_forward_hook(self._module_output)]
         elif not on and self._handles:
             for h in self._handles:
                 h.remove()
@@ -174,7 +175,7 @@ class Activations(Probe):
         knows its model (``gradoc run`` finds it at the first optimizer step, after the
         first forward): the first step's activations are then the model's, not missing."""
         if self._early_hook is None and self.wanted(0):
-            self._early_hook = register_module_forward_hook(self._early_output)
+            self._early_hook = entry.every_forward_hook(self._early_output)
 
     def _early_output(self, module: nn.Module, args: Any, output: Any) -> None:
         if compiling() or not torch.is_grad_enabled() or isinstance(module, SKIPPED):
@@ -198,7 +199,7 @@ class Activations(Probe):
         if self._early_calls >= EARLY_MAX:  # no model found after this much: stop looking
             self._stop_early()
 
-    def adopt(self, modules: dict[nn.Module, WatchedModule]) -> None:
+    def adopt(self, modules: IdMap[nn.Module, WatchedModule]) -> None:
         """The run now watches ``modules``: their outputs seen before become the current
         step's (the first), and the rest is dropped."""
         if self._early_hook is None and not self._early:

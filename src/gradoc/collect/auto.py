@@ -18,16 +18,9 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 from torch.optim import Optimizer
-from torch.optim.optimizer import (
-    register_optimizer_step_post_hook,
-    register_optimizer_step_pre_hook,
-)
 
+from .._util import entry
 from .._util.state import RngState, rng_state
 from .._util.wrappers import compiling, quiet_compile_warning
 from . import taps
@@ -52,8 +45,8 @@ class EarlyCalls:
         self._depth = 0
         self._rng: RngState | None = None
         self._handles = [
-            register_module_forward_pre_hook(self._enter),
-            register_module_forward_hook(self._leave, with_kwargs=True, always_call=True),
+            entry.every_forward_pre_hook(self._enter),
+            entry.every_forward_hook(self._leave, with_kwargs=True, always_call=True),
         ]
 
     def _enter(self, module: nn.Module, args: Any) -> None:
@@ -102,8 +95,8 @@ class AutoAttach:
         self._early: EarlyCalls | None = EarlyCalls()
         run.watched.early = self._take_early
         self._handles = [
-            register_optimizer_step_pre_hook(self._pre),
-            register_optimizer_step_post_hook(self._post),
+            entry.every_step_pre_hook(self._pre),
+            entry.every_step_post_hook(self._post),
         ]
         taps.new_optimizer.append(self._finder.resume)  # its model is looked for again
 

@@ -21,6 +21,7 @@ from torch.optim import Optimizer
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .._util.objects import IdMap
     from .._util.state import RngState
     from ..config import WatchConfig
     from ..guard import Guard
@@ -37,7 +38,7 @@ class StepsView(Protocol):
 
     count: int
     """Steps completed so far."""
-    targets: dict[Optimizer, WatchedOptimizer]
+    targets: IdMap[Optimizer, WatchedOptimizer]
     """The watched optimizers' parameters and statistics."""
     rerun: tuple[Callable[[], Any], RngState] | None
     """A step given a closure, while its statistics are read: what replays it."""
@@ -54,9 +55,9 @@ class StepsView(Protocol):
 class WatchedView(Protocol):
     """The run's watched modules, as a probe reads them."""
 
-    modules: dict[nn.Module, WatchedModule]
-    names: dict[nn.Module, str]
-    prefixes: dict[nn.Module, str]
+    modules: IdMap[nn.Module, WatchedModule]
+    names: IdMap[nn.Module, str]
+    prefixes: IdMap[nn.Module, str]
     """Watched roots and their name prefixes."""
     last_forward: tuple[nn.Module, Any, Any] | None
     """The last forward of a watched root: the module, its args and kwargs."""
@@ -88,7 +89,7 @@ class Context(Protocol):
 
 
 class InternalActivations(Protocol):
-    def adopt(self, modules: dict[nn.Module, WatchedModule]) -> None: ...
+    def adopt(self, modules: IdMap[nn.Module, WatchedModule]) -> None: ...
 
 
 class InternalSteps(StepsView, Protocol):

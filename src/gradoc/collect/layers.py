@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from .._util import objects
+from .._util.objects import IdMap
 from ..stats import saturation_rule
 from ..stats.activations import SaturationRule
 
@@ -41,7 +43,7 @@ class WatchedModule:
 
 
 def assign_prefixes(
-    prefixes: dict[nn.Module, str], new_roots: Sequence[nn.Module], several: bool = False
+    prefixes: IdMap[nn.Module, str], new_roots: Sequence[nn.Module], several: bool = False
 ) -> None:
     """Give each new root a name prefix, kept for the whole run so names never change.
 
@@ -74,7 +76,7 @@ def program_name(module: nn.Module) -> str | None:
     found: dict[int, str] = {}  # preference (0 best) -> name
     for referrer in gc.get_referrers(module):
         # an object's attributes are a dict, or held inline (Python 3.11+: the object)
-        holder = referrer if isinstance(referrer, dict) else getattr(referrer, "__dict__", None)
+        holder = referrer if isinstance(referrer, dict) else objects.instance_dict(referrer)
         if not isinstance(holder, dict) or isinstance(referrer, type):
             continue
         for key, value in holder.items():
@@ -92,12 +94,12 @@ def qualified(prefix: str, name: str) -> str:
     return (prefix + name).rstrip(".") if prefix else name
 
 
-def owner_names(prefixes: dict[nn.Module, str]) -> dict[int, tuple[str, str, str]]:
+def owner_names(prefixes: IdMap[nn.Module, str]) -> dict[int, tuple[str, str, str]]:
     """id(parameter) -> (its name, its module's name, the module's type), for the roots."""
     owner: dict[int, tuple[str, str, str]] = {}
     for root, prefix in prefixes.items():
-        for mod_name, module in root.named_modules():
-            for p_name, p in module.named_parameters(recurse=False):
+        for mod_name, module in objects.named_modules(root):
+            for p_name, p in objects.named_parameters(module, recurse=False):
                 owner.setdefault(
                     id(p),
                     (
@@ -127,7 +129,7 @@ def param_row(w: WatchedParam, module_type: str | None, optimizer_index: int) ->
 
 
 def param_rows(
-    prefixes: dict[nn.Module, str], optimizer: Optimizer, optimizer_index: int, first_id: int
+    prefixes: IdMap[nn.Module, str], optimizer: Optimizer, optimizer_index: int, first_id: int
 ) -> tuple[list[WatchedParam], list[tuple[object, ...]]]:
     """The optimizer's parameters in param-group order, named after the modules owning them."""
     owner = owner_names(prefixes)
@@ -148,16 +150,16 @@ def param_rows(
 
 def module_rows(
     roots: Sequence[nn.Module],
-    prefixes: dict[nn.Module, str],
+    prefixes: IdMap[nn.Module, str],
     first_id: int,
     include: Callable[[str, nn.Module], bool] | None,
-) -> tuple[dict[nn.Module, WatchedModule], list[tuple[object, ...]]]:
+) -> tuple[IdMap[nn.Module, WatchedModule], list[tuple[object, ...]]]:
     """The modules whose outputs are watched: all but containers and dropout, unless
     ``include`` says otherwise."""
-    watched: dict[nn.Module, WatchedModule] = {}
+    watched: IdMap[nn.Module, WatchedModule] = IdMap()
     rows: list[tuple[object, ...]] = []
     for root in roots:
-        for mod_name, module in root.named_modules():
+        for mod_name, module in objects.named_modules(root):
             name = qualified(prefixes[root], mod_name)
             keep = include(name, module) if include else not isinstance(module, SKIPPED)
             if not keep or module in watched:

@@ -17,7 +17,6 @@ is at least twice the longest seen.
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,9 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._util import objects
 from .._util.json_types import JsonObject
+from .._util.objects import WeakIdMap
 from .._util.state import RngState
 from .._util.tree import arguments
 from ..locate.padding import mask_pads
@@ -55,18 +56,18 @@ def batch_of(args: Any, kwargs: dict[str, Any]) -> tuple[str | None, Tensor | No
     return None, None
 
 
-_pad_ids: weakref.WeakKeyDictionary[nn.Module, int | None] = weakref.WeakKeyDictionary()
+_pad_ids: WeakIdMap[nn.Module, int | None] = WeakIdMap()
 
 
 def pad_id(root: nn.Module) -> int | None:
     """The ``padding_idx`` of the model's first Embedding that has one, else the pad token
     its Hugging Face config names (``config.pad_token_id``); looked up once."""
     if root not in _pad_ids:
-        config_pad = getattr(getattr(root, "config", None), "pad_token_id", None)
+        config_pad = objects.attribute(objects.attribute(root, "config"), "pad_token_id")
         _pad_ids[root] = next(
             (
                 e.padding_idx
-                for e in root.modules()
+                for e in objects.modules(root)
                 if isinstance(e, nn.Embedding) and e.padding_idx is not None
             ),
             config_pad if isinstance(config_pad, int) else None,

@@ -10,7 +10,7 @@ in the training loop) and the next steps are traced whole until it recurs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._util import entry
 from .._util.state import RngState, rng_state
 from ..locate import (
     ArmedTrace,
@@ -64,7 +65,7 @@ def _placed(origin: Origin) -> bool:
 
 
 class Locator:
-    def __init__(self, names: dict[nn.Module, str]) -> None:
+    def __init__(self, names: Mapping[nn.Module, str]) -> None:
         self.names = names
         self.done = False
         self._forwards: list[_Forward] = []
@@ -105,7 +106,7 @@ class Locator:
             record.output = out.detach()  # shares storage: no copy, no graph kept
             if backward and out.requires_grad:
                 # a builtin as the hook: the backward calls no Python frame of gradoc's
-                out.register_hook(record.out_grad.append)
+                entry.tensor_hook(out, record.out_grad.append)
 
     def on_loss(self, loss: Tensor, value: Tensor, step: int) -> None:
         """A scalar loss handed to ``backward()`` (``value``: detached, scaling undone). On

@@ -53,11 +53,12 @@ class LossReader:
         self._names: dict[int, str] = {}
         self._told: dict[str, JsonObject] = {}
 
-    def read(self, root: Tensor, joined: bool = False) -> None:
+    def read(self, root: Tensor, joined: bool = False, value: Tensor | None = None) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
         the same iteration (a penalty's ``autograd.grad`` after the data term's), added to
-        the step's loss rather than averaged with it as a micro-batch is."""
-        micro = losses.read(root, self._scaled)
+        the step's loss rather than averaged with it as a micro-batch is. ``value``: the loss
+        a non-scalar ``root`` stands for (``root.backward(g)``: ``(root * g).sum()``)."""
+        micro = losses.read(root, self._scaled, value)
         micro.entropy = self.policy.read(root.grad_fn)
         self._read_attention(root)
         if micro.entropy is not None and "policy" not in self._said:

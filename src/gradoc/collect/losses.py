@@ -82,10 +82,13 @@ def divided(node: Any) -> tuple[Tensor, Any] | None:
     return other.detach().reshape(()), nexts[0][0]
 
 
-def read(loss: Tensor, scaled: dict[int, tuple[Any, Tensor]]) -> Micro:
+def read(loss: Tensor, scaled: dict[int, tuple[Any, Tensor]], value: Tensor | None = None) -> Micro:
     """The loss of one ``backward(loss)``; ``scaled``: id(node of a scaled loss) -> (that
-    node, the loss before scaling), what the scaler tap saw."""
+    node, the loss before scaling), what the scaler tap saw; ``value``: the loss a
+    non-scalar ``loss`` stands for (``taps.handed``)."""
     node = loss.grad_fn
+    if value is not None:
+        return Micro(value, None, node, False)
     before = scaled.pop(id(node), None) if node is not None else None
     was_scaled = before is not None and before[0] is node
     if was_scaled:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import Tensor
 
+from .._util import objects
+from .._util.objects import IdMap
 from ..locate.origin import user_frame_object
 from ..store import EventKind
 from ..store.writer import insert_rows
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 class StepProtocol(Protocol):
     """What hand-written steps use of the run's step protocol (``steps.Steps``)."""
 
-    targets: dict[Any, WatchedOptimizer]
+    targets: IdMap[Any, WatchedOptimizer]
     primary: Any
     device: torch.device | None
     count: int
@@ -250,7 +252,7 @@ class ManualSteps:
         prefixes = self.run.watched.prefixes
         if inputs is None and prefixes:  # the watched models' own, also where the graph
             # hides them (a reentrant checkpoint): those that get a gradient count
-            owned = [p for root in prefixes for p in root.parameters() if p.requires_grad]
+            owned = [p for root in prefixes for p in objects.parameters(root) if p.requires_grad]
             ids = {id(p) for p in owned}
             leaves = owned + [t for t in leaves if id(t) not in ids]
         if target is not None and inputs is None:

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from .._util import entry, objects
 from .._util.wrappers import compiling
 
 
@@ -37,11 +38,9 @@ class ModelFinder:
         """Watch the modules that run (again: see :meth:`pause`)."""
         if self._handles:
             return
-        self._handles = [nn.modules.module.register_module_forward_pre_hook(self._saw)]
+        self._handles = [entry.every_forward_pre_hook(self._saw)]
         if self._with_calls:
-            self._handles.append(
-                nn.modules.module.register_module_forward_hook(self._called, with_kwargs=True)
-            )
+            self._handles.append(entry.every_forward_hook(self._called, with_kwargs=True))
 
     def pause(self) -> None:
         """Stop watching, keeping what was seen: a global hook sends every module call of
@@ -63,9 +62,11 @@ class ModelFinder:
     def owners_of(self, wanted: set[int]) -> list[nn.Module]:
         """The outermost modules that ran and own some of the tensors ``wanted`` (ids)."""
         ran = [m for m in (r() for r in self._ran.values()) if m is not None]
-        inner = {id(c) for m in ran for c in m.modules() if c is not m}
+        inner = {id(c) for m in ran for c in objects.modules(m) if c is not m}
         return [
-            m for m in ran if id(m) not in inner and any(id(p) in wanted for p in m.parameters())
+            m
+            for m in ran
+            if id(m) not in inner and any(id(p) in wanted for p in objects.parameters(m))
         ]
 
     def trained_by(self, optimizer: Optimizer) -> list[nn.Module]:

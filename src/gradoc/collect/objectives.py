@@ -26,6 +26,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .._util.json_types import JsonObject
+from .._util.objects import IdMap
 from . import losses, taps
 from .manual import graph_leaves
 
@@ -40,7 +41,7 @@ class Stepping(Protocol):
     """What crediting a step's losses reads of the run's steps (``steps.Steps``)."""
 
     count: int
-    targets: dict[Optimizer, WatchedOptimizer]
+    targets: IdMap[Optimizer, WatchedOptimizer]
     watched: InternalWatched
     run: Internal
 
@@ -68,7 +69,7 @@ class Objectives:
     """The run's objectives, learnt as its optimizers step (see the module docstring)."""
 
     primary: Optimizer | None = None
-    of: dict[Optimizer, Objective] = field(default_factory=dict)
+    of: IdMap[Optimizer, Objective] = field(default_factory=IdMap)
     all: list[Objective] = field(default_factory=list)
     pending: list[tuple[int, int, Tensor]] = field(default_factory=list)
     """(step, objective id, loss on the device) of the objectives other than the primary's,
@@ -127,7 +128,7 @@ class Objectives:
         if new and objective is not None:
             _watch_unheld(objective, steps)
         if new and self.several():
-            index = {o: i for i, o in enumerate(optimizers)}
+            index = IdMap((o, i) for i, o in enumerate(optimizers))
             steps.run.set_meta(objectives=self.describe(index))
         return micros
 
@@ -158,7 +159,7 @@ class Objectives:
     def several(self) -> bool:
         return len(self.all) > 1
 
-    def describe(self, index_of: dict[Optimizer, int]) -> list[JsonObject]:
+    def describe(self, index_of: IdMap[Optimizer, int]) -> list[JsonObject]:
         """``meta['objectives']``: each objective's id, name, optimizers (their watched
         index), loss function, and the other objectives whose parameters its loss reaches."""
         params = {o.id: _params(o) for o in self.all}
@@ -178,7 +179,7 @@ class Objectives:
 
 
 def _trains(
-    prefixes: dict[nn.Module, str], target: WatchedOptimizer, optimizers: list[Optimizer]
+    prefixes: IdMap[nn.Module, str], target: WatchedOptimizer, optimizers: list[Optimizer]
 ) -> str:
     """What an optimizer trains, as the program calls it: its models' names (the roots'
     prefixes, ``critic``), else its place among the optimizers."""

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._util import objects
 from ..store import EventKind
 from .lengths import batch_of
 from .probe import Probe
@@ -40,7 +41,8 @@ class PaddingAudit(Probe):
         found = mask_pads(kwargs)
         pads = found[0] if found is not None else None
         if pads is None and isinstance(first, Tensor) and not first.is_floating_point():
-            idx = next((e.padding_idx for e in root.modules() if isinstance(e, nn.Embedding)), None)
+            embeddings = (e for e in objects.modules(root) if isinstance(e, nn.Embedding))
+            idx = next((e.padding_idx for e in embeddings), None)
             if idx is not None:
                 pads = first == idx
         if pads is None or not isinstance(first, Tensor) or not bool(pads.any()):

@@ -18,8 +18,10 @@ from typing import Any
 import torch.nn as nn
 from torch.optim import Optimizer
 
+from .._util import entry
 from .._util.display import Shown
 from .._util.json_types import JsonObject
+from .._util.objects import IdMap
 from .._util.text import one_line
 from ..config import WatchConfig
 from ..guard import Guard, GuardGaveUp, scale_lr
@@ -79,7 +81,7 @@ class Run(Shown):
         self.guard = Guard.of(config, self.event)  # skipping non-finite steps is its, always
         """The run's guard (``state_dict()`` / ``load_state_dict()`` carry it across a
         resumed job); None when non-finite steps are not skipped."""
-        self.module_names: dict[nn.Module, str] = {}
+        self.module_names: IdMap[nn.Module, str] = IdMap()
         """Every watched module's name in the run's layer names."""
         self.locator = Locator(self.module_names)
         """Where the run's non-finite origins are found (``gradoc run`` arms it)."""
@@ -195,8 +197,10 @@ class Run(Shown):
             return finish_safely(self, lambda: finish(self.dir, json_path, stopped, sinks))
 
     def _complete_log(self, status: str, exit_code: int | None) -> None:
-        """Unhook, let the probes finish, send the last statistics and close the run log."""
-        meta = self.steps.close()
+        """Unhook, let the probes finish, send the last statistics and close the run log.
+        The program calls it (``close``, a ``with`` block's end, its exit): the probes' last
+        work is skipped once gradoc failed, and said if it fails (``_util.entry``)."""
+        meta = entry.call(self.steps.close, where="collect.run.Run.close", fallback={})
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -206,7 +210,7 @@ class Run(Shown):
             self.guard.close()
         if self._lr_scale != 1.0:
             guard_lr.uninstall()
-        self.steps.send_last()
+        entry.call(self.steps.send_last, where="collect.run.Run.close")
         self.set_meta(
             status=termination.status(status, exit_code, self.event),
             exit_code=exit_code,
@@ -232,6 +236,9 @@ class Run(Shown):
             return
         if isinstance(exc, GuardGaveUp):  # its own event says why
             self.close("gave_up")
+            return
+        if isinstance(exc, SystemExit):  # the program's own exit: its code says how it went
+            self.close(*termination.exited(exc.code))
             return
         interrupted = isinstance(exc, KeyboardInterrupt)
         kind = EventKind.INTERRUPTED if interrupted else EventKind.CRASH

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.nn as nn
 
+from .._util import objects
 from .._util.json_types import JsonObject
 from . import taps
 from .layers import qualified
@@ -73,10 +74,10 @@ class SetupCheck(Probe):
     def at_statistics(self, target: WatchedOptimizer, primary: bool) -> None:
         if not primary or target.manual or target.steps not in CHECK_AT:
             return
-        roots = dict(self.run.watched.prefixes)
+        roots = list(self.run.watched.prefixes.items())
         if not roots:
             return
-        optimizers = {*self.run.steps.targets, *taps.live_optimizers()}
+        optimizers = [*self.run.steps.targets, *taps.live_optimizers()]
         held = taps.param_ids(optimizers)
         left: dict[str, int] = {}
         modes: dict[str, tuple[str, bool]] = {}
@@ -84,25 +85,25 @@ class SetupCheck(Probe):
         names: dict[int, str] = {}
         whole: set[str] = set()
         graded = False
-        for root, prefix in roots.items():
-            for name, p in root.named_parameters():
+        for root, prefix in roots:
+            for name, p in objects.named_parameters(root):
                 elements += p.numel()
                 names[id(p)] = qualified(prefix, name)
                 graded = graded or p.grad is not None
                 if p.requires_grad and p.grad is not None and id(p) not in held:
                     left[qualified(prefix, name)] = p.numel()
-            if not any(id(p) in held for p in root.parameters()) and any(
+            if not any(id(p) in held for p in objects.parameters(root)) and any(
                 n.startswith(prefix) for n in left
             ):
                 whole.add(prefix.rstrip(".") or type(root).__name__)
-            for name, m in root.named_modules():
-                if isinstance(m, _MODAL) and not m.training and _modal_now(m):
+            for name, m in objects.named_modules(root):
+                if isinstance(m, _MODAL) and not objects.training(m) and _modal_now(m):
                     key = qualified(prefix, name) or prefix or type(m).__name__
                     modes[key] = (type(m).__name__, _fresh(m))
         self.checks += 1
         self.elements = elements
         if graded:  # no gradient anywhere: read after a zero_grad(), which tells nothing
-            self._idle(set(self.run.steps.targets), names)  # this run's, not every one alive
+            self._idle(list(self.run.steps.targets), names)  # this run's, not every one alive
         self.whole = whole if self.whole is None else self.whole & whole
         self.left_out = (
             left if self.left_out is None else {k: v for k, v in self.left_out.items() if k in left}
@@ -111,7 +112,7 @@ class SetupCheck(Probe):
             modes if self.in_eval is None else {k: v for k, v in self.in_eval.items() if k in modes}
         )
 
-    def _idle(self, optimizers: set[Any], names: dict[int, str]) -> None:
+    def _idle(self, optimizers: list[Any], names: dict[int, str]) -> None:
         """The optimizers' parameters (``names``: id -> qualified name) where none of an
         optimizer's had a gradient at this check, kept where they had none at any check."""
         idle: dict[str, int] = {}
@@ -165,18 +166,18 @@ def _fresh(m: nn.Module) -> bool:
     whose momentum is None (a cumulative average: one batch replaces the defaults)."""
     if not isinstance(m, nn.modules.batchnorm._BatchNorm):
         return False
-    tracked = getattr(m, "num_batches_tracked", None)
+    tracked = objects.attribute(m, "num_batches_tracked")
     if tracked is None:
         return False
-    n = int(tracked)
-    if m.momentum is None:
+    n, momentum = int(tracked), objects.attribute(m, "momentum")
+    if momentum is None:
         return n == 0
-    return (1.0 - float(m.momentum)) ** n > DEFAULTS_WEIGH
+    return (1.0 - float(momentum)) ** n > DEFAULTS_WEIGH
 
 
 def _modal_now(m: nn.Module) -> bool:
     """Eval changes this module's forward: a BatchNorm that tracks running statistics, a
     dropout with a non-zero rate."""
     if isinstance(m, nn.modules.batchnorm._BatchNorm):
-        return bool(m.track_running_stats)
-    return float(getattr(m, "p", 0.0)) > 0.0
+        return bool(objects.attribute(m, "track_running_stats"))
+    return float(objects.attribute(m, "p", 0.0)) > 0.0

@@ -39,13 +39,15 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .._util import entry
 from .._util.json_types import JsonObject
+from .._util.objects import IdMap
 from .._util.state import RngState, rng_state
 from .._util.text import module_label
 from ..locate import Origin
 from ..store import EventKind
 from . import losses, taps
-from ._safety import guarded, without_grad
+from ._safety import guarded, others_open, without_grad
 from .activations import Activations, AmpRanges
 from .adam_state import eps_shares
 from .cadence import Cadence
@@ -97,7 +99,7 @@ class Steps(taps.TapReceiver):
         self.activations = Activations(run, config.activations, config.activation_modules, probes)
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
         self.count = 0  # steps completed so far (of the first optimizer attached)
-        self.targets: dict[Optimizer, WatchedOptimizer] = {}
+        self.targets: IdMap[Optimizer, WatchedOptimizer] = IdMap()
         self.primary: Optimizer | None = None
         self.device: torch.device | None = None
         self.manual = ManualSteps(run, self)
@@ -144,9 +146,15 @@ class Steps(taps.TapReceiver):
     def hook(self, optimizer: Optimizer) -> list[Any]:
         """Route the optimizer's steps here, through its own step hooks; their handles."""
         return [
-            optimizer.register_step_pre_hook(lambda o, a, k: self.before_step(o, a, k)),
-            optimizer.register_step_post_hook(lambda o, a, k: self.post_step(o)),
+            entry.step_pre_hook(optimizer, self._step_pre),
+            entry.step_post_hook(optimizer, self._step_post),
         ]
+
+    def _step_pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
+        return self.before_step(optimizer, args, kwargs)
+
+    def _step_post(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        self.post_step(optimizer)
 
     def counted_by(self, how: str) -> None:
         """Say once in the log how steps are counted (the report shows it)."""
@@ -167,7 +175,9 @@ class Steps(taps.TapReceiver):
 
     # -- loss (the backward tap) ----------------------------------------------------------
     @guarded
-    def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+    def on_backward(
+        self, tensors: Any, inputs: Any = None, direct: bool = True, gradients: Any = None
+    ) -> None:
         if not direct:
             return  # PyTorch's own call (a reentrant checkpoint), not a step of the program
         root = _one(tensors)
@@ -177,17 +187,21 @@ class Steps(taps.TapReceiver):
         self.manual.on_backward(tensors, inputs)
         # With several runs open, a run takes only losses computed after its own model ran
         # (a run attached later by `gradoc run` takes everything until it knows its model).
-        if self.watched.prefixes and not self.watched.forward_seen:
+        # Alone, it takes every loss, whatever method of the model made it (a CRF's).
+        if self.watched.prefixes and not self.watched.forward_seen and others_open(self.run):
             return
         self.loss.backward_calls += 1
         if self.loss.closure_open:
             return  # a closure called again within its step (LBFGS): the first loss counts
-        if taps.is_scalar_loss(tensors):
+        if gradients is None and taps.is_scalar_loss(tensors):
             self.loss.read(root, joined=self.manual.joined)
             if self.reads_graph and self.checks_now():  # a read that waits for nothing
                 step = self.count if self.manual.joined else self._loss_step()
                 self.locator.on_loss(root, self.loss.micros[-1].value, step)
             self.activations.on_loss(tensors)
+            return
+        for i, (t, value) in enumerate(taps.handed(tensors, gradients)):
+            self.loss.read(t, joined=self.manual.joined or i > 0, value=value)
 
     @guarded
     def on_value(self, tensor: Tensor, value: float | None, how: str) -> None:
@@ -405,30 +419,37 @@ def _read_after_first_call(
     attach: Callable[[], None] | None,
 ) -> Callable[[], Any]:
     """The closure of a step (LBFGS), wrapped: the step's statistics are read after its
-    first call, when the gradients exist; a replay of the step calls it again."""
+    first call, when the gradients exist; a replay of the step calls it again. The optimizer
+    calls it: an entry point, whose every call makes the program's own exactly once."""
     called = [False]
 
-    @functools.wraps(closure)
-    def first_call_read() -> Any:
-        if called[0] or steps.run.closed:
-            return closure()
-        called[0] = True
-        rng = rng_state()
-        result = closure()
-        if attach is not None:
-            attach()
-        steps.rerun = (closure, rng)  # a replay of this step calls it again, traced
-        try:
-            steps.pre_step(optimizer)
-        finally:
-            steps.rerun = None
-        steps.loss.closure_open = True  # its next calls' losses are not the step's
-        return result
+    def make(call: Callable[[], Any]) -> Callable[[], Any]:
+        def first_call_read() -> Any:
+            if called[0] or steps.run.closed:
+                return call()
+            called[0] = True
+            rng = rng_state()
+            result = call()
+            if attach is not None:
+                attach()
+            steps.rerun = (closure, rng)  # a replay of this step calls it again, traced
+            try:
+                steps.pre_step(optimizer)
+            finally:
+                steps.rerun = None
+            steps.loss.closure_open = True  # its next calls' losses are not the step's
+            return result
 
-    return first_call_read
+        return first_call_read
+
+    return functools.wraps(closure)(entry.wrapped(closure, make, CLOSURE))
 
 
-def _holding(targets: dict[Optimizer, WatchedOptimizer], params: list[Tensor]) -> Optimizer | None:
+CLOSURE = "collect.steps.closure"
+"""The entry's name of a step's closure, wrapped (``_util.entry``)."""
+
+
+def _holding(targets: IdMap[Optimizer, WatchedOptimizer], params: list[Tensor]) -> Optimizer | None:
     """The optimizer of the clipped parameters: the watched one holding the first of them
     (no pass over every tensor on a step), else any live one."""
     if not params:

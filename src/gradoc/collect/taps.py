@@ -26,7 +26,6 @@ import contextlib
 import math
 import os
 import sys
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -36,6 +35,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from .._util.json_types import JsonObject
+from .._util.objects import WeakIdMap, WeakIdSet
 from .._util.patch import Patch
 from .._util.wrappers import compiling
 from ..locate.origin import user_line
@@ -45,8 +45,11 @@ from .losses import loss_like
 class TapReceiver:
     """What the taps tell an open run (every method a no-op here)."""
 
-    def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
-        """A ``backward()`` / ``autograd.grad`` call begins (``direct``: the program's own)."""
+    def on_backward(
+        self, tensors: Any, inputs: Any = None, direct: bool = True, gradients: Any = None
+    ) -> None:
+        """A ``backward()`` / ``autograd.grad`` call begins (``direct``: the program's own;
+        ``gradients``: the ``grad_tensors`` / ``grad_outputs`` it was given)."""
 
     def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
         """... and returned (``grads``: what ``autograd.grad`` gave)."""
@@ -76,7 +79,7 @@ class TapReceiver:
 _receivers: list[TapReceiver] = []
 raw_item = Tensor.item
 """``Tensor.item`` as PyTorch has it: gradoc's own reads pass no tap."""
-_optimizers: weakref.WeakSet[Optimizer] = weakref.WeakSet()
+_optimizers: WeakIdSet[Optimizer] = WeakIdSet()
 
 
 _TORCH = os.path.dirname(torch.__file__) + os.sep
@@ -107,14 +110,16 @@ def _around(
     direct: bool,
     call: Callable[[Any], Any],
     *,
-    scaled: bool,
+    gradients: Any,
     gives: bool,
 ) -> Any:
     """One tapped call, ``call(tensors)``: the receivers hear of it before and after.
-    ``scaled``: amp-compare's loss scaling applies (no gradients given); ``gives``: the
-    result is the gradients (``autograd.grad``), which the receivers are handed."""
+    ``gradients``: what the call was given to start from (None: a loss's 1; amp-compare's
+    loss scaling applies, to ``backward()``); ``gives``: the result is the gradients
+    (``autograd.grad``), which the receivers are handed."""
     for receiver in list(_receivers):
-        receiver.on_backward(tensors, inputs, direct)
+        receiver.on_backward(tensors, inputs, direct, gradients)
+    scaled = gradients is None and not gives
     if _loss_scale and scaled and scalar_loss(tensors) is not None:
         tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
     result = call(tensors)
@@ -128,8 +133,8 @@ def _tap_backward(backward: Callable[..., Any]) -> Callable[..., Any]:
         def call(t: Any) -> Any:
             return backward(t, grad_tensors, *args, **kwargs)
 
-        scaled = grad_tensors is None
-        return _around(tensors, kwargs.get("inputs"), _direct(3), call, scaled=scaled, gives=False)
+        inputs = kwargs.get("inputs")
+        return _around(tensors, inputs, _direct(3), call, gradients=grad_tensors, gives=False)
 
     return tapped
 
@@ -142,7 +147,8 @@ def _tap_grad(grad: Callable[..., Any]) -> Callable[..., Any]:
         def call(o: Any) -> Any:
             return grad(o, inputs, *args, **kwargs)
 
-        return _around(outputs, inputs, _direct(3), call, scaled=False, gives=True)
+        given = args[0] if args else kwargs.get("grad_outputs")
+        return _around(outputs, inputs, _direct(3), call, gradients=given, gives=True)
 
     return tapped
 
@@ -151,7 +157,7 @@ new_optimizer: list[Callable[[], None]] = []
 """Called when an optimizer is made (``gradoc run`` looks for its model again)."""
 
 
-_born_at: weakref.WeakKeyDictionary[Optimizer, JsonObject] = weakref.WeakKeyDictionary()
+_born_at: WeakIdMap[Optimizer, JsonObject] = WeakIdMap()
 """Where the program constructed each optimizer made while the taps were in (``gradoc run``):
 the file, line and code of the call (a learning-rate fix's edit goes there)."""
 
@@ -325,6 +331,18 @@ def _tap_clip_value(clip: Callable[..., Any]) -> Callable[..., Any]:
     return tapped
 
 
+def _listed(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A clip's ``parameters`` (``model.parameters()``: a generator) as a list, which the tap
+    reads and PyTorch's clip takes alike."""
+    if args and not isinstance(args[0], Tensor):
+        return (list(args[0]), *args[1:]), kwargs
+    if "parameters" in kwargs and not isinstance(kwargs["parameters"], Tensor):
+        return args, {**kwargs, "parameters": list(kwargs["parameters"])}
+    return args, kwargs
+
+
 def _clip_patches() -> tuple[Patch, ...]:
     """Clipping as PyTorch writes it: ``clip_grad_norm_`` calls the module's
     ``_clip_grads_with_norm_`` (PyTorch >= 2.6), so tapping that sees every import of
@@ -333,12 +351,12 @@ def _clip_patches() -> tuple[Patch, ...]:
     utils = torch.nn.utils
     found: list[Patch] = []
     if hasattr(_clip_grad, "_clip_grads_with_norm_"):
-        found.append(Patch(_clip_grad, "_clip_grads_with_norm_", _tap_clip_with_norm))
+        found.append(Patch(_clip_grad, "_clip_grads_with_norm_", _tap_clip_with_norm, _listed))
         if hasattr(utils, "clip_grads_with_norm_"):
-            found.append(Patch(utils, "clip_grads_with_norm_", _tap_clip_with_norm))
+            found.append(Patch(utils, "clip_grads_with_norm_", _tap_clip_with_norm, _listed))
     else:  # pragma: no cover - PyTorch < 2.6
-        found += [Patch(m, "clip_grad_norm_", _tap_clip_norm) for m in (utils, _clip_grad)]
-    found += [Patch(m, "clip_grad_value_", _tap_clip_value) for m in (utils, _clip_grad)]
+        found += [Patch(m, "clip_grad_norm_", _tap_clip_norm, _listed) for m in (utils, _clip_grad)]
+    found += [Patch(m, "clip_grad_value_", _tap_clip_value, _listed) for m in (utils, _clip_grad)]
     return tuple(found)
 
 
@@ -466,6 +484,29 @@ def is_scalar_loss(tensors: Any) -> bool:
     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
         tensors = tensors[0]
     return isinstance(tensors, Tensor) and tensors.numel() == 1 and tensors.is_floating_point()
+
+
+def handed(tensors: Any, gradients: Any) -> list[tuple[Tensor, Tensor | None]]:
+    """What a ``backward()`` that is not of one scalar loss computes the gradient of, as
+    losses: each scalar of a list (``torch.autograd.backward([l1, l2])``: their sum), a
+    tensor with the gradient it was given (``out.backward(g)``: the loss ``(out * g).sum()``,
+    its value computed here, with no graph); ``[]`` for anything else. (tensor, value)."""
+    many = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+    given = list(gradients) if isinstance(gradients, (list, tuple)) else [gradients]
+    if len(given) != len(many) or not all(
+        isinstance(t, Tensor) and t.is_floating_point() and t.grad_fn is not None for t in many
+    ):
+        return []
+    out: list[tuple[Tensor, Tensor | None]] = []
+    with torch.no_grad():
+        for t, g in zip(many, given):
+            if isinstance(g, Tensor) and g.shape == t.shape:
+                out.append((t, (t.detach() * g).sum().reshape(())))
+            elif g is None and t.numel() == 1:
+                out.append((t, None))
+            else:
+                return []
+    return out
 
 
 def scalar_loss(tensors: Any) -> Tensor | None:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+from .._util import entry
 from .._util.text import one_line
 from ..store import EventKind
 
@@ -82,10 +83,10 @@ def arm(close_all: Any) -> None:
     if previous is signal.SIG_IGN or previous is None:
         return  # ignored by the program, or set outside Python: not ours to change
     try:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        installed = entry.signal_handler(signal.SIGTERM, _on_sigterm, _recover)
     except (ValueError, OSError):  # no signals here (an embedded interpreter)
         return
-    _armed.update(pid=os.getpid(), previous=previous, close_all=close_all)
+    _armed.update(pid=os.getpid(), previous=previous, close_all=close_all, handler=installed)
 
 
 def disarm() -> None:
@@ -93,12 +94,19 @@ def disarm() -> None:
     if not _armed or _armed["pid"] != os.getpid():
         _armed.clear()
         return
-    previous = _armed.pop("previous")
+    previous, installed = _armed.pop("previous"), _armed.pop("handler")
     _armed.clear()
     received.clear()
-    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+    if signal.getsignal(signal.SIGTERM) is installed:
         with contextlib.suppress(ValueError, OSError):
-            signal.signal(signal.SIGTERM, previous)
+            entry.restore_signal(signal.SIGTERM, previous)
+
+
+def exited(code: object) -> tuple[str, int]:
+    """A run's status and exit code when its program called ``sys.exit(code)`` (python
+    prints a code that is not an int and exits with 1)."""
+    number = code if isinstance(code, int) else (0 if code is None else 1)
+    return ("finished" if number == 0 else "failed"), number
 
 
 def status(status: str, exit_code: int | None, event: Callable[..., None]) -> str:
@@ -119,12 +127,12 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> Any:
         if callable(previous):
             return previous(signum, frame)
         end_by(signum)
-    if signal.getsignal(signum) is not _on_sigterm:
+    if signal.getsignal(signum) is not _armed["handler"]:
         return None  # called by a handler that replaced gradoc's: without gradoc, a no-op
     received.append(signum)
     if callable(previous):  # the program's own handler decides; gradoc closes at its end
         return previous(signum, frame)
-    signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    entry.restore_signal(signum, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     deadline = threading.Timer(CLOSE_S, os.kill, (os.getpid(), signum))
     deadline.daemon = True
     deadline.start()
@@ -140,13 +148,23 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> Any:
     return None
 
 
+def _recover(signum: int, frame: FrameType | None) -> Any:
+    """gradoc failed in its handler: what the program had without gradoc, its own handler
+    or the default action (the process ends by the signal)."""
+    previous = _armed.get("previous")
+    if callable(previous):
+        return previous(signum, frame)
+    end_by(signum)
+    return None
+
+
 def end_by(signum: int) -> None:
     """End the process by ``signum`` under its default action, as python would."""
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
     with contextlib.suppress(ValueError, OSError):
-        signal.signal(signum, signal.SIG_DFL)
+        entry.restore_signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     threading.Event().wait(1.0)  # the signal ends the process; should it not have, exit
     os._exit(128 + signum)

@@ -28,6 +28,7 @@ from .packet import Packet
 from .record import Layout, StepRecord, StepRow
 
 if TYPE_CHECKING:
+    from .._util.objects import IdMap
     from ..guard import Guard
     from .activations import Activations, Calls
     from .context import Internal
@@ -44,7 +45,7 @@ class Stepping(Protocol):
     count: int
     primary: Optimizer | None
     device: torch.device | None
-    targets: dict[Optimizer, WatchedOptimizer]
+    targets: IdMap[Optimizer, WatchedOptimizer]
     activations: Activations
     lengths: Lengths
     loss: LossReader

@@ -15,6 +15,7 @@ from ..guard import Guard, Vitals, agree
 from . import losses, taps
 
 if TYPE_CHECKING:
+    from .._util.objects import IdMap
     from .context import InternalWatched
     from .grads import WatchedOptimizer
     from .loss_reading import LossReader
@@ -27,7 +28,7 @@ class Checked(Protocol):
 
     guard: Guard | None
     device: torch.device | None
-    targets: dict[Optimizer, WatchedOptimizer]
+    targets: IdMap[Optimizer, WatchedOptimizer]
     probes: list[Probe]
     loss: LossReader
     transfers: Transfers

@@ -17,7 +17,9 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
+from .._util import objects
 from .._util.json_types import JsonObject
+from .._util.objects import IdMap
 from .._util.state import RngState, rng_state, same_rng
 from .._util.wrappers import compiled, compiling, unwrap
 from ..locate.origin import user_line_holding
@@ -40,14 +42,14 @@ drew keeps the state before every forward (a replay of a dropout model is exact)
 
 
 class Watched:
-    def __init__(self, run: Internal, probes: list[Probe], names: dict[nn.Module, str]) -> None:
+    def __init__(self, run: Internal, probes: list[Probe], names: IdMap[nn.Module, str]) -> None:
         self.run, self.probes = run, probes
         self.keep_rng = any(p.wants_rng for p in probes)
         self._rng_looks = 0
-        self.prefixes: dict[nn.Module, str] = {}  # watched root modules -> name prefix
+        self.prefixes: IdMap[nn.Module, str] = IdMap()  # watched root modules -> name prefix
         self.names = names
         """Every watched module's name in the run's layer names (filled here)."""
-        self.modules: dict[nn.Module, WatchedModule] = {}
+        self.modules: IdMap[nn.Module, WatchedModule] = IdMap()
         self.next_id = 0
         """The next layer id (parameters' and modules' rows share them)."""
         self.handles: list[RemovableHandle] = []
@@ -69,11 +71,11 @@ class Watched:
         other models will follow, each root is named by its prefix)."""
         # a compiled model's forward is seen where the user calls it (its wrapper runs
         # eagerly, the inside not)
-        callee = {unwrap(r): (r if compiled(r) else unwrap(r)) for r in given}
+        callee = IdMap((unwrap(r), r if compiled(r) else unwrap(r)) for r in given)
         new_roots = [r for r in callee if r not in self.prefixes]
         assign_prefixes(self.prefixes, new_roots, several)
         for root in new_roots:
-            for name, m in root.named_modules():
+            for name, m in objects.named_modules(root):
                 self.names.setdefault(m, qualified(self.prefixes[root], name))
         if any(compiled(r) for r in callee.values()):
             self.run.set_meta(compiled=True)  # its inner modules' outputs are not watched

@@ -35,6 +35,7 @@ from .loss_on_probabilities import LossOnProbabilities
 from .loss_plateau import LossPlateau
 from .loss_spike import LossSpike
 from .loss_unbounded import LossUnbounded
+from .monitoring_stopped import MonitoringStopped
 from .nonfinite import Nonfinite
 from .output_logit_divergence import OutputLogitDivergence
 from .padding_leak import PaddingLeak
@@ -80,6 +81,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     ZeroClip,
     WeightDecayDominates,
     LogIncomplete,
+    MonitoringStopped,
 )
 
 REGISTRY: dict[str, FindingKind] = {}

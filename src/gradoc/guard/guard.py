@@ -29,7 +29,9 @@ import torch.nn as nn
 from torch import Tensor
 from torch.optim import Optimizer
 
+from .._util.entry import Deliberate
 from .._util.json_types import JsonObject
+from .._util.objects import IdMap
 from ..config import GuardConfig, WatchConfig
 from ..detect.finding import Origin
 from ..detect.signals import diverged
@@ -63,7 +65,7 @@ class GuardSummary:
         return cls(**known)
 
 
-class GuardGaveUp(GradocError, RuntimeError):
+class GuardGaveUp(GradocError, RuntimeError, Deliberate):
     """Raised from ``optimizer.step()`` when the guard has rolled back too often
     (``gradoc run`` then exits with status 4)."""
 
@@ -185,7 +187,7 @@ class Guard:
         self.gave_up = False
         self.lr_scale = 1.0
         self._bad_streak = 0
-        self._zclip: dict[Optimizer, ZClip] = {}
+        self._zclip: IdMap[Optimizer, ZClip] = IdMap()
         self._optimizers: list[Optimizer] = []
         self._divergence = _Divergence(config.divergence_window, config.divergence_factor)
         self._snapshots: deque[Snapshot] = deque(maxlen=config.keep_snapshots)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
 from torch.optim import Optimizer, lr_scheduler
 
+from .._util.objects import WeakIdMap, WeakIdSet
 from .._util.patch import Patch
 
 LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
@@ -33,13 +33,13 @@ class _Tracker:
     """Per optimizer: its schedulers, its step count, whether its last step was skipped."""
 
     def __init__(self) -> None:
-        self.schedulers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.schedulers: WeakIdSet[Any] = WeakIdSet()
         self.steps = 0
         self.skipped = False
-        self.last_call: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.last_call: WeakIdMap[Any, int] = WeakIdMap()
 
 
-_trackers: weakref.WeakKeyDictionary[Optimizer, _Tracker] = weakref.WeakKeyDictionary()
+_trackers: WeakIdMap[Optimizer, _Tracker] = WeakIdMap()
 _patches: list[Patch] = []
 _users = 0
 

@@ -54,19 +54,21 @@ class Snapshot:
         with torch.no_grad():
             return cls(
                 step,
-                [_copy(m.state_dict(), device) for m in models],
-                [_copy(o.state_dict()["state"], device) for o in optimizers],
+                [_copy(nn.Module.state_dict(m), device) for m in models],
+                [_copy(Optimizer.state_dict(o)["state"], device) for o in optimizers],
                 lr_scale,
             )
 
     def restore(self, models: list[nn.Module], optimizers: list[Optimizer]) -> None:
         with torch.no_grad():
             for model, state in zip(models, self.models, strict=True):
-                model.load_state_dict(state)  # copies in place
+                nn.Module.load_state_dict(model, state)  # copies in place
             for opt, state in zip(optimizers, self.optimizers, strict=True):
-                groups = opt.state_dict()["param_groups"]  # today's hyperparameters stay
+                groups = Optimizer.state_dict(opt)["param_groups"]  # today's hyperparameters
                 # a copy: the optimizer updates its state in place, the snapshot must stay
-                opt.load_state_dict({"state": _copy(state, None), "param_groups": groups})
+                Optimizer.load_state_dict(
+                    opt, {"state": _copy(state, None), "param_groups": groups}
+                )
 
     def nbytes(self) -> int:
         total = 0

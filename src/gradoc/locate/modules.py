@@ -4,14 +4,12 @@ eager stance that shows a compiled model's ops to it."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import torch.nn as nn
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 
+from .._util import entry, objects
 from .._util.tree import floats
 from .._util.wrappers import compiling, quiet_compile_warning, unwrap
 
@@ -28,7 +26,7 @@ class ModuleStack:
     forward made it.
     """
 
-    def __init__(self, names: dict[nn.Module, str] | None = None) -> None:
+    def __init__(self, names: Mapping[nn.Module, str] | None = None) -> None:
         self.names = names if names is not None else {}
         self.stack: list[str] = []
         self._modules: list[nn.Module] = []
@@ -41,8 +39,8 @@ class ModuleStack:
     def __enter__(self) -> ModuleStack:
         quiet_compile_warning()
         self._handles = [
-            register_module_forward_pre_hook(self._enter),
-            register_module_forward_hook(self._leave, always_call=True),
+            entry.every_forward_pre_hook(self._enter),
+            entry.every_forward_hook(self._leave, always_call=True),
         ]
         return self
 
@@ -64,7 +62,7 @@ class ModuleStack:
                 # a compiled or DDP wrapper's names are the user's, without `_orig_mod.`
                 inner = unwrap(parent)
                 self._found[key] = next(
-                    (n for n, m in inner.named_modules() if m is module and n), None
+                    (n for n, m in objects.named_modules(inner) if m is module and n), None
                 )
             found = self._found[key]
             if found is not None:  # relative to a root nobody named, as named_modules() is

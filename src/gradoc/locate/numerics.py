@@ -21,16 +21,17 @@ own line.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import torch.nn as nn
 
+from .._util.entry import Deliberate
 from ..detect.finding import Origin
 from .replay import ArmedTrace, origin_from
 
 
-class NumericsError(FloatingPointError):
+class NumericsError(FloatingPointError, Deliberate):
     """Raised by :func:`check_numerics` at the first operation that made a NaN/Inf."""
 
     def __init__(self, origin: Origin) -> None:
@@ -51,7 +52,7 @@ class CheckNumerics:
 
     def __init__(
         self,
-        names: dict[nn.Module, str] | None = None,
+        names: Mapping[nn.Module, str] | None = None,
         raise_error: bool = True,
         on_found: Callable[[Origin], None] | None = None,
     ) -> None:

@@ -19,13 +19,15 @@ the padding ratio; attention: ``1 - sum(len_i^2) / (B * T^2)``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._util import entry, objects
+from .._util.objects import IdMap
 from .._util.state import kept
 from .._util.tree import output_loss
 from .._util.tree import tensors as _tensors
@@ -103,7 +105,7 @@ def _perturb(x: Tensor, pads: Tensor, pad_id: int | None) -> Tensor:
 
 
 def _run(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], names: dict[nn.Module, str]
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], names: Mapping[nn.Module, str]
 ) -> tuple[Any, list[tuple[str, list[Tensor]]], dict[str, list[Tensor]]]:
     """The model's output, every module's outputs in the order they finished, their inputs."""
     outputs: list[tuple[str, list[Tensor]]] = []
@@ -114,7 +116,7 @@ def _run(
             outputs.append((names[m], [t.detach().clone() for t in _tensors(out)]))
             inputs[names[m]] = [t.detach().clone() for t in _tensors(a)]
 
-    handle = nn.modules.module.register_module_forward_hook(hook)
+    handle = entry.every_forward_hook(hook)
     try:
         with kept([model]), torch.no_grad():  # the user's RNG and buffers, put back
             torch.manual_seed(0)  # every variant draws the same dropout masks
@@ -178,7 +180,7 @@ def audit_padding(
     pads = pads_from(x, pad_mask, attention_mask, pad_id).to(x.device)
     if attention_mask is not None:
         kwargs.setdefault("attention_mask", attention_mask)
-    names = {m: n for n, m in model.named_modules()}
+    names = IdMap((m, n) for n, m in objects.named_modules(model))
     other = _perturb(x, pads, pad_id)
     if batch_key is not None:
         args2, kwargs2 = args, {**kwargs, batch_key: other}

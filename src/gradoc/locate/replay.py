@@ -14,15 +14,15 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._util import entry, objects
 from .._util.state import Anomaly, RngState, anomaly_state, kept, set_anomaly_state
 from .._util.tree import arguments
 from .._util.tree import floats as _floats
@@ -190,10 +190,13 @@ class Birth:
     """The output's size along dim 0 and the first rows holding the NaN/Inf."""
 
 
-class Tracer(TorchDispatchMode):
+class Tracer(entry.ObservingMode):
     """Records the first op whose finite inputs gave a non-finite output; ``on_found`` is
     called right after (``check_numerics`` raises from it, at the user's line). A replay's
-    tracer runs inside gradoc's own work and so ``replays``: it sees the ops gradoc runs."""
+    tracer runs inside gradoc's own work and so ``replays``: it sees the ops gradoc runs.
+    ``--check numerics`` runs it through the program: an entry point (``_util.entry``)."""
+
+    where = "locate.replay.Tracer.observe"
 
     def __init__(
         self,
@@ -208,16 +211,14 @@ class Tracer(TorchDispatchMode):
         self.found: Birth | None = None
         self.on_found = on_found
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+    def observe(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         if self.found is None and (self.replays or not own_depth[0]):
             outs = _floats(out)
             if outs and any(_bad(t) for t in outs):
                 inputs = _floats((args, kwargs))
                 name = getattr(getattr(func, "overloadpacket", func), "__name__", "")
                 if name in _UNINITIALISED:
-                    return out
+                    return
                 if any(_nan(t) for t in outs):  # a NaN is born where no input had one
                     born = not any(_nan(t) for t in inputs)
                 else:  # an infinity is born from finite inputs, unless written on purpose
@@ -235,7 +236,15 @@ class Tracer(TorchDispatchMode):
                     )
                     if self.on_found is not None:
                         self.on_found()
-        return out
+
+
+def _running(tracer: Tracer, node: Any) -> Callable[[Any], None]:
+    """A node's pre-hook: the tracer knows which node runs (a backward op's module)."""
+
+    def prehook(grad_outputs: Any) -> None:
+        tracer.node = node
+
+    return prehook
 
 
 def _graph_nodes(roots: list[Any]) -> list[Any]:
@@ -372,7 +381,7 @@ def _large_update(
 def locate_step(
     step: int,
     roots: Sequence[nn.Module],
-    names: dict[nn.Module, str],
+    names: Mapping[nn.Module, str],
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None,
     rng: RngState | None,
     out_grad: Tensor | None,
@@ -404,7 +413,7 @@ def locate_step(
             origin.evidence += batch_evidence(root, args, kwargs, tracer.found.rows)
             return origin
         first = _floats(out)
-        params = [p for r in roots for p in r.parameters() if p.requires_grad]
+        params = [p for r in roots for p in objects.parameters(r) if p.requires_grad]
         if out_grad is not None and first and first[0].requires_grad and params:
             if _bad(out_grad) and loss_bad:
                 return None  # the loss itself was non-finite: born in its forward
@@ -421,9 +430,7 @@ def locate_step(
                     note="the loss's backward produced it, outside the model",
                 )
             nodes = _graph_nodes([first[0].grad_fn])
-            handles = [
-                n.register_prehook(lambda go, n=n: setattr(tracer, "node", n)) for n in nodes
-            ]
+            handles = [entry.node_prehook(n, _running(tracer, n)) for n in nodes]
             try:
                 with tracer:
                     torch.autograd.grad(first[0], params, out_grad, allow_unused=True)
@@ -462,7 +469,7 @@ class ArmedTrace:
 
     def __init__(
         self,
-        names: dict[nn.Module, str] | None = None,
+        names: Mapping[nn.Module, str] | None = None,
         on_found: Callable[[], None] | None = None,
         replays: bool = False,
         load_compiler: bool = False,
@@ -505,7 +512,7 @@ def rerun_closure(
     closure: Callable[[], Any],
     rng: RngState,
     roots: Sequence[nn.Module],
-    names: dict[nn.Module, str],
+    names: Mapping[nn.Module, str],
     params: Sequence[tuple[str, str, Tensor]],
 ) -> Origin | None:
     """Call an optimizer step's closure (LBFGS) again under op-level checks, from the RNG

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from .._util import objects
+from .._util.objects import IdMap
 from .._util.state import kept
 from .._util.tree import floats as _floats
 from ..detect.finding import Origin
@@ -130,15 +132,15 @@ def check_numerics(
         v_args = _map(v_args, lambda t: t.detach().requires_grad_(t.is_floating_point()))
         try:
             # the user's module keeps its gradients, buffers and RNG: variants change nothing
-            with kept([module], list(module.parameters())), torch.enable_grad():
-                module.zero_grad(set_to_none=True)
+            with kept([module], objects.parameters(module)), torch.enable_grad():
+                objects.zero_grad(module)
                 out = module(*v_args, **v_kwargs)
                 outs = _floats(out)
                 bad_out = any(not bool(torch.isfinite(t).all()) for t in outs)
                 bad_grad = False
                 if backward and not bad_out and outs and outs[0].requires_grad:
                     sum(t.float().sum() for t in outs).backward()  # type: ignore[union-attr]
-                    grads = [p.grad for p in module.parameters() if p.grad is not None]
+                    grads = [p.grad for p in objects.parameters(module) if p.grad is not None]
                     grads += [t.grad for t in _floats(v_args) if t.grad is not None]
                     bad_grad = any(not bool(torch.isfinite(g).all()) for g in grads)
         except RuntimeError as exc:
@@ -148,7 +150,7 @@ def check_numerics(
             continue
         if not (bad_out or bad_grad):
             continue
-        names = {m: n for n, m in module.named_modules()}
+        names = IdMap((m, n) for n, m in objects.named_modules(module))
         fresh = _map(v_args, lambda t: t.detach().requires_grad_(t.is_floating_point()))
         out_grad = torch.ones_like(outs[0]) if outs else None
         origin = locate_step(0, [module], names, (fresh, v_kwargs), None, out_grad)

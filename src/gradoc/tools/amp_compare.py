@@ -41,13 +41,11 @@ SCALE_INIT, BACKOFF, GROWTH, GROWTH_INTERVAL = 2.0**16, 0.5, 2.0, 2000
 def _worker(ns: argparse.Namespace) -> int:
     import torch
     import torch.nn as nn
-    from torch.optim.optimizer import (
-        register_optimizer_step_post_hook,
-        register_optimizer_step_pre_hook,
-    )
 
+    from .._util import entry, objects
     from ..collect import taps
     from ..collect.models import ModelFinder
+    from ..errors import GradocError
     from ..runtime.replay import seed_everything
     from ..runtime.runner import Stop, check_script, run_until
 
@@ -67,7 +65,7 @@ def _worker(ns: argparse.Namespace) -> int:
 
     def pre(m: nn.Module, a: Any) -> None:
         if state["depth"] == 0 and amp and torch.is_grad_enabled():
-            p = next(m.parameters(), None)
+            p = next(iter(objects.parameters(m)), None)
             device = p.device.type if p is not None else "cpu"
             state["device"] = state["device"] or device
             state["ctx"] = torch.autocast(device, dtype=dtype)
@@ -81,7 +79,9 @@ def _worker(ns: argparse.Namespace) -> int:
             state["ctx"] = None
 
     class Losses(taps.TapReceiver):  # every scalar loss handed to backward()
-        def on_backward(self, tensors: Any, inputs: Any = None, direct: bool = True) -> None:
+        def on_backward(
+            self, tensors: Any, inputs: Any = None, direct: bool = True, gradients: Any = None
+        ) -> None:
             loss = taps.scalar_loss(tensors)
             if loss is not None:
                 rec["loss"].append(float(loss.float()))
@@ -113,7 +113,9 @@ def _worker(ns: argparse.Namespace) -> int:
                 for i, p in enumerate(params)
                 if p.grad is not None
             }
-            named = {id(p): n for r in models.trained_by(opt) for n, p in r.named_parameters()}
+            named = {
+                id(p): n for r in models.trained_by(opt) for n, p in objects.named_parameters(r)
+            }
             rec["names"] = [named.get(id(p), f"param {i}") for i, p in enumerate(params)]
 
     def step_post(opt: torch.optim.Optimizer, a: Any, kw: Any) -> None:
@@ -126,10 +128,10 @@ def _worker(ns: argparse.Namespace) -> int:
             raise Stop(None)
 
     handles = [
-        nn.modules.module.register_module_forward_pre_hook(pre),
-        nn.modules.module.register_module_forward_hook(post, always_call=True),
-        register_optimizer_step_pre_hook(step_pre),
-        register_optimizer_step_post_hook(step_post),
+        entry.every_forward_pre_hook(pre),
+        entry.every_forward_hook(post, always_call=True),
+        entry.every_step_pre_hook(step_pre),
+        entry.every_step_post_hook(step_post),
     ]
     sink = Losses()
     models = ModelFinder()  # which model the step trains: its parameters' names
@@ -143,6 +145,10 @@ def _worker(ns: argparse.Namespace) -> int:
         models.remove()
         for h in handles:
             h.remove()
+    if entry.failures():  # a measurement whose hooks failed is no measurement
+        raise GradocError(
+            "amp-compare could not measure this script: an internal error of gradoc's"
+        )
     cuda = state["device"] == "cuda"
     peak = (
         torch.cuda.max_memory_allocated()

@@ -38,6 +38,7 @@ import torch.nn as nn
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from .._util import entry, objects
 from .._util.tree import tensors as _tensors
 from ..errors import GradocError
 from ..report.results import BlockCost, Plan, PlanRow
@@ -49,22 +50,21 @@ def find_blocks(model: nn.Module, blocks: str | None = None) -> tuple[str, list[
     """The repeated blocks: ``blocks`` names their container, or the largest ModuleList /
     Sequential (by parameters) of at least two children of one type."""
     if blocks is not None:
-        try:
-            container = model.get_submodule(blocks)
-        except AttributeError:
-            raise GradocError(f"the model has no submodule {blocks!r}") from None
-        kids = list(container.children())
+        container = dict(objects.named_modules(model)).get(blocks)
+        if container is None:
+            raise GradocError(f"the model has no submodule {blocks!r}")
+        kids = objects.children(container)
         if len(kids) < 1:
             raise GradocError(f"{blocks!r} has no child modules to checkpoint")
         return blocks, kids
     best: tuple[int, str, list[nn.Module]] | None = None
-    for name, m in model.named_modules():
+    for name, m in objects.named_modules(model):
         if not isinstance(m, (nn.ModuleList, nn.Sequential)):
             continue
-        kids = list(m.children())
+        kids = objects.children(m)
         if len(kids) < 2 or len({type(k) for k in kids}) != 1:
             continue
-        size = sum(p.numel() for p in m.parameters())
+        size = sum(p.numel() for p in objects.parameters(m))
         if size and (best is None or size > best[0]):
             best = (size, name, kids)
     if best is None:
@@ -148,7 +148,7 @@ class _Saved:
     """Bytes autograd saves for the backward pass: unique storages, parameters left out."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.params = {p.untyped_storage().data_ptr() for p in objects.parameters(model)}
         self.stack: list[int] = []
         self.reset()
 
@@ -175,7 +175,17 @@ class _Saved:
             self.add(t)
             return t
 
-        return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        return entry.saved_tensors_hooks(pack)
+
+
+def _counts_input(saved: _Saved) -> Callable[[nn.Module, Any], None]:
+    """A segment's forward pre-hook: a checkpoint holds its segment's input."""
+
+    def pre(module: nn.Module, args: Any) -> None:
+        for t in _tensors(args)[:1]:
+            saved.add(t, owner=-2)
+
+    return pre
 
 
 Step = Callable[[nn.Module], Tensor]
@@ -246,12 +256,13 @@ def plan_checkpointing(
     step = _step_fn(args, kwargs or {}, loss_fn)
     name, mods = find_blocks(model, blocks)
     n = len(mods)
-    device = next(model.parameters()).device
+    device = objects.parameters(model)[0].device
     ks = sorted(
         {k for k in (settings or (1, 2, 4, 8)) if 1 <= k <= n} | {max(1, round(math.sqrt(n)))}
     )
 
     # per block, no checkpointing
+    failures = entry.failures()
     saved = _Saved(model)
     inputs: dict[int, int] = {}
     fwd: dict[int, list[float]] = {i: [] for i in range(n)}
@@ -278,10 +289,10 @@ def plan_checkpointing(
             bwd[i].append(time.perf_counter() - t0.get(-1 - i, time.perf_counter()))
 
         handles += [
-            m.register_forward_pre_hook(pre),
-            m.register_forward_hook(post),
-            m.register_full_backward_pre_hook(bpre),
-            m.register_full_backward_hook(bpost),
+            entry.forward_pre_hook(m, pre),
+            entry.forward_hook(m, post),
+            entry.backward_pre_hook(m, bpre),
+            entry.backward_hook(m, bpost),
         ]
     try:
         with warnings.catch_warnings():  # hooks on blocks whose input needs no grad
@@ -291,7 +302,7 @@ def plan_checkpointing(
                 with saved.hooks():
                     loss = step(model)
                 loss.backward()
-                model.zero_grad(set_to_none=True)
+                objects.zero_grad(model)
             base_saved, by_block = saved.total, dict(saved.by)
     finally:
         for h in handles:
@@ -311,6 +322,8 @@ def plan_checkpointing(
         rows.append(
             _measure(model, step, blocks, k, repeats, device, by_block, inputs, n, base_saved)
         )
+    if entry.failures() > failures:  # a measurement whose hooks failed is no measurement
+        raise GradocError("could not plan checkpointing: an internal error of gradoc's")
     base_t = rows[0].step_s
     for row in rows:
         row.time_ratio = row.step_s / base_t if base_t else None
@@ -335,12 +348,10 @@ def _measure(
     saved = _Saved(m)
     if every:  # a checkpoint holds its segment's input: count it as its own
         for seg in segments:
-            mods[seg[0]].register_forward_pre_hook(
-                lambda mod, a: [saved.add(t, owner=-2) for t in _tensors(a)[:1]] and None
-            )
+            entry.forward_pre_hook(mods[seg[0]], _counts_input(saved))
     times, peaks = [], []
     step(m).backward()  # warm-up: the first checkpointed pass pays one-off costs
-    m.zero_grad(set_to_none=True)
+    objects.zero_grad(m)
     for _ in range(repeats):
         saved.reset()
         if device.type == "cuda":
@@ -356,7 +367,7 @@ def _measure(
         times.append(time.perf_counter() - t)
         if device.type == "cuda":
             peaks.append(torch.cuda.max_memory_allocated(device) - start)
-        m.zero_grad(set_to_none=True)
+        objects.zero_grad(m)
     block_total = sum(by_block.get(i, 0) for i in range(n))
     if every:
         predicted = base_saved - block_total + sum(inputs.get(seg[0], 0) for seg in segments)
@@ -379,8 +390,6 @@ def capture_first_step(
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """Run a training script up to its first optimizer step; return the model that owns the
     optimizer's parameters and the arguments of its last forward call."""
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
     from ..collect.models import ModelFinder
     from ..runtime.runner import Stop, run_until
 
@@ -392,7 +401,7 @@ def capture_first_step(
             if call is not None:
                 raise Stop((m, *call))
 
-    handle = register_optimizer_step_pre_hook(step)
+    handle = entry.every_step_pre_hook(step)
     try:
         found = run_until(script, args)
     finally:
