@@ -18,6 +18,7 @@ from ..detect.signals import clip_factors
 from ..diagnose import diagnose
 from ..findings import check_all
 from ..findings.log_incomplete import LogIncomplete
+from ..findings.loss_unread import unread_reasons
 from ..guard import GuardSummary
 from ..schedule import lean_reads
 from ..store import EventKind, RunLog, RunMeta, Series, Stopped
@@ -66,7 +67,10 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         loss_read=loss_read(meta),
         clipping=clipping(run),
         unwatched=_unwatched(meta),
-        objectives=[ObjectiveFacts.from_json(o.to_json()) for o in history.objectives],
+        objectives=[
+            ObjectiveFacts.from_json(o.to_json() | unread(o.id, history))
+            for o in history.objectives
+        ],
         sampling=sampling(meta, run.num_steps),
         attention=attention_series(history),
         output_logits=output_logit_series(history),
@@ -275,6 +279,12 @@ def clipping(run: RunLog) -> Clipping | None:
         sorted(bit)[len(bit) // 2] if bit else None,
         said.get("norm_type"),
     )
+
+
+def unread(objective: int, history: History) -> JsonObject:
+    """``{"loss_unread": why}`` for the first objective whose steps had no loss read."""
+    why = unread_reasons(history) if objective == 0 else []
+    return {"loss_unread": "; ".join(why)} if why else {}
 
 
 def _unwatched(meta: RunMeta) -> list[str]:

@@ -125,9 +125,21 @@ class ObjectiveFacts:
     """Its categorical policy's entropy, a share of its maximum, at the first and last step
     it was read (``collect.policy``); None where no policy was seen."""
     entropy_last: float | None = None
+    loss_read: int | None = None
+    """The steps whose loss was read, of its ``steps`` (None in reports before it was said)."""
+    loss_unread: str | None = None
+    """Why the other steps had no loss read, in one sentence (None when every one had)."""
 
     def to_json(self) -> JsonObject:
         return asdict(self)
+
+    @property
+    def coverage(self) -> str | None:
+        """``loss read on 1 of 600 steps (why)``, where some step's loss was not read."""
+        if self.loss_read is None or self.loss_read >= self.steps:
+            return None
+        why = f" ({self.loss_unread})" if self.loss_unread else ""
+        return f"loss read on {self.loss_read:,} of {self.steps:,} steps{why}"
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ObjectiveFacts:
@@ -143,6 +155,8 @@ class ObjectiveFacts:
             data.get("loss_last"),
             data.get("entropy_first"),
             data.get("entropy_last"),
+            data.get("loss_read"),
+            data.get("loss_unread"),
         )
 
 

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from .objectives import Objectives
 
 
+UNREAD_NO_BACKWARD = (
+    "no backward() or torch.autograd.grad() call in the step: its gradients came another way "
+    "(torch.func, a hand-written backward)"
+)
+UNREAD_HANDED = "backward() was handed no floating-point loss gradoc could read"
+UNREAD_OTHERS = "its backward() calls belonged to another gradoc run open in the process"
+
+
 class LossReader:
     """The losses of the open step, and what the run log says of how they are read."""
 
@@ -52,6 +60,11 @@ class LossReader:
         transfer (``collect.output_logits``)."""
         self._names: dict[int, str] = {}
         self._told: dict[str, JsonObject] = {}
+        self.others = self.left = 0
+        """The step's ``backward()`` calls left to another open run (``Steps.on_backward``);
+        ``left``: the ended step's (:meth:`take`)."""
+        self.unread: dict[str, int] = {}
+        """Why the primary optimizer's steps had no loss read: the reason, how many steps."""
 
     def read(self, root: Tensor, joined: bool = False, value: Tensor | None = None) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
@@ -157,7 +170,24 @@ class LossReader:
         """The ended step's losses; the next step starts with none."""
         micros = self.micros
         self.micros, self.backward_calls, self.closure_open = [], 0, False
+        self.left, self.others = self.others, 0
         return micros
+
+    def missed(self, calls: int) -> tuple[None, None]:
+        """A step of the primary optimizer ended with no loss read: why, counted (``calls``:
+        its ``backward()`` calls that were this run's); no loss for its row."""
+        if self.left:
+            why = UNREAD_OTHERS
+        elif calls:
+            why = UNREAD_HANDED
+        else:
+            why = UNREAD_NO_BACKWARD
+        self.unread[why] = self.unread.get(why, 0) + 1
+        return None, None
+
+    def unread_meta(self) -> JsonObject:
+        """``meta['loss_unread']``: the steps with no loss read, by reason (none: ``{}``)."""
+        return {"loss_unread": dict(self.unread)} if self.unread else {}
 
     def close(self, step: int) -> None:
         """The run ends: a loss backpropagated in a step that never ended is kept as one that

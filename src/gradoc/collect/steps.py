@@ -189,6 +189,7 @@ class Steps(taps.TapReceiver):
         # (a run attached later by `gradoc run` takes everything until it knows its model).
         # Alone, it takes every loss, whatever method of the model made it (a CRF's).
         if self.watched.prefixes and not self.watched.forward_seen and others_open(self.run):
+            self.loss.others += 1
             return
         self.loss.backward_calls += 1
         if self.loss.closure_open:
@@ -355,7 +356,7 @@ class Steps(taps.TapReceiver):
         if optimizer is not self.primary:
             return
         self._clearing.after_step(target)
-        loss, divisors = losses.step_values(micros) if micros else (None, None)
+        loss, divisors = losses.step_values(micros) if micros else self.loss.missed(calls)
         lrs = [] if target.manual else [lr_of(g) for g in target.optimizer.param_groups]
         samples = self.watched.samples or None
         t = time.monotonic() - self.run.t0
@@ -398,7 +399,7 @@ class Steps(taps.TapReceiver):
         self.loss.close(self.count)  # backpropagated, but the step never ended: not a step's
         self.activations.arm(False)
         self.send_last()  # what waits reaches the host before the probes sum up
-        meta: JsonObject = self.clipping.meta()
+        meta: JsonObject = self.clipping.meta() | self.loss.unread_meta()
         meta |= self._clearing.summary()
         for probe in self.probes:
             meta |= probe.close(self.count)

@@ -75,6 +75,9 @@ class History:
     """The model's attention calls in forward order, where the loss's graph showed some."""
     output_logits: list[OutputLogits] = field(default_factory=list)
     """The output layers under the loss's log-softmaxes, nearest the loss first."""
+    counted: int | None = None
+    """The steps the run counted (``run.num_steps``; None in a history made by hand): its
+    loss was read on ``len(loss)`` of them."""
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """Values computed from the fields above, kept so that the detectors and the diagnosis
     that each ask for them compute them once (:func:`gradoc.detect.signals.weight_params`,
@@ -111,6 +114,7 @@ class History:
             },
             attention=_attention(run),
             output_logits=_output_logits(run),
+            counted=run.num_steps,
         )
 
     @property
@@ -122,6 +126,7 @@ class History:
                 self.meta,
                 lambda k: self.loss if k == 0 else self.objective_losses.get(k, _EMPTY),
                 lambda k: self.policy_entropy.get(k, _EMPTY),
+                self.counted,
             )
         return found  # type: ignore[no-any-return]
 
@@ -143,7 +148,15 @@ class History:
 
     @property
     def num_steps(self) -> int:
+        if self.counted is not None:
+            return self.counted
         return len(self.loss.steps) if self.loss.steps else len(self.grad_norm.steps)
+
+    @property
+    def loss_covered(self) -> bool:
+        """The loss was read on enough of the run's steps to be judged (``training.COVERED``)."""
+        objectives = self.objectives
+        return not objectives or objectives[0].covered
 
 
 def _attention(run: RunLog) -> list[Attention]:

@@ -90,6 +90,12 @@ def improved(loss: Series, since: int | None = None) -> tuple[float, float] | No
     return (early, late) if 0 < late <= IMPROVED * early else None
 
 
+def loss_improved(h: History, since: int | None = None) -> tuple[float, float] | None:
+    """:func:`improved` of the run's loss, None where it was read on too few of the run's
+    steps to say anything of it (``History.loss_covered``)."""
+    return improved(h.loss, since) if h.loss_covered else None
+
+
 def update_ratio(update: float, weight: float) -> float | None:
     """||update|| / ||weight|| (the weight before the update): the one definition, used by
     the detectors, the charts, the sinks and the collector. None where it means nothing: a

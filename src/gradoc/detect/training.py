@@ -55,6 +55,13 @@ REGRESSION = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Loss functions a value function (a critic) regresses onto returns with."""
 
 
+COVERED = 0.5
+"""No verdict about a loss read on fewer than this share of its steps (a healthy curve, a
+blow-up, a plateau, a fix verified): what was not seen is not judged. Half: the fewest
+steps on which a trend read from the loss still stands for the run's (a loss read on step 0
+of 600, as the BiLSTM-CRF tutorial's was, says nothing of the other 599)."""
+
+
 POLICY = "its loss takes both signs and is no supervised loss function (a policy gradient)"
 """Why an objective is judged a policy."""
 BOTH = (
@@ -91,11 +98,24 @@ class Objective:
     optimizers: list[int] = field(default_factory=lambda: [0])
     entropy: Series = field(default_factory=lambda: Series([], []))
     """Its categorical policy's entropy, a share of its maximum, where one was read."""
+    counted: int | None = None
+    """The steps counted for it (its optimizers'), None where not known: its loss was read
+    on ``len(loss)`` of them."""
 
     @property
     def falls(self) -> bool:
         """Its loss is expected to fall: the loss-trend rules judge it."""
         return self.training is Training.SUPERVISED
+
+    @property
+    def covered(self) -> bool:
+        """Its loss was read on enough of its steps to say anything of it (``COVERED``)."""
+        return not self.counted or len(self.loss) >= COVERED * self.counted
+
+    @property
+    def judged(self) -> bool:
+        """The loss-trend rules judge it: expected to fall, and read on enough steps."""
+        return self.falls and self.covered
 
     def to_json(self) -> JsonObject:
         return {
@@ -105,7 +125,8 @@ class Objective:
             "role": self.role,
             "why": self.why,
             "optimizers": list(self.optimizers),
-            "steps": len(self.loss),
+            "steps": max(self.counted or 0, len(self.loss)),
+            "loss_read": len(self.loss),
             "loss_first": self.loss.values[0] if self.loss.values else None,
             "loss_last": self.loss.values[-1] if self.loss.values else None,
         } | (
@@ -119,12 +140,23 @@ def judge(
     meta: RunMeta,
     loss_of: Callable[[int], Series],
     entropy_of: Callable[[int], Series] | None = None,
+    counted: int | None = None,
 ) -> list[Objective]:
     """The run's objectives, each with the kind of training it is judged as (see the module
     docstring); ``loss_of(id)``: an objective's loss series (0: the steps table's);
-    ``entropy_of(id)``: its policy's entropy, where one was read."""
+    ``entropy_of(id)``: its policy's entropy, where one was read; ``counted``: the run's
+    steps (the first objective's; the others' are in ``meta.objectives``)."""
     found = _judge(meta, loss_of)
-    return [replace(o, entropy=entropy_of(o.id)) for o in found] if entropy_of else found
+    steps = {int(o["id"]): o.get("steps") for o in meta.objectives}
+    steps[0] = counted
+    return [
+        replace(
+            o,
+            entropy=entropy_of(o.id) if entropy_of else o.entropy,
+            counted=n if isinstance(n := steps.get(o.id), int) else None,
+        )
+        for o in found
+    ]
 
 
 def _judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:

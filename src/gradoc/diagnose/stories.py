@@ -12,7 +12,9 @@ one story headlined by the blow-up. A finding about what the program set up (a m
 a loss's input, a clip threshold: each kind's ``setup``) was there from the first step, whatever
 step its rule saw it at, and heads the story of what it caused. A standing condition (an Adam
 learning rate as large as the weights) is a setting rather than an event: it joins the story
-of what it caused, whenever that began.
+of what it caused, whenever that began. A finding its kind tells on its own (``told``: a loss
+NaN to the end of the run) joins its story and stays a finding: how the run ended is said,
+whatever heads the story.
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ def merge(findings: list[Finding]) -> list[Finding]:
         target = root[id(cause)]
         root[id(f)] = target
         target.related.append(Related(f.kind, f.step, f.layer, f.summary))
+        kind = _kind(f)
+        if kind is not None and kind.told(f):  # part of the story, and told on its own too
+            kept.append(f)
+            continue
         target.related.extend(f.related)
         if f.origin is not None and target.origin is None:
             target.origin = f.origin  # where the NaN was born travels with the story

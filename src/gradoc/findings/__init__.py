@@ -35,6 +35,7 @@ from .loss_on_probabilities import LossOnProbabilities
 from .loss_plateau import LossPlateau
 from .loss_spike import LossSpike
 from .loss_unbounded import LossUnbounded
+from .loss_unread import LossUnread
 from .monitoring_stopped import MonitoringStopped
 from .nonfinite import Nonfinite
 from .output_logit_divergence import OutputLogitDivergence
@@ -82,6 +83,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     WeightDecayDominates,
     LogIncomplete,
     MonitoringStopped,
+    LossUnread,
 )
 
 REGISTRY: dict[str, FindingKind] = {}
@@ -114,17 +116,17 @@ def check_all(h: History) -> list[Finding]:
     objectives = h.objectives
     found = []
     for kind in REGISTRY.values():
-        if not kind.judges_trend or (len(objectives) == 1 and objectives[0].falls):
+        if not kind.judges_trend or (len(objectives) == 1 and objectives[0].judged):
             found += [(f, h) for f in kind.check(h)]
             continue
         for o in objectives:
-            if o.falls:  # judged by its own loss, named after it
+            if o.judged:  # judged by its own loss, named after it (read on enough steps)
                 judged = h.of_objective(o)
                 found += [(_of(f, o.name, len(objectives)), judged) for f in kind.check(judged)]
     for f, seen in found:
         _harmless(f, seen)
     findings = [f for f, _ in found]
-    if len(objectives) == 1 and objectives[0].falls:
+    if len(objectives) == 1 and objectives[0].judged:
         _no_harm(findings, objectives[0])
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
 

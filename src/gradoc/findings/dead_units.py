@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt, improved
+from ..detect.signals import fmt, loss_improved
 from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
 from .facts import Facts
 from .kind import Details, FindingKind
@@ -121,9 +121,9 @@ class DeadUnits(FindingKind):
     def harmless(self, f: Finding, h: History) -> str | None:
         d = Timing.known(f.details)
         objectives = h.objectives
-        if d is None or d.alive_until is None or len(objectives) != 1 or not objectives[0].falls:
+        if d is None or d.alive_until is None or len(objectives) != 1 or not objectives[0].judged:
             return None  # dead from the first sample: a layer that barely passes anything
-        better = improved(h.loss)
+        better = loss_improved(h)
         if better is None:
             return None
         return (

@@ -48,7 +48,7 @@ import statistics
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import excursions, finite, fmt, improved, median, weight_params
+from ..detect.signals import excursions, finite, fmt, loss_improved, median, weight_params
 from ..detect.training import Training
 from ..detect.zclip import WARMUP, ZClip
 from .advice import (
@@ -214,7 +214,7 @@ class ExplodingGradients(FindingKind):
         scale = _scale_rule(h)
         if scale is None or not scale[3] or _growth_rule(h) is not None:
             return None
-        better = improved(h.loss, since=scale[0])
+        better = loss_improved(h, since=scale[0])
         if better is None:
             return None
         return (

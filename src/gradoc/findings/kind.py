@@ -94,6 +94,11 @@ class FindingKind:
         """This finding may head the story of what it can cause (``caused_by`` of others)."""
         return True
 
+    def told(self, f: Finding) -> bool:
+        """Told as a finding of its own even when it joins another's story (a loss that was
+        NaN to the end of the run: that is how it ended, whatever caused it)."""
+        return False
+
     def until(self, f: Finding) -> int | None:
         """The step this finding's problem was over by, when it ended before the run did (a
         loss that came back); None while it lasted to the end. What began long after it

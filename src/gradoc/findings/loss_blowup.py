@@ -109,7 +109,7 @@ class Blowup(Details):
     peak_ratio: float
     came_back_at: int | None
     end_loss: float
-    """The median of the last 10% of the steps."""
+    """The median of the last 10% of the steps; NaN/Inf when the loss was so to the end."""
     per_sample: bool
     """Read from the per-sample losses (the batch mean's noise is not the loss's)."""
 
@@ -184,6 +184,8 @@ class LossBlowup(FindingKind):
             return []  # within what this run's loss does on its own
         tail = values[-max(3, len(values) // 10) :]
         end = statistics.median(tail)
+        nan_from = series.nonfinite_to_the_end()  # it ended NaN: so that is how it ended
+        end = series.values[-1] if nan_from is not None else end
         ratio = values[peak_i] / start
         details = Blowup(
             start_loss=start,
@@ -199,6 +201,11 @@ class LossBlowup(FindingKind):
             if back_i is not None
             else " and did not come back"
         )
+        ended = (
+            f", then was non-finite from step {nan_from} to the last step ({fmt(end)})"
+            if nan_from is not None
+            else f" and ended at {fmt(end)}"
+        )
         unit = " per sample" if per_sample else ""
         return [
             Finding(
@@ -209,13 +216,18 @@ class LossBlowup(FindingKind):
                 summary=(
                     f"loss blow-up from step {steps[onset]}: the loss{unit} rose from "
                     f"{fmt(start)} to {fmt(values[peak_i])} ({fmt(ratio)}x) at step "
-                    f"{steps[peak_i]}{came} and ended at {fmt(end)}"
+                    f"{steps[peak_i]}{came}{ended}"
                 ),
                 evidence=[
                     Evidence(f"loss{unit} at the start (lowest of the first 3)", fmt(start)),
                     Evidence("peak loss", fmt(values[peak_i]), step=steps[peak_i]),
                     Evidence("peak / start", fmt(ratio)),
-                    Evidence("loss at the end (median of the last 10%)", fmt(end)),
+                    Evidence(
+                        "loss at the end (median of the last 10%)"
+                        if nan_from is None
+                        else f"loss at the end (non-finite from step {nan_from})",
+                        fmt(end),
+                    ),
                 ],
                 details=details,
             )

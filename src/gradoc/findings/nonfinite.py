@@ -57,6 +57,11 @@ class NonfiniteFacts(Details):
     """The NaN/Inf the program printed before it ended, in nothing gradoc watched."""
     grew_before: dict[str, float] | None = None
     """How much the loss and the gradient norm grew in the steps before (x their start)."""
+    to_the_end: int | None = None
+    """The step from which the loss was NaN/Inf at every step to the last: how the run
+    ended (told on its own, whatever story it joins)."""
+    steps_after: int | None = None
+    """With ``to_the_end``: the steps from it to the last, every one of them non-finite."""
 
     def to_json(self) -> JsonObject:
         return {k: v for k, v in Details.to_json(self).items() if v is not None}
@@ -320,6 +325,10 @@ class Nonfinite(FindingKind):
         """A NaN the updates wrote is itself a consequence, not a first link."""
         return born_in_user_code(f)
 
+    def told(self, f: Finding) -> bool:
+        """A loss NaN to the end of the run is how the run ended: said on its own."""
+        return NonfiniteFacts.of(f.details).to_the_end is not None
+
     def check(self, h: History) -> list[Finding]:
         loss = h.loss
         bad_loss = loss.first_nonfinite()
@@ -400,6 +409,17 @@ class Nonfinite(FindingKind):
         grew = _grew_before(h, step)
         for what, ratio in grew.items():
             evidence.append(Evidence(f"{what.replace('_', ' ')} growth before", fmt(ratio)))
+        end = loss.nonfinite_to_the_end()
+        after = sum(1 for s in loss.steps if end is not None and s >= end)
+        if end is not None:
+            last = loss.steps[-1]
+            final = _fmt(loss.values[-1])
+            parts.append(
+                f"the loss stayed non-finite from step {end} to the last step, {last} ({after} "
+                f"of the {len(loss)} steps whose loss was read; {final} at the last)"
+            )
+            evidence.append(Evidence("loss non-finite to the end from", end, step=end))
+            evidence.append(Evidence("steps non-finite from then to the last", after))
         return [
             Finding(
                 kind=self.name,
@@ -409,7 +429,11 @@ class Nonfinite(FindingKind):
                 summary="; ".join(parts),
                 evidence=evidence,
                 origin=origin,
-                details=NonfiniteFacts(grew_before=grew or None),
+                details=NonfiniteFacts(
+                    grew_before=grew or None,
+                    to_the_end=end,
+                    steps_after=after if end is not None else None,
+                ),
             )
         ]
 

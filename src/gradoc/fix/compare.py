@@ -11,6 +11,7 @@ from pathlib import Path
 from .._util.json_types import JsonObject
 from ..analysis import GuardSummary, Report
 from ..detect.finding import Finding
+from ..detect.training import COVERED
 from ..store import open_run
 from .patch import Edit
 from .remedy import CodeFix, Remedy
@@ -28,9 +29,13 @@ class Side:
     s_per_step: float | None
     """The median step, not the mean: one-off costs (imports, the first replay) left out."""
     final_loss: float | None
+    """The median of the last tenth of its losses; NaN when its last loss was not finite
+    (a run that ended NaN ended NaN, whatever came before)."""
     first_nonfinite_loss: int | None
     loss: list[float]
     guard: GuardSummary | None
+    loss_read: int | None = None
+    """The steps whose loss was read, of ``steps`` (a verdict needs half: ``COVERED``)."""
 
     def to_json(self) -> JsonObject:
         return asdict(self)
@@ -52,7 +57,8 @@ class Comparison:
     """The edit of the user's code the re-run was made with (``patch``)."""
     diff: str | None = None
     verdict: str | None = None
-    """"verified" or "did not help" (:func:`verdict`), for an edit as for a remedy."""
+    """"verified", "did not help" or "not judged" (:func:`verdict`), for an edit as for a
+    remedy."""
     falls: bool = True
     """The first run's loss is one expected to fall (a supervised objective's): a policy
     gradient's or a GAN's loss says nothing of how well it does, and is not compared."""
@@ -102,6 +108,8 @@ def _side(run_dir: Path, report: Report) -> Side:
         loss, times = log.scalar("loss"), log.scalar("time").values
     finite = [v for v in loss.values if math.isfinite(v)]
     tail = finite[-max(1, len(finite) // 10) :] if finite else []
+    if loss.values and not math.isfinite(loss.values[-1]):
+        tail = [math.nan]  # it ended non-finite: so is how it ended
     bad = next((s for s, v in zip(loss.steps, loss.values) if not math.isfinite(v)), None)
     deltas = [b - a for a, b in itertools.pairwise(times)]
     return Side(
@@ -115,6 +123,7 @@ def _side(run_dir: Path, report: Report) -> Side:
         first_nonfinite_loss=bad,
         loss=loss.values,
         guard=report.run.guard,
+        loss_read=len(loss.values),
     )
 
 
@@ -143,8 +152,13 @@ LOSS_NOISE = 0.05
 least as good" (the median of the last tenth of each run's steps)."""
 
 
+NOT_JUDGED = "not judged"
+"""The verdict where either run's loss was read on fewer than half its steps."""
+
+
 def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str, list[str]]:
-    """Whether an edit made against a finding of ``kind`` worked, and why not: "verified" when
+    """Whether an edit made against a finding of ``kind`` worked, and why not: "not judged"
+    when either run's loss was read on fewer than half its steps (``COVERED``); "verified" when
     the finding is gone, no new warning or error came, the loss ended at least as good (within
     :data:`LOSS_NOISE`) and the fixed run exited as the first did or cleanly; else "did not
     help", with each of those that failed, in the run's numbers. An edit that changes what
@@ -152,12 +166,21 @@ def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str
     checked for a finite value only: the two runs' losses are not the same quantity; nor is
     the loss of an objective not expected to fall (a policy gradient's, a GAN's)."""
     b, a = result.before, result.after
+    unread = [
+        f"the {which} run's loss was read on {side.loss_read} of its {side.steps} steps"
+        for which, side in (("first", b), ("fixed", a))
+        if side.loss_read is not None and side.steps and side.loss_read < COVERED * side.steps
+    ]
+    if unread:  # no verdict from what was not seen
+        return NOT_JUDGED, [*unread, "fewer than half: the fix cannot be judged by its loss"]
     why = []
     if any(f.kind == kind for f in result.remaining):
         why.append(f"{kind} is still found")
     why += [f"new: {f.kind} ({f.summary})" for f in result.new]
     if a.final_loss is None:
         why.append("the fixed run logged no finite loss")
+    elif not math.isfinite(a.final_loss):
+        why.append("the fixed run's loss ended non-finite")
     elif (
         not objective
         and result.falls

@@ -223,6 +223,8 @@ def _loss_figures(log: RunLog, report: Report) -> list[str]:
         if objectives and objectives[0].training != "supervised":
             o = objectives[0]
             said = f"judged {o.training} ({o.role}): {o.why}. " + said
+        if objectives and objectives[0].coverage is not None:
+            said = f"{objectives[0].coverage}. " + said
         return [_figure("chart-loss", "Loss", chart, said)]
     out = []
     for k, o in enumerate(objectives):
@@ -233,7 +235,8 @@ def _loss_figures(log: RunLog, report: Report) -> list[str]:
                 "chart-loss" if k == 0 else f"chart-loss-{o.id}",
                 f"Loss of {o.name}",
                 chart if loss.steps else None,
-                f"judged {o.training} ({o.role}): {o.why}.",
+                f"judged {o.training} ({o.role}): {o.why}."
+                + (f" {o.coverage}." if o.coverage is not None else ""),
             )
         )
     return out

@@ -157,6 +157,10 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
         console.print(_guard_line(info.guard))
     if info.loss_read:
         console.print(_t(f"loss: {info.loss_read}", style="dim"))
+    for o in info.objectives:  # a loss read on fewer than all its steps: how many, and why
+        if o.coverage is not None:
+            named = f"objective {o.name}: " if len(info.objectives) > 1 else ""
+            console.print(_t(named + o.coverage, style="yellow"))
     if info.sampling:
         console.print(_t(f"sampled: {info.sampling}", style="dim"))
     clip = info.clipping

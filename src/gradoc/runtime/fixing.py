@@ -21,7 +21,7 @@ from typing import Any
 from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..analysis import Report
-from ..fix.compare import Comparison
+from ..fix.compare import NOT_JUDGED, Comparison
 from ..fix.patch import Edit
 from ..fix.remedy import Remedy
 
@@ -137,8 +137,8 @@ def fix(
             )
         code, result = _try(rerun, t)
         last = result if result is not None else last
-        if result is not None and result.verdict == "verified":
-            break
+        if result is not None and result.verdict in ("verified", NOT_JUDGED):
+            break  # a fix that cannot be judged by its loss: neither can the next
     if last is None:
         return code
     return _said_verdict(last, rerun.tried, write, console)
@@ -376,9 +376,9 @@ class Rerun:
             write_text_file(self.json_path, text)
         print_comparison(result, what, result.code_fixes, console)
         if result.verdict != "verified":
+            said = "cannot tell" if result.verdict == NOT_JUDGED else "did not help"
             console.print(
-                Text(f"gradoc fix: did not help ({what.describe()}): ")
-                + Text("; ".join(result.why_not))
+                Text(f"gradoc fix: {said} ({what.describe()}): ") + Text("; ".join(result.why_not))
             )
         return code, result
 
@@ -445,6 +445,13 @@ def _said_verdict(result: Comparison, tried: list[JsonObject], write: bool, cons
     file), or that none of those tried helped. 0 when verified, 1 when not."""
     from rich.text import Text
 
+    if result.verdict == NOT_JUDGED:
+        console.print(
+            Text("gradoc fix: no verdict: ")
+            + Text("; ".join(result.why_not))
+            + Text("; nothing written" if write else "")
+        )
+        return 1
     if result.verdict != "verified":
         runs = f"{len(tried)} re-run{'s' if len(tried) != 1 else ''}"
         console.print(

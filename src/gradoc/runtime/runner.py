@@ -96,7 +96,7 @@ def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> 
         print(exc, file=sys.stderr)
         return exc.exit_code
     except BaseException as exc:
-        traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
+        _uncaught(exc)
         _gather(clues, exc)
         return 1
     finally:
@@ -155,6 +155,24 @@ def _show(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"tensor({value.detach().reshape(()).item()})"
     return repr(value)
+
+
+def _uncaught(exc: BaseException) -> None:
+    """What python does with an exception nothing caught: ``sys.excepthook`` (the program's
+    own, when it set one) is handed it, without gradoc's frames; a hook that fails is said
+    as python says it."""
+    tb = _user_frames(exc.__traceback__)
+    hook = sys.excepthook
+    if hook is sys.__excepthook__:
+        traceback.print_exception(type(exc), exc, tb)
+        return
+    try:
+        hook(type(exc), exc, tb)
+    except Exception as failed:
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(type(failed), failed, failed.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, tb)
 
 
 def _exit_code(code: object) -> int:

@@ -67,6 +67,9 @@ class RunMeta(Mapping[str, Any]):
     printed_nonfinite_last: JsonObject | None = None
     printed_nonfinite: list[Any] = field(default_factory=list)
     loss_read: JsonObject | None = None
+    loss_unread: dict[str, int] = field(default_factory=dict)
+    """Steps of the primary optimizer whose loss was not read, by the reason
+    (``gradoc.collect.loss_reading``); empty when every step's was."""
     loss_division: JsonObject | None = None
     loss_fn: JsonObject | None = None
     clipping: JsonObject | None = None

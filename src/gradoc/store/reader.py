@@ -128,6 +128,14 @@ class Series:
         """The first step whose value is NaN or ±Inf."""
         return next((s for s, v in zip(self.steps, self.values) if not math.isfinite(v)), None)
 
+    def nonfinite_to_the_end(self) -> int | None:
+        """The step from which every value to the last is NaN or ±Inf (None: the last value
+        is finite, or there is none)."""
+        i = len(self.values)
+        while i and not math.isfinite(self.values[i - 1]):
+            i -= 1
+        return self.steps[i] if i < len(self.values) else None
+
 
 class _Block:
     """The ``param_arrays`` rows of one parameter set: per statistic, its steps and one
