@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar, overload
 
+import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -142,9 +143,18 @@ def attribute(obj: Any, name: str, default: Any = None) -> Any:
     return found
 
 
-def by_id(modules: list[nn.Module]) -> dict[int, nn.Module]:
-    """Modules by ``id``: a module's own ``__hash__`` and ``__eq__`` are never asked."""
-    return {id(m): m for m in modules}
+def stepped(optimizer: Any) -> Any:
+    """The optimizer whose steps PyTorch's step hooks see: ``optimizer``, or, for a wrapper
+    that never called ``Optimizer.__init__`` (Lookahead as it is usually written: it has no
+    hooks of its own), the optimizer it holds and shares its ``param_groups`` with."""
+    own = instance_dict(optimizer)
+    if isinstance(own.get("_optimizer_step_pre_hooks"), dict):
+        return optimizer
+    for held in own.values():
+        shares = attribute(held, "param_groups") is own.get("param_groups")
+        if held is not optimizer and isinstance(held, torch.optim.Optimizer) and shares:
+            return stepped(held)
+    return optimizer
 
 
 K = TypeVar("K")

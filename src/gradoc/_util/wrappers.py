@@ -15,10 +15,21 @@ def compiled(module: nn.Module) -> bool:
     return dynamo is not None and isinstance(module, dynamo.OptimizedModule)
 
 
+_FUNCTORCH = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+
+
 def compiling() -> bool:
-    """True while torch.compile traces: a gradoc hook traced into a compiled graph does
-    nothing (no graph break, no side effect frozen at trace time)."""
+    """True while torch.compile traces."""
     return torch.compiler.is_compiling()
+
+
+def traced() -> bool:
+    """True while torch.compile traces, or inside a ``torch.func`` transform (``vmap``,
+    ``grad``, ``functional_call`` under them): a gradoc hook there does nothing (no graph
+    break, no side effect frozen at trace time; a batched tensor is no value to read)."""
+    if compiling():
+        return True
+    return _FUNCTORCH is not None and _FUNCTORCH() is not None
 
 
 def quiet_compile_warning() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from .._util import entry
+from .._util import entry, objects
 from .._util.paths import output_dir
 from .._util.text import one_line
 from ..config import WatchConfig
@@ -102,7 +102,7 @@ def watch(
         where = torchrun_out(name) if out is None else Path(out)
         run = _rank_run(where, name, rank, cfg, finish, resume)
     try:
-        run.attach(model, optimizer)
+        run.attach(model, objects.stepped(optimizer) if optimizer is not None else None)
     except GradocError:
         raise
     except Exception as exc:  # gradoc's failure, not the program's: it trains unwatched

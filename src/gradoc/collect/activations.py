@@ -23,7 +23,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .._util import entry
 from .._util.json_types import JsonObject
-from .._util.wrappers import compiling
+from .._util.wrappers import traced
 from ..locate.replay import own_work
 from ..stats import activation_stats, activation_stats_rows, combine, saturation_rule, unit_dim
 from ..stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_counts, range_counts
@@ -112,7 +112,7 @@ class Activations(Probe):
             self._handles = []
 
     def _module_output(self, module: nn.Module, args: Any, output: Any) -> None:
-        if compiling():  # a compiled model's modules: not watched inside (see docs/gradoc-run.md)
+        if traced():  # a compiled model's modules: not watched inside (see docs/gradoc-run.md)
             return
         watched = self.run.watched.modules.get(module)
         if watched is not None and torch.is_grad_enabled():
@@ -178,7 +178,7 @@ class Activations(Probe):
             self._early_hook = entry.every_forward_hook(self._early_output)
 
     def _early_output(self, module: nn.Module, args: Any, output: Any) -> None:
-        if compiling() or not torch.is_grad_enabled() or isinstance(module, SKIPPED):
+        if traced() or not torch.is_grad_enabled() or isinstance(module, SKIPPED):
             return
         self._early_summary(module, output)
 

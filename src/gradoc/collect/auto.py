@@ -22,7 +22,7 @@ from torch.optim import Optimizer
 
 from .._util import entry
 from .._util.state import RngState, rng_state
-from .._util.wrappers import compiling, quiet_compile_warning
+from .._util.wrappers import quiet_compile_warning, traced
 from . import taps
 from .models import ModelFinder
 from .run import Run
@@ -50,14 +50,14 @@ class EarlyCalls:
         ]
 
     def _enter(self, module: nn.Module, args: Any) -> None:
-        if compiling():
+        if traced():
             return
         if self._depth == 0 and torch.is_grad_enabled():
             self._rng = rng_state()
         self._depth += 1
 
     def _leave(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if compiling() or self._depth == 0:
+        if traced() or self._depth == 0:
             return
         self._depth -= 1
         if self._depth == 0 and self._rng is not None:

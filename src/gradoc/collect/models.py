@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch.optim import Optimizer
 
 from .._util import entry, objects
-from .._util.wrappers import compiling
+from .._util.wrappers import compiling, traced
 
 
 class ModelFinder:
@@ -51,12 +51,13 @@ class ModelFinder:
     def _saw(self, module: nn.Module, args: Any) -> None:
         if compiling() or not torch.is_grad_enabled():
             return  # inside a compiled model: its wrapper, called eagerly, was seen
+        # (a module run under torch.func, vmap's functional_call, ran: it is recorded)
         ref = self._ran.get(id(module))
         if ref is None or ref() is not module:
             self._ran[id(module)] = weakref.ref(module)
 
     def _called(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if self._calls is not None and not compiling() and torch.is_grad_enabled():
+        if self._calls is not None and not traced() and torch.is_grad_enabled():
             self._calls[id(module)] = (args, kwargs)
 
     def owners_of(self, wanted: set[int]) -> list[nn.Module]:

@@ -37,7 +37,7 @@ from torch.optim import Optimizer
 from .._util.json_types import JsonObject
 from .._util.objects import WeakIdMap, WeakIdSet
 from .._util.patch import Patch
-from .._util.wrappers import compiling
+from .._util.wrappers import traced
 from ..locate.origin import user_line
 from .losses import loss_like
 
@@ -182,7 +182,7 @@ def _tap_optimizer_init(init: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _tell_value(t: Tensor, value: float | None, how: str) -> None:
-    if compiling():  # traced by torch.compile: a fake tensor, and no side effect to freeze
+    if traced():  # traced by torch.compile: a fake tensor, and no side effect to freeze
         return
     for receiver in list(_receivers):
         receiver.on_value(t, value, how)

@@ -21,7 +21,7 @@ from .._util import objects
 from .._util.json_types import JsonObject
 from .._util.objects import IdMap
 from .._util.state import RngState, rng_state, same_rng
-from .._util.wrappers import compiled, compiling, unwrap
+from .._util.wrappers import compiled, traced, unwrap
 from ..locate.origin import user_line_holding
 from ..store.writer import insert_rows
 from ._hooks import global_hooks, local_hooks
@@ -111,13 +111,13 @@ class Watched:
     def _module_pre(self, module: nn.Module, args: Any) -> None:
         """Forward pre-hook (a global one: every module of the process calls it, so it
         returns at once unless ``module`` is a watched root)."""
-        if compiling():
+        if traced():
             return
         if id(module) in self._roots and self._roots[id(module)] is module:
             self._root_called(module, args)
 
     def _module_post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if compiling():
+        if traced():
             return
         if id(module) in self._roots and self._roots[id(module)] is module:
             self._root_returned(module, kwargs, output)

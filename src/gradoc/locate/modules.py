@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .._util import entry, objects
 from .._util.tree import floats
-from .._util.wrappers import compiling, quiet_compile_warning, unwrap
+from .._util.wrappers import quiet_compile_warning, traced, unwrap
 
 
 class ModuleStack:
@@ -71,7 +71,7 @@ class ModuleStack:
         return None
 
     def _enter(self, module: nn.Module, args: Any) -> None:
-        if compiling():
+        if traced():
             return
         name = self.name(module)
         if name is None:
@@ -82,7 +82,7 @@ class ModuleStack:
         self._inputs.append({id(t.grad_fn) for t in floats(args) if t.grad_fn is not None})
 
     def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
-        if compiling():
+        if traced():
             return
         if not self._modules or self._modules[-1] is not module:
             return  # entered before the stack was installed
