@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from ..detect.finding import HORIZONS, Finding, State, rank
+from ..detect.finding import HORIZONS, Finding, Related, State, rank
 from ..detect.history import History
 from ..findings import REGISTRY
 from ..findings.advice import zero_init
@@ -22,12 +22,23 @@ from .stories import causes, merge, order
 
 
 def diagnose(history: History, findings: list[Finding]) -> list[Finding]:
-    """Merge related findings into stories, order them, explain each."""
-    stories = order(merge(findings))
+    """Merge related findings into stories, order them, explain each. A finding told on its
+    own though it belongs to another's story (a NaN to the end of the run after a blow-up)
+    says what it is, and takes its cause, fixes and ruled-out causes from its story's head:
+    one cause per story."""
+    heads: dict[int, Finding] = {}
+    stories = order(merge(findings, heads))
     first = min((f.step for f in findings if f.step is not None), default=None)
     facts = gather(history, first)
     for f in stories:
         explain(f, history, facts)
+    for f in stories:
+        head = heads.get(id(f))
+        if head is not None:
+            f.hypotheses, f.ruled_out, f.fixes = [], list(head.ruled_out), list(head.fixes)
+            f.root_cause_family = head.root_cause_family
+            f.root_cause = f"the cause of {head.kind} at step {head.step}: {head.root_cause}"
+            f.related.insert(0, Related(head.kind, head.step, head.layer, head.summary))
     return stories
 
 

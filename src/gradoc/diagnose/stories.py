@@ -84,8 +84,9 @@ def _near(cause: Finding, by: FindingKind, f: Finding, kind: FindingKind) -> boo
     return began is None or began <= over + LINGER
 
 
-def merge(findings: list[Finding]) -> list[Finding]:
-    """Fold each consequence into the first link of its story (see the module docstring)."""
+def merge(findings: list[Finding], heads: dict[int, Finding] | None = None) -> list[Finding]:
+    """Fold each consequence into the first link of its story (see the module docstring);
+    ``heads``: filled with id(a finding told on its own) -> the head of its story."""
     timeline = sorted(findings, key=_when)
     root: dict[int, Finding] = {}
     kept = []
@@ -103,6 +104,8 @@ def merge(findings: list[Finding]) -> list[Finding]:
         kind = _kind(f)
         if kind is not None and kind.told(f):  # part of the story, and told on its own too
             kept.append(f)
+            if heads is not None:
+                heads[id(f)] = target
             continue
         target.related.extend(f.related)
         if f.origin is not None and target.origin is None:
