@@ -68,7 +68,7 @@ EXPECT: dict[str, dict[str, object]] = {
     "sys_exit_in_loop.py": {"exit": 3},
     "system_exit_message.py": {"exit": 1},
     "excepthook.py": {"exit": 1},
-    "vmap_per_sample.py": {"steps": 20},
+    "vmap_per_sample.py": {"steps": 20, "loss_read": 0, "kinds": ["loss_unread"]},
     "loss_from_method.py": {"steps": 60, "loss_read": 60},
     "scalar_loop_loss.py": {"loss_read": 25},
     "autograd_grad_only.py": {"steps": 30},
