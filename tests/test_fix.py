@@ -75,7 +75,8 @@ def test_run_fix_lowers_the_learning_rate_and_shows_the_finding_gone(tmp_path: P
     }
     assert not result["remaining"]
     assert result["after"]["status"] == "healthy" and result["before"]["status"] == "problems"
-    assert result["after"]["final_loss"] < 1.0 < result["before"]["final_loss"]
+    # the first run ended NaN (its last loss, not a median of the finite ones before it)
+    assert result["after"]["final_loss"] < 1.0 and result["before"]["final_loss"] == "nan"
     # the scale reached the scheduler's base rate: LambdaLR did not undo it
     assert "lr 0.03" in done.stdout
     with gradoc.open_run(fixed) as log:
@@ -122,7 +123,11 @@ def test_fix_command_states_the_code_change_with_file_and_line(tmp_path: Path) -
     # the NaN is still born: the real fix is a code change, named with its line
     assert [f["kind"] for f in result["remaining"]] == ["nonfinite"]
     assert result["verdict"] == "did not help"
-    assert result["why_not"] == ["nonfinite is still found"]
+    # the steps skipped are NaN, the last of them the run's last: it ended NaN
+    assert result["why_not"] == [
+        "nonfinite is still found",
+        "the fixed run's loss ended non-finite",
+    ]
     (fix,) = result["code_fixes"]
     assert fix["file"] == str(script) and fix["line"] == 6 and "x.std(1" in fix["code"]
     assert "needs a code change" in done.stderr and f"{script}:6" in done.stderr.replace("\n", "")
@@ -258,7 +263,7 @@ def test_fix_re_runs_in_a_copy_and_leaves_the_users_files_as_they_were(tmp_path:
     )
     result = json.loads((project / "runs" / "before-fixed" / "fix.json").read_text())
     assert result["remedy"]["kind"] == "lr_scale"
-    assert result["after"]["final_loss"] < 1.0 < result["before"]["final_loss"]
+    assert result["after"]["final_loss"] < 1.0 and result["before"]["final_loss"] == "nan"
 
 
 def test_a_copy_skips_what_is_not_the_scripts_input_and_refuses_a_huge_folder(

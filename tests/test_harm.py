@@ -167,6 +167,10 @@ HARM_IS_READ = {
     "length_anomaly": "information",
     "padding_waste": "information",
     "log_incomplete": "information",
+    # what gradoc did not watch (its own failure, a loss it could not read): a warning that
+    # says so, never a verdict on the training
+    "monitoring_stopped": "unwatched",
+    "loss_unread": "unwatched",
 }
 """How each kind that is not in :data:`STATISTICS` reads its harm: a new kind must say which,
 or have a statistic case above."""

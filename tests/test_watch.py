@@ -198,11 +198,12 @@ def test_loss_capture_forms(tmp_path: Path) -> None:
         opt.step()
         opt.zero_grad()
         out = model(x)
-        out.backward(torch.ones_like(out))  # not a scalar loss: counted, not recorded
+        out.backward(torch.ones_like(out))  # the loss whose gradient it computes: out.sum()
         opt.step()
     log = gradoc.open_run(run.dir)
     assert log.scalar("n_backward").values == [1, 1]
-    assert log.scalar("loss").steps == [0]
+    assert log.scalar("loss").steps == [0, 1]
+    assert log.scalar("loss").values[1] == pytest.approx(float(out.detach().sum()), rel=RTOL)
     # PyTorch's own functions are back
     assert (
         torch.autograd.backward,

@@ -11,7 +11,8 @@ from torch import Tensor
 
 from .._util.json_types import JsonObject
 from ..locate.origin import user_line_holding
-from . import losses
+from . import losses, taps
+from ._safety import others_open
 from .attention import AttentionReader
 from .policy import PolicyReader
 
@@ -66,6 +67,17 @@ class LossReader:
         self.unread: dict[str, int] = {}
         """Why the primary optimizer's steps had no loss read: the reason, how many steps."""
 
+    def elsewhere(self) -> bool:
+        """A ``backward()`` to leave to another run. With several runs open, a run takes only
+        losses computed after its own model ran (a run attached later by ``gradoc run`` takes
+        everything until it knows its model); alone, it takes every loss, whatever method of
+        the model made it (a CRF's ``neg_log_likelihood`` beside a ``forward()`` that decodes)."""
+        watched = self.run.watched
+        if watched.prefixes and not watched.forward_seen and others_open(self.run):
+            self.others += 1
+            return True
+        return False
+
     def read(self, root: Tensor, joined: bool = False, value: Tensor | None = None) -> None:
         """A scalar loss handed to ``backward()``: the step's. ``joined``: another term of
         the same iteration (a penalty's ``autograd.grad`` after the data term's), added to
@@ -85,6 +97,13 @@ class LossReader:
         if not self._fn_seen:  # what the loss is says what its chance level is
             self._fn_seen = True
             self.say(micro, kind={**losses.kind(micro.node), **_backward_at(root)})
+
+    def read_handed(self, tensors: Any, gradients: Any, joined: bool) -> None:
+        """What a ``backward()`` of no one scalar loss computes the gradient of
+        (``taps.handed``): each a loss of the step, the first as :meth:`read` would take it,
+        the others added to it."""
+        for i, (t, value) in enumerate(taps.handed(tensors, gradients)):
+            self.read(t, joined=joined or i > 0, value=value)
 
     def say(self, micro: losses.Micro | None, **facts: Any) -> None:
         """Tell the run log how the loss is read (once, and when something new is known)."""

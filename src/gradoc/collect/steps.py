@@ -47,7 +47,7 @@ from .._util.text import module_label
 from ..locate import Origin
 from ..store import EventKind
 from . import losses, taps
-from ._safety import guarded, others_open, without_grad
+from ._safety import guarded, without_grad
 from .activations import Activations, AmpRanges
 from .adam_state import eps_shares
 from .cadence import Cadence
@@ -145,16 +145,8 @@ class Steps(taps.TapReceiver):
 
     def hook(self, optimizer: Optimizer) -> list[Any]:
         """Route the optimizer's steps here, through its own step hooks; their handles."""
-        return [
-            entry.step_pre_hook(optimizer, self._step_pre),
-            entry.step_post_hook(optimizer, self._step_post),
-        ]
-
-    def _step_pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> Any:
-        return self.before_step(optimizer, args, kwargs)
-
-    def _step_post(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-        self.post_step(optimizer)
+        pre, post = entry.step_pre_hook, entry.step_post_hook  # guarded (``_util.entry``)
+        return [pre(optimizer, self.before_step), post(optimizer, self.post_step)]
 
     def counted_by(self, how: str) -> None:
         """Say once in the log how steps are counted (the report shows it)."""
@@ -185,11 +177,7 @@ class Steps(taps.TapReceiver):
             # before a step without an optimizer ends here: what it read belongs to it
             self.loss.unbacked.backward(root.grad_fn)
         self.manual.on_backward(tensors, inputs)
-        # With several runs open, a run takes only losses computed after its own model ran
-        # (a run attached later by `gradoc run` takes everything until it knows its model).
-        # Alone, it takes every loss, whatever method of the model made it (a CRF's).
-        if self.watched.prefixes and not self.watched.forward_seen and others_open(self.run):
-            self.loss.others += 1
+        if self.loss.elsewhere():
             return
         self.loss.backward_calls += 1
         if self.loss.closure_open:
@@ -201,8 +189,7 @@ class Steps(taps.TapReceiver):
                 self.locator.on_loss(root, self.loss.micros[-1].value, step)
             self.activations.on_loss(tensors)
             return
-        for i, (t, value) in enumerate(taps.handed(tensors, gradients)):
-            self.loss.read(t, joined=self.manual.joined or i > 0, value=value)
+        self.loss.read_handed(tensors, gradients, self.manual.joined)
 
     @guarded
     def on_value(self, tensor: Tensor, value: float | None, how: str) -> None:
@@ -340,7 +327,7 @@ class Steps(taps.TapReceiver):
     # -- the step's end -------------------------------------------------------------------
     @guarded
     @without_grad
-    def post_step(self, optimizer: Any) -> None:
+    def post_step(self, optimizer: Any, *hooked: Any) -> None:  # hooked: the step's arguments
         taps.reading_items(True)
         target = self.targets.get(optimizer)
         if target is None:
