@@ -209,15 +209,8 @@ Prepare = Callable[[tuple[Any, ...], dict[str, Any]], tuple[tuple[Any, ...], dic
 """What makes a wrapped call's arguments safe to read twice (see :func:`wrapped`)."""
 
 _NOT_CALLED, _RETURNED, _RAISED = 0, 1, 2
-
-
-class _Call:
-    __slots__ = ("error", "result", "state")
-
-    def __init__(self) -> None:
-        self.state = _NOT_CALLED
-        self.result: Any = None
-        self.error: BaseException | None = None
+"""A wrapped call's record (a two-item list, cheaper than an object): [what the program's
+call did, its result or its exception]."""
 
 
 def wrapped(
@@ -234,23 +227,30 @@ def wrapped(
     exception is raised. ``on``: a switch (``[False]``: a pass-through). ``prepare(args,
     kwargs)``: the arguments as gradoc's part and the call both use them, made before either
     (a generator of parameters turned into a list, which the call takes alike: a part that
-    consumed it and then failed would leave the call none)."""
+    consumed it and then failed would leave the call none).
+
+    NOTE: every ``backward()`` and ``item()`` of the program passes here: a record per call
+    on a per-thread stack, ~0.3 us, and nothing else."""
     local = threading.local()
     cell = _cell(where)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        stack = getattr(local, "stack", None)
-        record = stack[-1] if stack else None
-        fault(cell, "before", where)
+        try:
+            record = local.stack[-1]
+        except (AttributeError, IndexError):  # called outside the wrapper (make's own use)
+            record = None
+        if cell[0] is not None:
+            fault(cell, "before", where)
         try:
             result = original(*args, **kwargs)
         except BaseException as exc:
             if record is not None:
-                record.state, record.error = _RAISED, exc
+                record[0], record[1] = _RAISED, exc
             raise
         if record is not None:
-            record.state, record.result = _RETURNED, result
-        fault(cell, "after", where)
+            record[0], record[1] = _RETURNED, result
+        if cell[0] is not None:
+            fault(cell, "after", where)
         return result
 
     inner = make(call)
@@ -261,22 +261,25 @@ def wrapped(
             return original(*args, **kwargs)
         if prepare is not None:
             args, kwargs = prepare(args, kwargs)
-        stack = local.__dict__.setdefault("stack", [])
-        record = _Call()
+        try:
+            stack = local.stack
+        except AttributeError:
+            stack = local.stack = []
+        record: list[Any] = [_NOT_CALLED, None]
         stack.append(record)
         try:
             return inner(*args, **kwargs)
         except Exception as exc:
-            if record.state == _RAISED:
-                if exc is record.error:
+            if record[0] == _RAISED:
+                if exc is record[1]:
                     raise  # the program's own error, as without gradoc
                 failed(exc, where)
-                raise record.error from None  # type: ignore[misc]
+                raise record[1] from None
             if isinstance(exc, Deliberate):
                 raise
             failed(exc, where)
-            if record.state == _RETURNED:
-                return record.result
+            if record[0] == _RETURNED:
+                return record[1]
             return original(*args, **kwargs)
         finally:
             stack.pop()
