@@ -13,6 +13,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -144,3 +145,28 @@ def test_gradoc_fix_gives_no_verdict_from_a_loss_read_on_too_few_steps() -> None
         assert said == NOT_JUDGED and any("1 of its 600 steps" in w for w in why)
     ended_nan = compared(_side(600, 600, 2.0), _side(600, 600, math.nan))
     assert verdict(ended_nan, "loss_blowup")[0] == "did not help"
+
+
+def test_a_gradient_penalty_is_no_loss_and_a_list_of_losses_is_their_sum(tmp_path: Path) -> None:
+    """WGAN-GP's penalty takes ``autograd.grad(d(x), x, grad_outputs=ones)``: an inner
+    gradient, not the step's loss; ``backward([a, b])`` computes the gradient of a + b."""
+    critic = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    losses = []
+    with gradoc.watch(critic, opt, out=tmp_path / "run") as run:
+        for step in range(6):
+            x = torch.randn(16, 2, requires_grad=True)
+            out = critic(x)
+            (g,) = torch.autograd.grad(out, x, torch.ones_like(out), create_graph=True)
+            penalty = ((g.norm(dim=1) - 1) ** 2).mean()
+            loss = out.mean()
+            opt.zero_grad()
+            if step % 2:
+                torch.autograd.backward([loss, 10 * penalty])
+            else:
+                (loss + 10 * penalty).backward()
+            opt.step()
+            losses.append(float((loss + 10 * penalty).detach()))
+    read = gradoc.open_run(run.dir).scalar("loss")
+    assert read.steps == list(range(6))
+    assert read.values == pytest.approx(losses, rel=1e-5)

@@ -117,8 +117,11 @@ def _around(
     ``gradients``: what the call was given to start from (None: a loss's 1; amp-compare's
     loss scaling applies, to ``backward()``); ``gives``: the result is the gradients
     (``autograd.grad``), which the receivers are handed."""
+    # the gradients a backward() starts from make what it computes a loss (``handed``); an
+    # autograd.grad's (a gradient penalty's grad_outputs=ones) make none: it is no step's loss
+    given = None if gives else gradients
     for receiver in list(_receivers):
-        receiver.on_backward(tensors, inputs, direct, gradients)
+        receiver.on_backward(tensors, inputs, direct, given)
     scaled = gradients is None and not gives
     if _loss_scale and scaled and scalar_loss(tensors) is not None:
         tensors = _loss_scale[-1](tensors[0] if isinstance(tensors, (list, tuple)) else tensors)
@@ -492,7 +495,10 @@ def handed(tensors: Any, gradients: Any) -> list[tuple[Tensor, Tensor | None]]:
     tensor with the gradient it was given (``out.backward(g)``: the loss ``(out * g).sum()``,
     its value computed here, with no graph); ``[]`` for anything else. (tensor, value)."""
     many = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
-    given = list(gradients) if isinstance(gradients, (list, tuple)) else [gradients]
+    if gradients is None:
+        given: list[Any] = [None] * len(many)
+    else:
+        given = list(gradients) if isinstance(gradients, (list, tuple)) else [gradients]
     if len(given) != len(many) or not all(
         isinstance(t, Tensor) and t.is_floating_point() and t.grad_fn is not None for t in many
     ):
