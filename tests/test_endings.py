@@ -48,7 +48,12 @@ TRAIN = textwrap.dedent(
 
 
 def _ended(
-    tmp_path: Path, mode: str, sig: int, handler: bool = False, after: int = 40
+    tmp_path: Path,
+    mode: str,
+    sig: int,
+    handler: bool = False,
+    after: int = 40,
+    fault: str | None = None,
 ) -> tuple[int, int, str, Path]:
     """Run the training script (``plain``: without gradoc; ``watch``: gradoc.watch in it;
     ``run``: under ``gradoc run``), send ``sig`` once it printed step ``after``; its exit
@@ -61,6 +66,8 @@ def _ended(
     if mode == "run":
         cmd = [sys.executable, "-m", "gradoc", "run", "--out", str(out), *args]
     env = {**os.environ, "RUN_OUT": str(out), "OMP_NUM_THREADS": "1"}
+    if fault is not None:  # an entry of gradoc's made to fail (``_util.entry``)
+        env["GRADOC_FAULT"] = fault
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     last = -1
@@ -101,6 +108,17 @@ def test_sigterm_closes_the_run_then_the_process_dies_of_it(tmp_path: Path, mode
     assert report["run"]["status"] == "terminated"
     assert (out / "report.html").exists()
     assert "script terminated" in _report(out)
+
+
+@pytest.mark.parametrize("mode", ["watch", "run"])
+def test_a_sigterm_handler_of_gradocs_that_fails_still_ends_the_process_by_the_signal(
+    tmp_path: Path, mode: str
+) -> None:
+    """gradoc's handler failing is said, and the default action it stood for happens."""
+    where = "collect.termination._on_sigterm"
+    code, _, printed, _ = _ended(tmp_path, mode, signal.SIGTERM, fault=where)
+    assert code == -signal.SIGTERM
+    assert f"internal error in {where}" in printed and "Traceback" not in printed
 
 
 @pytest.mark.parametrize("mode", ["watch", "run"])
