@@ -145,15 +145,15 @@ def judge(
     """The run's objectives, each with the kind of training it is judged as (see the module
     docstring); ``loss_of(id)``: an objective's loss series (0: the steps table's);
     ``entropy_of(id)``: its policy's entropy, where one was read; ``counted``: the run's
-    steps (the first objective's; the others' are in ``meta.objectives``)."""
+    steps, the first objective's. The others' losses are kept at the run's step when their
+    optimizer stepped, and an optimizer that steps with no loss of its own shares the last
+    one's (``collect.objectives``): their unread steps are not told apart, and not counted."""
     found = _judge(meta, loss_of)
-    steps = {int(o["id"]): o.get("steps") for o in meta.objectives}
-    steps[0] = counted
     return [
         replace(
             o,
             entropy=entropy_of(o.id) if entropy_of else o.entropy,
-            counted=n if isinstance(n := steps.get(o.id), int) else None,
+            counted=counted if o.id == 0 else None,
         )
         for o in found
     ]
