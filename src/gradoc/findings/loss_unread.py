@@ -7,8 +7,10 @@ gradoc could read, or one that belonged to another run).
 
 gradoc reads the loss every program hands to ``backward()``, whatever method computed it.
 A program whose gradients come another way (``torch.func``, a hand-written backward) has
-steps with no loss to read. Rule: an objective whose loss was read on fewer than ``COVERED``
-(half, ``detect.training``) of its steps gets one warning, and its loss is not judged at all:
+steps with no loss to read. Rule: the run's loss (its first objective's: another
+optimizer's steps with no loss of their own share the last loss, so they are not counted)
+read on fewer than ``COVERED`` (half, ``detect.training``) of its steps gets one warning,
+and it is not judged at all:
 no healthy curve, no blow-up, plateau or spike, no fix verified by it (``gradoc fix``). A loss
 read on fewer than all its steps but at least half is judged, and the report says how many
 (``report.json`` ``run.objectives[].loss_read``, the terminal, the HTML).
