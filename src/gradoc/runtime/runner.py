@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import importlib.machinery
 import math
 import os
 import re
@@ -11,6 +13,8 @@ import signal
 import sys
 import sysconfig
 import traceback
+import types
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -72,6 +76,32 @@ def _enter(path: Path, args: list[str]) -> str:
     return full
 
 
+def run_main(full: str) -> None:
+    """Run the script at ``full`` (absolute) as ``__main__``, as ``python SCRIPT`` does:
+    ``__file__`` absolute, ``sys.argv[0]`` left as the command line gave it (runpy sets it to
+    the path it runs: a program that logs its command line wrote another one under gradoc).
+    A directory or a zip with ``__main__.py`` is run by runpy, whose ``sys.argv[0]`` python
+    also shows absolute there."""
+    if os.path.isdir(full) or zipfile.is_zipfile(full):
+        runpy.run_path(full, run_name="__main__")
+        return
+    with open(full, "rb") as f:
+        code = compile(f.read(), full, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=full,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", full),
+        __builtins__=builtins,
+    )
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
+
+
 def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> int:
     """Run the script as ``__main__``; return the exit code ``python`` would have returned
     (-2: it ended by an uncaught KeyboardInterrupt, of which python dies by SIGINT).
@@ -84,7 +114,7 @@ def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> 
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     full = _enter(path, args)
     try:
-        runpy.run_path(full, run_name="__main__")
+        run_main(full)
         return 0
     except SystemExit as exc:
         _gather(clues, exc)
@@ -254,7 +284,7 @@ def run_until(path: Path, args: list[str]) -> object | None:
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     full = _enter(path, args)
     try:
-        runpy.run_path(full, run_name="__main__")
+        run_main(full)
         return None
     except Stop as stop:
         return stop.payload
