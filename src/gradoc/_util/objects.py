@@ -162,6 +162,18 @@ V = TypeVar("V")
 T = TypeVar("T")
 
 
+class _Held:
+    """A strong reference read as a weak one is: ``held()`` is the object."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __call__(self) -> Any:
+        return self.obj
+
+
 class IdMap(MutableMapping[K, V]):
     """A dict keyed by the keys' identity: a module's or an optimizer's own ``__hash__`` and
     ``__eq__`` are never asked (one that has none, or a hash by value, is still one key).
@@ -170,63 +182,12 @@ class IdMap(MutableMapping[K, V]):
     __slots__ = ("_d",)
 
     def __init__(self, items: Iterable[tuple[K, V]] = ()) -> None:
-        self._d: dict[int, tuple[K, V]] = {}
+        self._d: dict[int, tuple[Callable[[], Any], V]] = {}
         for k, v in items:
-            self._d[id(k)] = (k, v)
+            self[k] = v
 
-    @overload
-    def get(self, key: object, /) -> V | None: ...
-    @overload
-    def get(self, key: object, default: V | T, /) -> V | T: ...
-    def get(self, key: object, default: Any = None, /) -> Any:
-        found = self._d.get(id(key))
-        return found[1] if found is not None and found[0] is key else default
-
-    def __getitem__(self, key: K) -> V:
-        found = self._d.get(id(key))
-        if found is None or found[0] is not key:
-            raise KeyError(id(key))
-        return found[1]
-
-    def __setitem__(self, key: K, value: V) -> None:
-        self._d[id(key)] = (key, value)
-
-    def __delitem__(self, key: K) -> None:
-        self[key]
-        del self._d[id(key)]
-
-    def __contains__(self, key: object) -> bool:
-        found = self._d.get(id(key))
-        return found is not None and found[0] is key
-
-    def __iter__(self) -> Iterator[K]:
-        return iter([k for k, _ in self._d.values()])
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def __repr__(self) -> str:
-        return f"IdMap({len(self._d)} keys)"
-
-
-class WeakIdMap(MutableMapping[K, V]):
-    """:class:`IdMap` that does not keep its keys alive (``weakref.WeakKeyDictionary``,
-    which hashes them, by identity)."""
-
-    __slots__ = ("_d",)
-
-    def __init__(self) -> None:
-        self._d: dict[int, tuple[weakref.ref[Any], V]] = {}
-
-    def _gone(self, key_id: int) -> Callable[[Any], None]:
-        store = self._d
-
-        def gone(ref: Any) -> None:
-            found = store.get(key_id)
-            if found is not None and found[0] is ref:
-                del store[key_id]
-
-        return gone
+    def _hold(self, key: Any) -> Callable[[], Any]:
+        return _Held(key)
 
     @overload
     def get(self, key: object, /) -> V | None: ...
@@ -243,7 +204,7 @@ class WeakIdMap(MutableMapping[K, V]):
         return found[1]
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._d[id(key)] = (weakref.ref(key, self._gone(id(key))), value)
+        self._d[id(key)] = (self._hold(key), value)
 
     def __delitem__(self, key: K) -> None:
         self[key]
@@ -254,11 +215,31 @@ class WeakIdMap(MutableMapping[K, V]):
         return found is not None and found[0]() is key
 
     def __iter__(self) -> Iterator[K]:
-        alive = [r() for r, _ in list(self._d.values())]
-        return iter([k for k in alive if k is not None])
+        held = [r() for r, _ in list(self._d.values())]
+        return iter([k for k in held if k is not None])
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._d)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self._d)} keys)"
+
+
+class WeakIdMap(IdMap[K, V]):
+    """:class:`IdMap` that does not keep its keys alive (``weakref.WeakKeyDictionary``,
+    which hashes them, by identity): a key's entry goes with it."""
+
+    __slots__ = ()
+
+    def _hold(self, key: Any) -> Callable[[], Any]:
+        store, key_id = self._d, id(key)
+
+        def gone(ref: Any) -> None:
+            found = store.get(key_id)
+            if found is not None and found[0] is ref:
+                del store[key_id]
+
+        return weakref.ref(key, gone)
 
 
 class WeakIdSet(Generic[T]):
