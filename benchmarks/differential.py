@@ -66,6 +66,10 @@ class Case:
     gradoc: list[str] = field(default_factory=list)
     """The case's own ``gradoc run`` flags (``--check padding``)."""
     env: dict[str, str] = field(default_factory=dict)
+    setup: list[list[str]] = field(default_factory=list)
+    """Commands its ``run.sh`` runs with python first (writing its data), before both runs."""
+    needs: str | None = None
+    """The imports its ``run.sh`` checks first: without them, the case is skipped."""
 
 
 @dataclass
@@ -113,6 +117,10 @@ def _parse(run_sh: Path) -> Case | None:
     for k, v in re.findall(r"^export (\w+)=(\S+)$", text, re.M):
         if not v.startswith("$"):
             env[k] = v
+    setup = [
+        shlex.split(ln)[1:] for ln in text.splitlines() if ln.startswith('"$PY" ') and ">" not in ln
+    ]
+    needs = re.search(r'^"\$PY" -c "(import [^"]+)"', text, re.M)
     overlay = run_sh.parent / "overlay"
     folder = run_sh.parents[1] / "_src" / source.group(1)
     return Case(
@@ -123,6 +131,8 @@ def _parse(run_sh: Path) -> Case | None:
         words[1:],
         flags,
         env,
+        setup,
+        needs.group(1) if needs else None,
     )
 
 
@@ -141,7 +151,6 @@ def run(case: Case, work: Path, gradoc: bool, timeout: float) -> Outcome:
     shutil.copytree(case.source, work, ignore=shutil.ignore_patterns("__pycache__"))
     if case.overlay is not None:
         shutil.copytree(case.overlay, work, dirs_exist_ok=True)
-    before = _files(work)
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -151,6 +160,9 @@ def run(case: Case, work: Path, gradoc: bool, timeout: float) -> Outcome:
         **case.env,
     }
     env.pop("ZOO_WATCH", None)
+    for command in case.setup:
+        subprocess.run([sys.executable, *command], cwd=work, env=env, capture_output=True)
+    before = _files(work)
     if gradoc:
         out = work.parent / f"{work.name}-run"
         shutil.rmtree(out, ignore_errors=True)
@@ -219,9 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print("no case found", file=sys.stderr)
         return 2
-    failed = 0
+    failed = skipped = 0
     with tempfile.TemporaryDirectory(prefix="gradoc-differential-") as tmp:
         for case in cases:
+            if case.needs and subprocess.run([sys.executable, "-c", case.needs]).returncode:
+                print(f"{case.name:48s} skipped: {case.needs} failed", flush=True)
+                skipped += 1
+                continue
             work = Path(tmp) / "work"
             plain = run(case, work, False, ns.timeout)
             watched = run(case, work, True, ns.timeout)
@@ -232,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = watched.seconds / plain.seconds if plain.seconds else float("nan")
             verdict = "same" if not said else "DIFFERS: " + "; ".join(said)
             print(f"{case.name:48s} exit {plain.code:3d}  {ratio:4.2f}x  {verdict}", flush=True)
-    print(f"differential: {len(cases) - failed} of {len(cases)} the same")
+    ran = len(cases) - skipped
+    print(f"differential: {ran - failed} of {ran} the same, {skipped} skipped")
     return 1 if failed else 0
 
 
