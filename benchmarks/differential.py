@@ -70,6 +70,8 @@ class Case:
     """Commands its ``run.sh`` runs with python first (writing its data), before both runs."""
     needs: str | None = None
     """The imports its ``run.sh`` checks first: without them, the case is skipped."""
+    inside: str = ""
+    """The folder of the copy it runs in (``cd "$W"/char-rnn-classification``)."""
 
 
 @dataclass
@@ -121,6 +123,7 @@ def _parse(run_sh: Path) -> Case | None:
         shlex.split(ln)[1:] for ln in text.splitlines() if ln.startswith('"$PY" ') and ">" not in ln
     ]
     needs = re.search(r'^"\$PY" -c "(import [^"]+)"', text, re.M)
+    inside = re.search(r'^cd "\$W"/?(\S*)$', text, re.M)
     overlay = run_sh.parent / "overlay"
     folder = run_sh.parents[1] / "_src" / source.group(1)
     return Case(
@@ -133,6 +136,7 @@ def _parse(run_sh: Path) -> Case | None:
         env,
         setup,
         needs.group(1) if needs else None,
+        inside.group(1) if inside else "",
     )
 
 
@@ -160,8 +164,9 @@ def run(case: Case, work: Path, gradoc: bool, timeout: float) -> Outcome:
         **case.env,
     }
     env.pop("ZOO_WATCH", None)
+    here = work / case.inside
     for command in case.setup:
-        subprocess.run([sys.executable, *command], cwd=work, env=env, capture_output=True)
+        subprocess.run([sys.executable, *command], cwd=here, env=env, capture_output=True)
     before = _files(work)
     if gradoc:
         out = work.parent / f"{work.name}-run"
@@ -174,7 +179,7 @@ def run(case: Case, work: Path, gradoc: bool, timeout: float) -> Outcome:
         command = [sys.executable, "-c", LAUNCH, case.script, *case.args]
     began = time.monotonic()
     try:
-        done = subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=timeout)
+        done = subprocess.run(command, cwd=here, env=env, capture_output=True, timeout=timeout)
         code, stdout = done.returncode, done.stdout
     except subprocess.TimeoutExpired as exc:
         code, stdout = -9, exc.stdout or b""
