@@ -94,8 +94,10 @@ class Tagger(nn.Module):
         gold = s[torch.arange(len(tags)), tags].sum() + self.trans[tags[:-1], tags[1:]].sum()
         return torch.logsumexp(alpha, 0) - gold
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.emit(x).argmax(-1)
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A greedy decode: the path's score (a scalar with a graph, as Viterbi's) and tags."""
+        best = self.emit(x).max(-1)
+        return best.values.sum(), best.indices
 
 
 def test_a_loss_from_another_method_than_forward_is_read_on_every_step(tmp_path: Path) -> None:
@@ -113,6 +115,36 @@ def test_a_loss_from_another_method_than_forward_is_read_on_every_step(tmp_path:
     report = analyze(log)
     assert report.run.objectives[0].coverage is None  # every step's: nothing to say
     assert report.status == "healthy", [f.summary for f in report.serious]
+    # the decode's score forward() returned was never backpropagated: not how the loss is made
+    assert report.run.loss_read is not None and "forward()" not in report.run.loss_read
+
+
+class WithLoss(nn.Module):
+    """nanoGPT's shape: forward returns the logits and the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.fc(x)
+        return logits, nn.functional.cross_entropy(logits, y)
+
+
+def test_a_loss_forward_returned_and_backpropagated_is_said_to_come_from_it(
+    tmp_path: Path,
+) -> None:
+    model = WithLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with gradoc.watch(model, opt, out=tmp_path / "run") as run:
+        for _ in range(5):
+            opt.zero_grad()
+            _, loss = model(x, y)
+            (loss / 2).backward()
+            opt.step()
+    said = analyze(gradoc.open_run(run.dir)).run.loss_read
+    assert said is not None and "returned by the model's forward()" in said
 
 
 def test_a_run_that_ends_nan_is_told_as_ending_nan() -> None:

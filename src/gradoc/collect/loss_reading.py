@@ -27,6 +27,7 @@ UNREAD_NO_BACKWARD = (
 )
 UNREAD_HANDED = "backward() was handed no floating-point loss gradoc could read"
 UNREAD_OTHERS = "its backward() calls belonged to another gradoc run open in the process"
+RETURNED = "returned by the model's forward()"
 
 
 class LossReader:
@@ -123,9 +124,16 @@ class LossReader:
         Hugging Face ``ModelOutput.loss``) is the step's, backpropagated or not."""
         loss = losses.returned_loss(output)
         if loss is not None:
-            self.unbacked.add(loss, None, "returned by the model's forward()", step)
-            if "returned" not in self._said:
-                self.say(None, returned="by the model's forward()")
+            self.unbacked.add(loss, None, RETURNED, step)
+
+    def backward(self, root: Any) -> None:
+        """A ``backward()`` from ``root``: what the program read before it was backpropagated
+        or not; a loss the model's forward returned, once backpropagated, is said to be how
+        the loss is made (not a decode's score that ``forward()`` returned once, beside a
+        loss another method made: the BiLSTM-CRF's ``neg_log_likelihood``)."""
+        reached = self.unbacked.backward(root)
+        if "returned" not in self._said and any(s.how == RETURNED for s in reached):
+            self.say(None, returned="by the model's forward()")
 
     def scaled(self, loss: Tensor, scaled: Tensor) -> None:
         if scaled.grad_fn is not None:

@@ -406,14 +406,16 @@ class Unbacked:
         held = value if value is not None else t.detach().reshape(())
         self.held.append(Seen(node, held, how, step))
 
-    def backward(self, root: Any) -> None:
-        """A ``backward()`` from ``root``: what it reaches was backpropagated; what the
-        program read and this backward does not reach was not (it moved on)."""
+    def backward(self, root: Any) -> list[Seen]:
+        """A ``backward()`` from ``root``: what it reaches was backpropagated (returned);
+        what the program read and this backward does not reach was not (it moved on)."""
         if not self.held:
-            return
+            return []
         reached = _top(root, {id(s.node) for s in self.held})
         self.unused += [s for s in self.held if id(s.node) not in reached]
+        backpropagated = [s for s in self.held if id(s.node) in reached]
         self.held = []
+        return backpropagated
 
     def close(self) -> None:
         """The run ends: nothing read since the last ``backward()`` was backpropagated."""

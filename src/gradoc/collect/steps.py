@@ -175,7 +175,7 @@ class Steps(taps.TapReceiver):
         root = _one(tensors)
         if isinstance(root, Tensor) and root.grad_fn is not None:
             # before a step without an optimizer ends here: what it read belongs to it
-            self.loss.unbacked.backward(root.grad_fn)
+            self.loss.backward(root.grad_fn)
         self.manual.on_backward(tensors, inputs)
         if self.loss.elsewhere():
             return
