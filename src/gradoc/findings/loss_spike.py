@@ -128,8 +128,9 @@ class LossSpike(FindingKind):
                 continue
             med = statistics.median(window)
             recent = statistics.median(window[-RECENT:])
-            sd = statistics.pstdev(window)
-            z = (v - statistics.fmean(window)) / sd if sd > 0 else math.inf
+            mean = statistics.fmean(window)  # pstdev's exact fractions cost 0.3 ms a step
+            sd = math.sqrt(statistics.fmean([(x - mean) ** 2 for x in window]))
+            z = (v - mean) / sd if sd > 0 else math.inf
             if z > Z and v > 1.25 * med:
                 pass
             elif scaled and v >= RATIO * recent:
