@@ -188,6 +188,18 @@ def run(case: Case, work: Path, gradoc: bool, timeout: float) -> Outcome:
     return Outcome(code, stdout, left, time.monotonic() - began)
 
 
+def compare(case: Case, work: Path, timeout: float) -> tuple[list[str], Outcome, Outcome]:
+    """``case`` run plain and under ``gradoc run`` at ``work``: what differed (the program's
+    own noise left out: when the first comparison differs, a second plain run tells), the
+    plain run and the watched one."""
+    plain = run(case, work, False, timeout)
+    watched = run(case, work, True, timeout)
+    said = differences(plain, watched)
+    if said:  # the program's own noise, or gradoc's doing: a second plain run tells
+        said = differences(plain, watched, run(case, work, False, timeout))
+    return said, plain, watched
+
+
 def differences(plain: Outcome, watched: Outcome, again: Outcome | None = None) -> list[str]:
     """What differs between the plain run and the watched one; with ``again`` (a second
     plain run), only what the two plain runs agree on is compared."""
@@ -276,12 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{case.name:48s} skipped: {case.needs} failed", flush=True)
                 skipped += 1
                 continue
-            work = Path(tmp) / "work"
-            plain = run(case, work, False, ns.timeout)
-            watched = run(case, work, True, ns.timeout)
-            said = differences(plain, watched)
-            if said:  # the program's own noise, or gradoc's doing: a second plain run tells
-                said = differences(plain, watched, run(case, work, False, ns.timeout))
+            said, plain, watched = compare(case, Path(tmp) / "work", ns.timeout)
             failed += bool(said)
             ratio = watched.seconds / plain.seconds if plain.seconds else float("nan")
             verdict = "same" if not said else "DIFFERS: " + "; ".join(said)
