@@ -44,14 +44,21 @@ SHARED = Path(os.environ.get("GRADOC_SHARED") or ROOT.parent / "shared")
 """Where ``real-programs*`` lie: ``$GRADOC_SHARED``, else ``../shared`` beside the checkout."""
 SUITES = ("real-programs", "real-programs-2", "real-programs-3")
 LAUNCH = (
-    "import os, runpy, sys\n"
+    "import os, sys, types\n"
     "from gradoc.runtime.replay import seed_everything\n"
     "sys.argv = sys.argv[1:]\n"
-    "sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))\n"
+    "path = os.path.abspath(sys.argv[0])\n"
+    "sys.path[0] = os.path.dirname(os.path.realpath(path))\n"
     "seed_everything()\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "main = types.ModuleType('__main__')\n"
+    "main.__file__, main.__builtins__ = path, __builtins__\n"
+    "sys.modules['__main__'] = main\n"
+    "with open(path, 'rb') as f:\n"
+    "    exec(compile(f.read(), path, 'exec'), vars(main))\n"
 )
-"""The plain run, started as ``gradoc run`` starts a script: seeded, as ``__main__``."""
+"""The plain run, started as ``gradoc run`` starts a script: seeded, then run as ``python
+SCRIPT`` runs it (a fresh ``__main__``, ``__file__`` absolute, ``sys.argv[0]`` as given;
+runpy would make ``sys.argv[0]`` absolute and keep a relative ``__file__``)."""
 VALUED = {"--check", "--replay-budget", "--out", "--json", "--sample-every", "--grads-every"}
 """``gradoc run`` flags that take a value."""
 
