@@ -64,6 +64,13 @@ def _placed(origin: Origin) -> bool:
     return bool(origin.op or origin.file) or origin.phase in ("input", "optimizer")
 
 
+def _made_before(replayed: Origin, in_graph: Origin) -> bool:
+    """A replay found a model's input already non-finite where the loss's graph found the op
+    that made it (an embedding pooled by the program's own division before a head): the op
+    is the birth, the input only carried it."""
+    return replayed.phase == "input" and bool(in_graph.op) and in_graph.mechanism is not None
+
+
 class Locator:
     def __init__(self, names: Mapping[nn.Module, str]) -> None:
         self.names = names
@@ -175,6 +182,8 @@ class Locator:
             if late is not None and origin is not None and origin.phase == "optimizer":
                 return self._finish(late)  # the update only carried what the backward made
             origin = origin or self._replay(step, forwards, loss_bad)
+            if in_graph is not None and origin is not None and _made_before(origin, in_graph):
+                origin = in_graph  # the model's input was made by the program's own op
             if in_graph is not None and (origin is None or not _placed(origin)):
                 # born outside the model: its graph says where; a trace armed over the next
                 # steps would give the aten op and its line if it recurs

@@ -325,6 +325,48 @@ class Reading:
 
 
 @dataclass(slots=True)
+class Mechanism:
+    """Why a NaN/Inf was born where it was (an origin's ``mechanism``): the numerical
+    mechanism read from the op and the ops that made its operands on the failing step (an
+    ``exp`` that underflowed before a ``log``, a ``sigmoid`` that rounded to 1), and the
+    stable idiom that removes it (``torch.logsumexp``). ``locate.mechanism`` reads it; its
+    catalogue lists every ``name``."""
+
+    kind: str
+    """underflow | saturation | overflow | zero | domain | inherited"""
+    name: str
+    """The mechanism (``exp_sum_underflow``, ``sigmoid_rounded``, ...)."""
+    said: str
+    """The mechanism in the run's numbers."""
+    idiom: str
+    """The stable form that removes it, as code where there is one."""
+    evidence: list[Reading] = field(default_factory=list)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "said": self.said,
+            "idiom": self.idiom,
+            "evidence": [r.to_json() for r in self.evidence],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Mechanism | None:
+        if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
+            return None
+        readings = data.get("evidence")
+        readings = readings if isinstance(readings, list) else []
+        return cls(
+            str(data.get("kind", "")),
+            data["name"],
+            str(data.get("said", "")),
+            str(data.get("idiom", "")),
+            [r for r in map(Reading.from_json, readings) if r is not None],
+        )
+
+
+@dataclass(slots=True)
 class SourceLines:
     """The lines of a file around an origin's line, as they were when the run happened."""
 
@@ -375,11 +417,14 @@ class Origin:
     late: bool = False
     """Found a step late: the step's gradients were not read at their step (a lean step,
     see ``collect.cadence``), so where in its pass the value was born needs a re-run."""
+    mechanism: Mechanism | None = None
+    """Why the value was non-finite there, and the idiom that removes it."""
 
     def to_json(self) -> JsonObject:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["evidence"] = [r.to_json() for r in self.evidence]
         out["source"] = self.source.to_json() if self.source is not None else None
+        out["mechanism"] = self.mechanism.to_json() if self.mechanism is not None else None
         return out
 
     @classmethod
@@ -389,6 +434,7 @@ class Origin:
         readings = readings if isinstance(readings, list) else []
         plain["evidence"] = [r for r in map(Reading.from_json, readings) if r is not None]
         plain["source"] = SourceLines.from_json(data.get("source"))
+        plain["mechanism"] = Mechanism.from_json(data.get("mechanism"))
         return cls(**plain)
 
 

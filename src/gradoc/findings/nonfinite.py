@@ -40,6 +40,7 @@ from ..detect.finding import (
 )
 from ..detect.history import History
 from ..detect.signals import fmt
+from ..locate.mechanism import NO_IDIOM
 from ..store import EventKind, RunMeta
 from .advice import LR_TOO_HIGH, at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
 from .facts import Facts
@@ -241,12 +242,7 @@ def _fixes(
         )
     else:
         f.fixes += [
-            Fix(
-                Horizon.SHORT_TERM,
-                "guard the operation that produced it: add an epsilon to divisors, log and "
-                "sqrt arguments (x.clamp_min(1e-12)), use log_softmax instead of log(softmax)",
-                code=code_at(origin) if origin is not None else None,
-            ),
+            _guard(origin),
             Fix(
                 Horizon.LONG_TERM,
                 f"add a numerics test for {(origin and origin.module) or 'the module'} on "
@@ -264,6 +260,51 @@ def _fixes(
             f"the range of `{name}` in every batch (min / max), with an alert on values "
             "the model was never tested on"
         )
+
+
+def _mechanism(f: Finding, op: Hypothesis, origin: Origin) -> None:
+    """Why the born value was bad (``origin.mechanism``): the cause says it in the run's
+    numbers, and a learning rate is ruled out where the NaN came before any update could
+    matter."""
+    m = origin.mechanism
+    if m is None:
+        return
+    op.cause += f"; {m.said}"
+    if m.kind == "overflow" and any(e.signal == "dtype" for e in m.evidence):
+        op.family = Family.PRECISION
+    if m.kind in ("underflow", "saturation", "zero", "domain") and (f.step or 0) <= 1:
+        f.ruled_out.append(
+            RuledOut(
+                LR_TOO_HIGH,
+                f"the NaN is {_ARTICLE[m.kind]} of {origin.op} at {at(f)}, before any update "
+                "could matter",
+            )
+        )
+
+
+_ARTICLE = {
+    "underflow": "an underflow",
+    "saturation": "a saturation",
+    "zero": "a zero where none can be",
+    "domain": "an argument out of its domain",
+}
+
+
+def _guard(origin: Origin | None) -> Fix:
+    """The short-term fix at the op: its mechanism's stable idiom, else a guard said with what
+    it changes."""
+    code = code_at(origin) if origin is not None else None
+    m = origin.mechanism if origin is not None else None
+    if m is not None and m.name not in NO_IDIOM:
+        return Fix(Horizon.SHORT_TERM, f"write it in its stable form: {m.idiom}", code=code)
+    if m is not None:
+        return Fix(Horizon.SHORT_TERM, m.idiom, code=code)
+    return Fix(
+        Horizon.SHORT_TERM,
+        "guard the operation that produced it: add an epsilon to divisors, log and sqrt "
+        "arguments (x.clamp_min(1e-12)), use log_softmax instead of log(softmax)",
+        code=code,
+    )
 
 
 def _eps_fixes(h: Hypothesis) -> list[Fix]:
@@ -487,6 +528,7 @@ class Nonfinite(FindingKind):
                 f"the first non-finite value was made by {origin.op} ({phase} pass)",
                 Weight.DECISIVE,
             )
+            _mechanism(f, op, origin)
             for claim in facts_of_op:
                 op.seen(claim, Weight.WEAK)
             op.check = (

@@ -54,6 +54,7 @@ from typing import Any
 from .._util.json_types import JsonObject
 from ..detect.finding import CodeLine, Finding
 from ..errors import GradocError
+from ..locate.mechanism import NO_IDIOM
 from ..locate.replay import NUMBER_DENOMINATOR
 from ..store.meta import RunMeta
 
@@ -83,6 +84,9 @@ class Edit:
     """The edit changes what the loss computes (a log-probability for a probability, batch
     statistics for fixed ones): the loss before and after are different quantities, and are
     not compared."""
+    end: int | None = None
+    """The last line replaced, where the edit replaces a statement written over several
+    lines (``before`` then holds them, joined by newlines)."""
 
     def describe(self) -> str:
         return f"{self.action} ({Path(self.file).name}:{self.line}), for {self.finding}"
@@ -98,14 +102,15 @@ class Edit:
     def applied(self, lines: list[str]) -> list[str]:
         """``lines`` (of the file, with their ends) with the edit made; :class:`EditFailed`
         when the line no longer reads as the run saw it."""
-        at = self.line - 1
-        if not 0 <= at < len(lines) or lines[at].rstrip("\r\n") != self.before:
+        at, last = self.line - 1, (self.end or self.line)
+        held = "\n".join(t.rstrip("\r\n") for t in lines[at:last])
+        if not 0 <= at < last <= len(lines) or held != self.before:
             raise EditFailed(
                 f"{self.file}:{self.line} no longer reads as the run saw it "
                 f"({self.before.strip()!r}); the edit was not applied"
             )
         end = lines[at][len(lines[at].rstrip("\r\n")) :] or "\n"
-        return [*lines[:at], *(text + end for text in self.after), *lines[at + 1 :]]
+        return [*lines[:at], *(text + end for text in self.after), *lines[last:]]
 
     def apply(self, path: Path | None = None) -> None:
         """Make the edit in ``path`` (default: the file itself), all or nothing."""
@@ -326,11 +331,21 @@ def _operands(tree: ast.AST, family: str) -> list[ast.expr]:
 
 
 def _nonfinite(f: Finding, seen: Seen) -> Edit | None:
-    """The unsafe operand of the op where the NaN/Inf was born, clamped to :data:`EPS`, at
-    the line the run located: ``pos / span`` -> ``pos / span.clamp_min(1e-6)``."""
+    """The stable idiom of the mechanism that made the NaN/Inf (``fix.idiom``), written in
+    place of the expression the run located; where its mechanism has no idiom, the unsafe
+    operand of the op clamped to :data:`EPS`: ``pos / span`` -> ``pos /
+    span.clamp_min(1e-6)``. A mechanism whose idiom cannot be written here gets no clamp (a
+    clamp is no repair of an underflow: log(1e-6) where the value is -10,000)."""
     origin = f.origin
     if origin is None or not origin.op or not origin.file or origin.line is None:
         return None
+    mechanism = origin.mechanism
+    if mechanism is not None and mechanism.name not in NO_IDIOM:
+        from .idiom import idiom_edit
+
+        edit = idiom_edit(f, origin)
+        if edit is not None or mechanism.name != "zero_length":
+            return edit  # a length's divisor of 0 (the demo's) is guarded by the clamp below
     family = _op_family(origin.op)
     where = _located(CodeLine(origin.file, origin.line, origin.code))
     if family is None or where is None:

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ..detect.finding import Origin, Reading
+from . import mechanism
 from .origin import place, user_frame_object
 
 MAX_NODES = 20_000
@@ -45,7 +46,7 @@ _TRANSPARENT = re.compile(
     r"(Add|Sub|Rsub|Neg|Sum|Mean|View|Reshape|Unsafe(View|Reshape)?|Expand|Squeeze|Unsqueeze|"
     r"Permute|Transpose|T|Clone|Select|Slice|Index|Cat|Stack|Split|Chunk|Minimum|Maximum|"
     r"Min|Max|Clamp|ClampMin|ClampMax|Where|MaskedFill|Relu|Abs|Narrow|Gather|Alias|"
-    r"Contiguous|ToCopy|Copy|Flip|Roll|Repeat|MulScalar)Backward\d*"
+    r"Contiguous|ToCopy|Copy|Flip|Roll|Repeat|MulScalar|Embedding)Backward\d*"
 )
 """Nodes whose output is finite exactly when their inputs are (a sum's overflow aside)."""
 
@@ -281,6 +282,8 @@ def origin_in_graph(loss: Tensor, step: int) -> Origin | None:
             origin.op = _unsafe_calls(origin.code or "") or None
             if origin.op is None:  # nothing on its line could make it: the data held it
                 origin.phase = "input"
+            else:
+                origin.mechanism = mechanism.one_sample_entered(name or operand, t, origin.op)
         origin.note = (
             f"{label} was already non-finite when {op_name(birth.node)} took it into the "
             "loss: it was computed without gradient (detached, or under no_grad)"
@@ -290,12 +293,15 @@ def origin_in_graph(loss: Tensor, step: int) -> Origin | None:
         return origin
     origin = Origin(phase="forward", step=step, op=op_name(birth.node), evidence=evidence)
     origin.evidence[:0] = _operand_facts(birth.node, names)
+    made = mechanism.from_node(birth.node)
+    origin.mechanism = mechanism.explain(made) if made is not None else None
     # the line: that of the variable nearest the op on the way to the loss (``cos = a / b``,
     # else ``loss = ...``) when it shows the op
     held = _held_outputs(frame)
     for node in reversed(birth.path):
         line = _assigned(frame, held.get(id(node)))
         if line is not None and frame is not None:
+            line = _op_line(frame, line, origin.op or "", birth.node)
             if _mentions(_code(frame, line), origin.op or ""):
                 place(origin, (frame.f_code.co_filename, line, _code(frame, line)))
             break
@@ -381,6 +387,54 @@ def _assigned(frame: FrameType | None, name: str | None) -> int | None:
         )
     ]
     return max(lines, default=None)
+
+
+def _op_line(frame: FrameType, line: int, op: str, node: Any) -> int:
+    """The line of ``op`` in the statement at ``line`` (a statement over several lines: the
+    line of the call that made the value, not the statement's first), told apart from the
+    statement's other calls of ``op`` by what made its operand (``log(1 - h)`` from an
+    ``rsub``, not ``log(h)``)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(frame.f_code.co_filename)))
+    except (SyntaxError, ValueError):
+        return line
+    stmt = next((n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno == line), None)
+    if stmt is None or getattr(stmt, "end_lineno", line) == line:
+        return line
+    calls = [(n, arg) for n in ast.walk(stmt) if (arg := _operand_of(n, op)) is not None]
+    if not calls:
+        return line
+    below = _children(node)
+    made = op_name(below[0]) if below else ""
+    fitting = [n for n, arg in calls if _shape(arg) == made]
+    chosen = fitting if len(fitting) == 1 else [n for n, _ in calls] if len(calls) == 1 else []
+    return int(getattr(chosen[0], "lineno", line)) if chosen else line
+
+
+def _operand_of(n: ast.AST, op: str) -> ast.expr | None:
+    """The operand of a call of ``op`` (``torch.log(a)``, ``a.log()``, ``a / b``'s ``b``)."""
+    if op == "div" and isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+        return n.right
+    if isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name)):
+        name = n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id
+        if name == op:
+            if n.args:
+                return n.args[0]
+            return n.func.value if isinstance(n.func, ast.Attribute) else None
+    return None
+
+
+_BINOPS = {ast.Sub: "sub", ast.Add: "add", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
+
+
+def _shape(arg: ast.expr) -> str:
+    """The op an operand's expression ends in, as autograd names it (``1 - h``: rsub)."""
+    if isinstance(arg, ast.BinOp):
+        name = _BINOPS.get(type(arg.op), "")
+        return "rsub" if name == "sub" and isinstance(arg.left, ast.Constant) else name
+    if isinstance(arg, ast.Call) and isinstance(arg.func, (ast.Attribute, ast.Name)):
+        return arg.func.attr if isinstance(arg.func, ast.Attribute) else arg.func.id
+    return ""
 
 
 _DIVIDES = re.compile(r"[^/]/[^/=]")

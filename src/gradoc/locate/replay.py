@@ -27,7 +27,8 @@ from .._util.state import Anomaly, RngState, anomaly_state, kept, set_anomaly_st
 from .._util.tree import arguments
 from .._util.tree import floats as _floats
 from .._util.wrappers import unwrap
-from ..detect.finding import Origin, Reading
+from ..detect.finding import Mechanism, Origin, Reading
+from . import mechanism
 from .modules import ModuleStack, stance_eager, stance_restore
 from .origin import Frame, frame_from_text, place, user_frame
 
@@ -188,6 +189,8 @@ class Birth:
     evidence: list[Reading]
     rows: tuple[int, list[int]]
     """The output's size along dim 0 and the first rows holding the NaN/Inf."""
+    mechanism: Mechanism | None = None
+    """Why its value was non-finite (``locate.mechanism``), read when it was found."""
 
 
 class Tracer(entry.ObservingMode):
@@ -210,10 +213,13 @@ class Tracer(entry.ObservingMode):
         self.node: Any = None
         self.found: Birth | None = None
         self.on_found = on_found
+        self.recent = mechanism.Recent()
+        """The last ops seen (weakly): what made the birth's operands."""
 
     def observe(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         if self.found is None and (self.replays or not own_depth[0]):
             outs = _floats(out)
+            self.recent.add(func, args, kwargs, outs)
             if outs and any(_bad(t) for t in outs):
                 inputs = _floats((args, kwargs))
                 name = getattr(getattr(func, "overloadpacket", func), "__name__", "")
@@ -233,9 +239,28 @@ class Tracer(entry.ObservingMode):
                         frame=user_frame(),
                         evidence=describe(func, args, outs),
                         rows=_bad_rows(next(t for t in outs if _bad(t))),
+                        mechanism=self._mechanism(func, args, kwargs, outs, node),
                     )
                     if self.on_found is not None:
                         self.on_found()
+
+    def _mechanism(
+        self, func: Any, args: Any, kwargs: Any, outs: list[Tensor], node: Any
+    ) -> Mechanism | None:
+        """Why the birth's value was non-finite: in a backward, from the node running it (a
+        square root's derivative at 0); in a forward, from its operands and their makers."""
+        with own_work():
+            if node is not None:
+                running = mechanism.from_node(node)
+                return None if running is None else mechanism.explain(running, node_phase=True)
+            depth = mechanism.DEPTH
+            birth = self.recent.op(str(func), list(args), outs[0], depth, _dims(args, kwargs))
+            return mechanism.explain(birth)
+
+
+def _dims(args: Any, kwargs: Any) -> Any:
+    dims = (kwargs or {}).get("dim")
+    return dims if dims is not None else next((a for a in args[1:] if isinstance(a, list)), None)
 
 
 def _running(tracer: Tracer, node: Any) -> Callable[[Any], None]:
@@ -448,7 +473,12 @@ def origin_from(step: int, found: Birth, phase: str | None = None) -> Origin:
     node = found.node
     phase = phase or ("backward" if node is not None else "forward")
     origin = Origin(
-        phase=phase, step=step, op=found.op, module=found.module, evidence=list(found.evidence)
+        phase=phase,
+        step=step,
+        op=found.op,
+        module=found.module,
+        evidence=list(found.evidence),
+        mechanism=found.mechanism,
     )
     if phase == "backward" and node is not None:
         origin.op = node.name()

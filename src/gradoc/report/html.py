@@ -113,7 +113,20 @@ def _origin(origin: Origin) -> str:
     note = f"<p class='note'>{_e(origin.note)}</p>" if origin.note else ""
     return (
         f"<div class='origin'><h4>Where it was born</h4><p>{' '.join(p for p in parts if p)}</p>"
-        f"{_source(origin)}<ul>{ev}</ul>{note}</div>"
+        f"{_source(origin)}{_why(origin)}<ul>{ev}</ul>{note}</div>"
+    )
+
+
+def _why(origin: Origin) -> str:
+    """The mechanism beside the located line: what happened there, in the run's numbers,
+    and the stable idiom."""
+    m = origin.mechanism
+    if m is None:
+        return ""
+    ev = "".join(f"<li>{_e(e.signal)}: <b>{_num(e.value)}</b></li>" for e in m.evidence)
+    return (
+        f"<div class='mechanism'><p><b>Why</b> ({_e(m.kind)}, <code>{_e(m.name)}</code>): "
+        f"{_e(m.said)}</p><ul>{ev}</ul><p><b>Stable form</b>: {_e(m.idiom)}</p></div>"
     )
 
 

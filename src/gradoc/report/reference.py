@@ -106,6 +106,8 @@ def section(kind: FindingKind, story: Finding) -> str:
         lines += ["**Evidence it shows**", "", *(f"- {_cell(name)}" for name in signals), ""]
     if more:
         lines += ["**Diagnosis**", "", more, ""]
+    if kind.name == "nonfinite":
+        lines += _mechanisms()
     lines += [f"**Harm** {kind.harm}", ""]
     if kind.statistic:
         lines += [
@@ -149,6 +151,31 @@ def section(kind: FindingKind, story: Finding) -> str:
         lines += [f"- *{fix.horizon}*: {fix.action}" for fix in story.fixes]  # by horizon
         lines.append("")
     return "\n".join(lines)
+
+
+def _mechanisms() -> list[str]:
+    """The numerical mechanisms a located birth is explained by (``locate.mechanism``), with
+    the evidence each shows and the idiom its fix writes (``fix.idiom``)."""
+    from ..fix.idiom import WRITERS
+    from ..locate.mechanism import CATALOGUE
+
+    lines = [
+        "**Why it was born** (`gradoc.locate.mechanism`): the op that made the value, the ops "
+        "that made its operands and their values on the failing step name the mechanism, in "
+        "the run's numbers (the origin's `mechanism`); the fix is its stable idiom, which "
+        "`gradoc fix` writes in place of the located expression where the line holds its "
+        "shape (\u2713 below).",
+        "",
+        "| mechanism | kind | what happened | evidence | the idiom | edit |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in CATALOGUE.items():
+        edit = "\u2713" if name in WRITERS else "-"
+        lines.append(
+            f"| `{name}` | {m.kind} | {_cell(m.what)} | {_cell(m.evidence)} | "
+            f"{_cell(m.idiom)} | {edit} |"
+        )
+    return [*lines, ""]
 
 
 def reference() -> str:

@@ -1,0 +1,524 @@
+"""The stable idiom of a NaN's mechanism, written in place of the expression the run located.
+
+``locate.mechanism`` says why the value was bad (every ``exp`` of a hand-written log-sum-exp
+underflowed, a ``sigmoid`` rounded to 1.0 before ``log(1 - p)``); this writes the idiom that
+removes the cause where the program computes it, keeping its variable names and dims:
+
+==========================  ==========================================================
+``exp_sum_underflow``       ``torch.log(torch.sum(torch.exp(x), 1))`` -> ``torch.logsumexp(x, 1)``
+``log_of_softmax``          ``torch.log(F.softmax(x, dim=-1))`` -> ``torch.log_softmax(x, dim=-1)``
+``sigmoid_rounded``         ``torch.log(1 - p)`` -> ``F.logsigmoid(-z)`` (and ``log(p)`` ->
+                            ``F.logsigmoid(z)``), ``p = torch.sigmoid(z)``
+``product_underflow``       ``torch.log(torch.prod(p, 1))`` -> ``torch.log(p).sum(1)``
+``zero_norm``               ``x / x.norm(dim=1, keepdim=True)`` -> ``F.normalize(x, dim=1)``
+``zero_std``                ``x.std(1)`` under a division -> ``torch.sqrt(x.var(1) + 1e-5)``
+``one_sample``              ``x.std()`` -> ``x.std(correction=0)``
+``sqrt_at_zero``            ``torch.sqrt(d)`` -> ``torch.sqrt(d + 1e-12)``
+``variance_cancellation``   ``torch.mean(x**2, 1) - torch.mean(x, 1)**2`` -> ``torch.var(x, 1,
+                            correction=0)``
+``cosine_past_one``         ``torch.acos(c)`` -> ``torch.acos(c.clamp(-1 + 1e-7, 1 - 1e-7))``
+``fractional_power``        ``x ** 0.3`` -> ``x.clamp_min(1e-6) ** 0.3``
+``overflow`` (``exp``)      ``torch.exp(x)`` -> ``torch.exp(x.clamp(max=80.0))``; in float16:
+                            ``torch.exp(x.float())``
+``zero_length``             ``pos / (n - 1)`` -> ``pos / (n - 1).clamp_min(1)``
+==========================  ==========================================================
+
+An expression the line does not hold in one of these shapes gets no edit (the fix stays the
+idiom in words): a clamp is no repair of an underflow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..detect.finding import Finding, Origin
+from .patch import Edit
+
+Replace = tuple[ast.expr, str]
+"""An expression of the file and the text that replaces it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The located file, parsed, and the line the run located."""
+
+    text: str
+    lines: list[str]
+    tree: ast.Module
+    line: int
+    functional: str
+    """How the file names ``torch.nn.functional`` (``F`` where it imports it so)."""
+
+    def seg(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ""
+
+    def at_line(self) -> Iterator[ast.AST]:
+        """The nodes that start on the located line (the statement's own first)."""
+        for n in ast.walk(self.tree):
+            if getattr(n, "lineno", None) == self.line:
+                yield n
+
+    def scope(self) -> ast.AST:
+        """The innermost function holding the located line (else the module): the same
+        unstable expression written again there is written stably too."""
+        found = [
+            n
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            and n.lineno <= self.line <= (n.end_lineno or n.lineno)
+        ]
+        return max(found, key=lambda n: n.lineno, default=self.tree)
+
+    def statement(self, line: int | None = None) -> ast.stmt | None:
+        """The innermost statement holding ``line`` (default: the located one)."""
+        line = self.line if line is None else line
+        found = [
+            n
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.stmt)
+            and n.lineno <= line <= (n.end_lineno or n.lineno)
+            and not isinstance(n, _BLOCKS)
+        ]
+        return min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
+
+
+_BLOCKS = (
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
+    ast.If, ast.With, ast.AsyncWith, ast.Try,
+)  # fmt: skip
+
+
+def idiom_edit(f: Finding, origin: Origin) -> Edit | None:
+    """The edit writing the idiom of ``origin.mechanism`` at the located line, else None."""
+    m = origin.mechanism
+    if m is None or not origin.file or origin.line is None:
+        return None
+    writer = WRITERS.get(m.name)
+    src = _source(origin)
+    if writer is None or src is None:
+        return None
+    try:
+        changes = writer(src, origin)
+    except (AttributeError, IndexError, ValueError):
+        return None
+    if not changes:
+        return None
+    return _edit(
+        f, src, origin.file, changes, f"write {m.name.replace('_', ' ')} in its stable form"
+    )
+
+
+def _source(origin: Origin) -> Source | None:
+    try:
+        text = Path(str(origin.file)).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    lines = text.splitlines()
+    line = int(origin.line or 0)
+    if not 0 < line <= len(lines):
+        return None
+    if origin.code is not None and lines[line - 1].strip() != origin.code.strip():
+        return None  # the file changed since the run
+    functional = "torch.nn.functional"
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import | ast.ImportFrom):
+            for alias in n.names:
+                full = f"{n.module}.{alias.name}" if isinstance(n, ast.ImportFrom) else alias.name
+                if full == "torch.nn.functional" and alias.asname:
+                    functional = alias.asname
+    return Source(text, lines, tree, line, functional)
+
+
+def _edit(f: Finding, src: Source, file: str, changes: list[Replace], action: str) -> Edit | None:
+    """The lines the changes touch, rewritten; one edit spanning them."""
+    first = min(n.lineno for n, _ in changes)
+    last = max(n.end_lineno or n.lineno for n, _ in changes)
+    stmt = src.statement(first)
+    if stmt is not None:  # the whole statement, so that the edit reads as code
+        first, last = min(first, stmt.lineno), max(last, stmt.end_lineno or stmt.lineno)
+    offsets = [0]
+    for text in src.text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(text))
+
+    def at(line: int, col: int) -> int:
+        raw = src.lines[line - 1].encode()[:col].decode(errors="ignore")
+        return offsets[line - 1] + len(raw)
+
+    spans = sorted(
+        (
+            (at(n.lineno, n.col_offset), at(n.end_lineno or n.lineno, n.end_col_offset or 0), t)
+            for n, t in changes
+        ),
+        reverse=True,
+    )
+    text = src.text
+    for start, end, new in spans:
+        text = text[:start] + new + text[end:]
+    before = src.lines[first - 1 : last]
+    grown = len(text.splitlines()) - len(src.lines)
+    after = text.splitlines()[first - 1 : last + grown]
+    if after == before:
+        return None
+    return Edit(
+        f.kind,
+        file,
+        first,
+        "\n".join(before),
+        tuple(after),
+        action,
+        end=last if last > first else None,
+    )
+
+
+# -- shapes ---------------------------------------------------------------------------------
+def _name(n: ast.AST) -> str:
+    if isinstance(n, ast.Call):
+        n = n.func
+    if isinstance(n, ast.Attribute):
+        return n.attr
+    return n.id if isinstance(n, ast.Name) else ""
+
+
+def _is_method(call: ast.Call) -> bool:
+    """``x.log()`` (the tensor's method), not ``torch.log(x)`` / ``F.softmax(x)``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    while isinstance(owner, ast.Attribute):
+        owner = owner.value
+    return not (
+        isinstance(owner, ast.Name) and owner.id in ("torch", "F", "nn", "functional", "special")
+    )
+
+
+def _subject(call: ast.Call) -> ast.expr | None:
+    """The tensor a call works on: ``x`` of ``x.log()`` and of ``torch.log(x)``."""
+    if _is_method(call) and isinstance(call.func, ast.Attribute):
+        return call.func.value
+    return call.args[0] if call.args else None
+
+
+def _rest(src: Source, call: ast.Call) -> list[str]:
+    """A call's arguments after its subject, and its keywords, as written."""
+    args = call.args if _is_method(call) else call.args[1:]
+    return [src.seg(a) for a in args] + [src.seg(k) for k in call.keywords]
+
+
+def _calls(src: Source, names: set[str], node: ast.AST | None = None) -> list[ast.Call]:
+    """Calls named one of ``names`` that start on the located line (or under ``node``)."""
+    pool = ast.walk(node) if node is not None else src.at_line()
+    return [n for n in pool if isinstance(n, ast.Call) and _name(n) in names]
+
+
+def _everywhere(
+    src: Source, names: set[str], write: Callable[[ast.Call], str | None]
+) -> list[Replace]:
+    """``write`` for each call of ``names`` in the located line's function, where one of them
+    is on the located line: the same hand-written form is made stable wherever the function
+    repeats it (a log-sum-exp per time step and again for the total)."""
+    out: list[Replace] = [
+        (c, t) for c in _calls(src, names, src.scope()) if (t := write(c)) is not None
+    ]
+    return out if any(c.lineno <= src.line <= (c.end_lineno or c.lineno) for c, _ in out) else []
+
+
+def _wrapped(src: Source, e: ast.expr) -> str:
+    """``e``'s source, parenthesised where a method or an operator would bind into it."""
+    text = src.seg(e)
+    simple = isinstance(e, ast.Name | ast.Attribute | ast.Call | ast.Subscript | ast.Constant)
+    return text if simple else f"({text})"
+
+
+def _bound(src: Source, name: str) -> ast.expr | None:
+    """The value last assigned to ``name`` at or before the located line (in its function)."""
+    found: list[ast.Assign] = [
+        n
+        for n in ast.walk(src.tree)
+        if isinstance(n, ast.Assign)
+        and n.lineno <= src.line
+        and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+    ]
+    return max(found, key=lambda n: n.lineno).value if found else None
+
+
+def _through(src: Source, e: ast.expr | None) -> ast.expr | None:
+    """``e``, or the value its name was last given."""
+    if isinstance(e, ast.Name):
+        return _bound(src, e.id)
+    return e
+
+
+# -- writers ---------------------------------------------------------------------------------
+LOGS = {"log", "log2", "log10"}
+
+
+def _lse(src: Source, origin: Origin) -> list[Replace]:
+    def write(log: ast.Call) -> str | None:
+        total = _subject(log)
+        if not (isinstance(total, ast.Call) and _name(total) == "sum"):
+            return None
+        exp = _subject(total)
+        if not (isinstance(exp, ast.Call) and _name(exp) == "exp"):
+            return None
+        x = _subject(exp)
+        if x is None:
+            return None
+        dims = _rest(src, total)
+        if dims:
+            return f"torch.logsumexp({src.seg(x)}, {', '.join(dims)})"
+        return f"torch.logsumexp({_wrapped(src, x)}.flatten(), 0)"
+
+    return _everywhere(src, {"log"}, write)
+
+
+def _log_softmax(src: Source, origin: Origin) -> list[Replace]:
+    def write(log: ast.Call) -> str | None:
+        sm = _through(src, _subject(log))
+        if not (isinstance(sm, ast.Call) and _name(sm) == "softmax"):
+            return None
+        x = _subject(sm)
+        if x is None:
+            return None
+        rest = _rest(src, sm)
+        if _is_method(sm):
+            return f"{_wrapped(src, x)}.log_softmax({', '.join(rest)})"
+        return f"torch.log_softmax({', '.join([src.seg(x), *rest])})"
+
+    return _everywhere(src, {"log"}, write)
+
+
+_SIGMOIDS = {"sigmoid", "expit"}
+
+
+def _logit(src: Source, p: ast.expr | None) -> ast.expr | None:
+    """``z`` of ``torch.sigmoid(z)`` / ``z.sigmoid()``, reached through ``p``'s name."""
+    p = _through(src, p)
+    if isinstance(p, ast.Call) and _name(p) in _SIGMOIDS:
+        return _subject(p)
+    return None
+
+
+def _logsigmoid(src: Source, origin: Origin) -> list[Replace]:
+    fn = f"{src.functional}.logsigmoid"
+
+    def write(log: ast.Call) -> str | None:
+        arg = _subject(log)
+        if (
+            isinstance(arg, ast.BinOp)
+            and isinstance(arg.op, ast.Sub)
+            and isinstance(arg.left, ast.Constant)
+            and arg.left.value == 1
+        ):
+            z = _logit(src, arg.right)
+            return None if z is None else f"{fn}(-{_wrapped(src, z)})"
+        z = _logit(src, arg)
+        return None if z is None else f"{fn}({src.seg(z)})"
+
+    return _everywhere(src, {"log"}, write)
+
+
+def _product(src: Source, origin: Origin) -> list[Replace]:
+    def write(log: ast.Call) -> str | None:
+        prod = _subject(log)
+        if isinstance(prod, ast.Call) and _name(prod) == "prod" and (p := _subject(prod)):
+            return f"torch.log({src.seg(p)}).sum({', '.join(_rest(src, prod))})"
+        return None
+
+    return _everywhere(src, {"log"}, write)
+
+
+def _divisions(src: Source) -> list[ast.BinOp]:
+    stmt = src.statement()
+    pool = ast.walk(stmt) if stmt is not None else src.at_line()
+    return [n for n in pool if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)]
+
+
+_NORMS = {"norm", "vector_norm"}
+
+
+def _normalize(src: Source, origin: Origin) -> list[Replace]:
+    for div in _divisions(src):
+        norm = div.right
+        if not (isinstance(norm, ast.Call) and _name(norm) in _NORMS):
+            continue
+        x = _subject(norm)
+        dim = next((src.seg(k.value) for k in norm.keywords if k.arg == "dim"), None)
+        if dim is None:
+            args = norm.args if _is_method(norm) else norm.args[1:]
+            dim = src.seg(args[1]) if len(args) > 1 else None
+        if x is not None and dim is not None and src.seg(x) == src.seg(div.left):
+            return [(div, f"{src.functional}.normalize({src.seg(x)}, dim={dim})")]
+        return [(norm, f"{_wrapped(src, norm)}.clamp_min(1e-12)")]
+    return []
+
+
+def _std(src: Source, origin: Origin) -> list[Replace]:
+    for div in _divisions(src):
+        std = div.right
+        if isinstance(std, ast.Call) and _name(std) == "std" and (x := _subject(std)):
+            rest = ", ".join(_rest(src, std))
+            var = f"{_wrapped(src, x)}.var({rest})"
+            return [(std, f"torch.sqrt({var} + 1e-5)")]
+    return []
+
+
+def _one_sample(src: Source, origin: Origin) -> list[Replace]:
+    for call in _calls(src, {"std", "var"}):
+        x = _subject(call)
+        if x is None:
+            continue
+        kept = [src.seg(a) for a in (call.args if _is_method(call) else call.args[1:])]
+        kept += [src.seg(k) for k in call.keywords if k.arg not in ("unbiased", "correction")]
+        args = ", ".join([*kept, "correction=0"])
+        if _is_method(call):
+            return [(call, f"{_wrapped(src, x)}.{_name(call)}({args})")]
+        return [(call, f"torch.{_name(call)}({src.seg(x)}, {args})")]
+    return []
+
+
+def _sqrt_eps(src: Source, origin: Origin) -> list[Replace]:
+    for call in _calls(src, {"sqrt"}):
+        x = _subject(call)
+        if x is not None:
+            if _is_method(call):
+                return [(call, f"({src.seg(x)} + 1e-12).sqrt()")]
+            return [(call, f"torch.sqrt({src.seg(x)} + 1e-12)")]
+    for n in src.at_line():
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) and _half_power(n.right):
+            return [(n, f"({src.seg(n.left)} + 1e-12) ** {src.seg(n.right)}")]
+    return []
+
+
+def _half_power(e: ast.expr) -> bool:
+    return isinstance(e, ast.Constant) and isinstance(e.value, float) and 0 < e.value < 1
+
+
+_MEANS = {"mean"}
+
+
+def _variance(src: Source, origin: Origin) -> list[Replace]:
+    """``mean(x**2) - mean(x)**2`` at the located statement, else the one the file holds."""
+    stmt = src.statement()
+    pools = [ast.walk(stmt)] if stmt is not None else []
+    pools.append(ast.walk(src.tree))
+    for pool in pools:
+        for n in pool:
+            found = _var_of(src, n)
+            if found is not None:
+                return [found]
+    return []
+
+
+def _var_of(src: Source, n: ast.AST) -> Replace | None:
+    if not (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub)):
+        return None
+    left, right = n.left, n.right
+    if not (isinstance(left, ast.Call) and _name(left) in _MEANS):
+        return None
+    base = _squared(_subject(left))
+    mean = _squared(right)
+    if base is None or not (isinstance(mean, ast.Call) and _name(mean) in _MEANS):
+        return None
+    x = _subject(mean)
+    if x is None or src.seg(x) != src.seg(base):
+        return None
+    rest = _rest(src, mean)
+    return n, f"torch.var({', '.join([src.seg(x), *rest, 'correction=0'])})"
+
+
+def _squared(e: ast.expr | None) -> ast.expr | None:
+    """The base of ``x ** 2``, ``x * x``, ``x.pow(2)``, ``torch.square(x)``."""
+    if (
+        isinstance(e, ast.BinOp)
+        and isinstance(e.op, ast.Pow)
+        and isinstance(e.right, ast.Constant)
+        and e.right.value == 2
+    ):
+        return e.left
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+        return e.left if ast.dump(e.left) == ast.dump(e.right) else None
+    if isinstance(e, ast.Call) and _name(e) == "pow":
+        exponent = e.args[-1] if e.args else None
+        if isinstance(exponent, ast.Constant) and exponent.value == 2:
+            return _subject(e)
+    if isinstance(e, ast.Call) and _name(e) == "square":
+        return _subject(e)
+    return None
+
+
+def _cosine(src: Source, origin: Origin) -> list[Replace]:
+    for call in _calls(src, {"acos", "asin", "arccos", "arcsin", "atanh"}):
+        x = _subject(call)
+        if x is None:
+            continue
+        bound = "1e-6" if _name(call) == "atanh" else "1e-7"
+        clamped = f"{_wrapped(src, x)}.clamp(-1 + {bound}, 1 - {bound})"
+        if _is_method(call):
+            return [(call, f"{clamped}.{_name(call)}()")]
+        owner = src.seg(call.func)
+        return [(call, f"{owner}({clamped})")]
+    return []
+
+
+def _power(src: Source, origin: Origin) -> list[Replace]:
+    for n in src.at_line():
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
+            p = n.right
+            if (
+                isinstance(p, ast.Constant)
+                and isinstance(p.value, float)
+                and not p.value.is_integer()
+            ):
+                return [(n.left, f"{_wrapped(src, n.left)}.clamp_min(1e-6)")]
+    for call in _calls(src, {"pow"}):
+        x = _subject(call)
+        if x is not None:
+            return [(x, f"{_wrapped(src, x)}.clamp_min(1e-6)")]
+    return []
+
+
+def _overflow(src: Source, origin: Origin) -> list[Replace]:
+    m = origin.mechanism
+    low = m is not None and any(e.signal == "dtype" for e in m.evidence)
+    for call in _calls(src, {"exp"}):
+        x = _subject(call)
+        if x is None:
+            continue
+        fixed = f"{_wrapped(src, x)}.float()" if low else f"{_wrapped(src, x)}.clamp(max=80.0)"
+        if _is_method(call):
+            return [(call, f"{fixed}.exp()")]
+        return [(call, f"{src.seg(call.func)}({fixed})")]
+    return []
+
+
+def _length(src: Source, origin: Origin) -> list[Replace]:
+    for div in _divisions(src):
+        d = div.right
+        if isinstance(d, ast.BinOp) and isinstance(d.op, ast.Sub):
+            return [(d, f"({src.seg(d)}).clamp_min(1)")]
+        if isinstance(d, ast.Call) and _name(d) == "sum":
+            return [(d, f"{src.seg(d)}.clamp_min(1)")]
+    return []
+
+
+WRITERS: dict[str, Callable[[Source, Origin], list[Replace]]] = {
+    "exp_sum_underflow": _lse,
+    "log_of_softmax": _log_softmax,
+    "sigmoid_rounded": _logsigmoid,
+    "product_underflow": _product,
+    "zero_norm": _normalize,
+    "zero_std": _std,
+    "one_sample": _one_sample,
+    "sqrt_at_zero": _sqrt_eps,
+    "variance_cancellation": _variance,
+    "cosine_past_one": _cosine,
+    "fractional_power": _power,
+    "overflow": _overflow,
+    "zero_length": _length,
+}
+"""The mechanisms whose idiom is written as an edit."""

@@ -1,0 +1,206 @@
+"""A NaN explained by its numerics and repaired with the stable idiom (issue 58).
+
+tests/numerics/ holds programs of our own, one pair per mechanism, each written two ways (a
+module, a free function, a lambda, a loss class; float32 and float16): a hand-written
+log-sum-exp, the log of a softmax, a product of probabilities, a sigmoid rounded to 1, an
+``exp`` past its dtype's largest value, a norm, a standard deviation, a one-sample std, a
+length minus one and a mask's count of 0, a square root's backward at 0, E[x²] - E[x]², an
+``acos`` past 1 and a fractional power of a negative. Each runs unchanged under ``gradoc
+run``: the root cause names the mechanism in the run's numbers, the fix names the idiom, and
+``gradoc fix`` writes the idiom's edit and verifies it by a re-run.
+"""
+
+# ruff: noqa: E501
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import gradoc
+from gradoc.detect.finding import CodeLine, Finding, Mechanism, Origin
+from gradoc.fix.patch import Edit, edit_for
+from gradoc.locate import mechanism
+from tests.test_cli import gradoc_cli
+
+PROGRAMS = Path(__file__).parent / "numerics"
+
+# fmt: off
+CASES: dict[str, tuple[str, str, str]] = {
+    # program: (mechanism, a number or words of the run its sentence holds, the edit writes)
+    "lse_module": ("exp_sum_underflow", "inputs of exp on the failing row", "torch.logsumexp"),
+    "lse_function": ("exp_sum_underflow", "their sum was 0.0", "torch.logsumexp(scores, dim=0)"),
+    "logsoftmax_module": ("log_of_softmax", "exactly 0.0 in float32", "torch.log_softmax"),
+    "logsoftmax_lambda": ("log_of_softmax", "the logits spread over", ".log_softmax(-1)"),
+    "product_function": ("product_underflow", "probabilities", "torch.log(step_prob).sum(dim=1)"),
+    "product_module": ("product_underflow", "underflowed to 0.0", "torch.log(probs).sum(-1)"),
+    "sigmoid_class": ("sigmoid_rounded", "rounded to exactly 1.0", "torch.nn.functional.logsigmoid(-z)"),
+    "sigmoid_twolines": ("sigmoid_rounded", "rounded to exactly 1.0", "logsigmoid(-(X @ theta))"),
+    "overflow_half": ("overflow", "65,504", ".float())"),
+    "overflow_module": ("overflow", "exp is inf above 88.7", ".clamp(max=80.0).exp()"),
+    "norm_contrastive": ("zero_norm", "all-zero vectors", "torch.nn.functional.normalize(z, dim=1)"),
+    "norm_function": ("zero_norm", "all-zero vectors", "torch.nn.functional.normalize(v, dim=-1)"),
+    "std_module": ("zero_std", "constant rows", "torch.sqrt(x.var(1, keepdim=True) + 1e-5)"),
+    "std_function": ("zero_std", "constant rows", "torch.sqrt(h.var(dim=0) + 1e-5)"),
+    "onesample_advantage": ("one_sample", "n - 1 = 0", "ret.std(correction=0)"),
+    "onesample_loader": ("one_sample", "n - 1 = 0", "torch.std(pred, correction=0)"),
+    "length_position": ("zero_length", "length minus one", "(lengths[:, None] - 1).clamp_min(1)"),
+    "length_masked_mean": ("zero_length", "all padding", "mask.sum(1, keepdim=True).clamp_min(1)"),
+    "sqrt_triplet": ("sqrt_at_zero", "1 / (2 sqrt(0))", "torch.sqrt(((ea - ep) ** 2).sum(-1) + 1e-12)"),
+    "sqrt_power": ("sqrt_at_zero", "1 / (2 sqrt(0))", "((diff * diff).sum(-1) + 1e-12) ** 0.5"),
+    "variance_layernorm": ("variance_cancellation", "E[x²] - E[x]²", "torch.var(h, -1, keepdim=True, correction=0)"),
+    "variance_function": ("variance_cancellation", "E[x²] - E[x]²", "torch.var(x, 0, correction=0)"),
+    "cosine_angle": ("cosine_past_one", "past ±1", "cos.clamp(-1 + 1e-7, 1 - 1e-7)"),
+    "cosine_module": ("cosine_past_one", "past ±1", "dot.clamp(-1 + 1e-7, 1 - 1e-7)"),
+    "power_gamma": ("fractional_power", "fractional power 0.45", "dec(z).clamp_min(1e-6) ** 0.45"),
+    "power_function": ("fractional_power", "fractional power 1.5", "(1 - score).clamp_min(1e-6)"),
+}
+# fmt: on
+
+
+def test_every_program_is_a_case() -> None:
+    assert {p.stem for p in PROGRAMS.glob("*.py")} == set(CASES)
+    assert {m for m, _, _ in CASES.values()} <= set(mechanism.CATALOGUE)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_nan_is_explained_and_repaired_with_its_idiom(name: str, tmp_path: Path) -> None:
+    expected, words, written = CASES[name]
+    shutil.copy(PROGRAMS / f"{name}.py", tmp_path)
+    run = tmp_path / "run"
+    done = gradoc_cli("run", "--out", str(run), f"{name}.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((run / "report.json").read_text())
+    nonfinite = next(f for f in report["findings"] if f["kind"] == "nonfinite")
+    said = nonfinite["origin"]["mechanism"]
+    assert said["name"] == expected, said
+    assert words in said["said"], said["said"]
+    root = nonfinite["hypotheses"][0]["cause"]
+    assert said["said"] in root  # the root cause says the mechanism in the run's numbers
+    idiom = mechanism.CATALOGUE[expected].idiom.split("`")[1].split("(")[0]
+    fixes = " ".join(f["action"] for f in nonfinite["fixes"])
+    assert "stable form" in fixes and said["idiom"] in fixes, fixes
+    assert idiom.split(".")[-1] in said["idiom"] or expected in ("overflow", "zero_length")
+
+    fixed = gradoc_cli("fix", "--json", "fix.json", "run", f"{name}.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    result = json.loads((tmp_path / "fix.json").read_text())
+    assert result["verdict"] == "verified", result.get("why_not")
+    after = "\n".join(result["patch"]["after"])
+    assert written in after, after
+    assert "clamp_min(1e-6)" not in after or expected == "fractional_power"
+    assert (tmp_path / f"{name}.py").read_text() == (PROGRAMS / f"{name}.py").read_text()
+
+
+def _born(fn) -> Origin:  # type: ignore[no-untyped-def]
+    with gradoc.check_numerics(raise_error=False) as check:
+        fn().backward()
+    assert check.origin is not None
+    return check.origin
+
+
+def test_the_numbers_of_an_underflow_are_the_runs() -> None:
+    x = torch.tensor([[-10_000.0, -10_002.0, -10_001.0]], requires_grad=True)
+    m = _born(lambda: torch.log(torch.exp(x).sum(1)).sum()).mechanism
+    assert m is not None and m.name == "exp_sum_underflow"
+    assert "the 3 inputs of exp" in m.said and "<= -10,000" in m.said and "-103.28" in m.said
+    assert {e.signal: e.value for e in m.evidence}["largest input of exp"] == -10_000.0
+
+
+def test_a_sigmoid_rounded_to_one_says_where_it_rounds() -> None:
+    z = torch.tensor([3.0, 17.5, 40.0], requires_grad=True)
+    m = _born(lambda: torch.log(1 - torch.sigmoid(z)).sum()).mechanism
+    assert m is not None and m.name == "sigmoid_rounded"
+    assert "at 2 values" in m.said and "reached 40" in m.said and "above 16.636" in m.said
+
+
+def test_a_float16_overflow_names_its_limit_and_the_float32_value() -> None:
+    a = torch.full((2, 64), 40.0, dtype=torch.float16, requires_grad=True)
+    m = _born(lambda: (a @ a.T).sum()).mechanism
+    assert m is not None and m.name == "overflow" and "65,504" in m.said
+    assert "computed in float32 its largest |value| is 1.024e+05" in m.said
+
+
+def test_a_division_by_zero_of_unknown_making_has_no_idiom_and_says_so() -> None:
+    d = torch.tensor([0.0, 2.0])
+    x = torch.ones(2, requires_grad=True)
+    m = _born(lambda: (x / d).sum()).mechanism
+    assert m is not None and m.name in mechanism.NO_IDIOM and m.idiom.startswith("no idiom")
+
+
+def test_the_ruled_out_rate_and_the_html_use_the_mechanism(tmp_path: Path) -> None:
+    shutil.copy(PROGRAMS / "lse_module.py", tmp_path)
+    done = gradoc_cli("run", "--out", "run", "lse_module.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    f = json.loads((tmp_path / "run" / "report.json").read_text())["findings"][0]
+    why = [r["why"] for r in f["ruled_out"] if r["cause"] == "learning rate too high"]
+    assert any("an underflow of" in w and "before any update could matter" in w for w in why)
+    page = tmp_path / "r.html"
+    assert gradoc_cli("report", str(tmp_path / "run"), "--html", str(page)).returncode == 0
+    html = page.read_text()
+    located = html.index('class="hit"')
+    assert html.index("exp_sum_underflow", located) - located < 2000  # beside the line
+    assert "every exp in the sum underflowed" in html and "torch.logsumexp" in html
+
+
+def test_the_op_of_a_statement_over_two_lines_is_placed_on_its_own_line(tmp_path: Path) -> None:
+    shutil.copy(PROGRAMS / "sigmoid_twolines.py", tmp_path)
+    done = gradoc_cli("run", "--out", "run", "sigmoid_twolines.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    origin = json.loads((tmp_path / "run" / "report.json").read_text())["findings"][0]["origin"]
+    assert origin["code"] == "+ (1 - Y) * torch.log(1 - prob)).mean()"
+    assert origin["line"] == 13
+
+
+def _finding(file: Path, line: int, name: str) -> Finding:
+    code = file.read_text().splitlines()[line - 1].strip()
+    origin = Origin(
+        phase="forward",
+        step=0,
+        op="aten.log.default",
+        file=str(file),
+        line=line,
+        code=code,
+        mechanism=Mechanism("underflow", name, "", mechanism.CATALOGUE[name].idiom),
+    )
+    return Finding(
+        kind="nonfinite", severity="error", step=0, layer=None, summary="", origin=origin
+    )
+
+
+def test_an_idiom_is_written_only_where_the_line_holds_its_shape(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text(
+        textwrap.dedent(
+            """\
+            import torch
+            s = torch.exp(x).sum(1)
+            y = torch.log(s)
+            z = torch.log(torch.exp(x).sum())
+            """
+        )
+    )
+    assert edit_for([_finding(f, 3, "exp_sum_underflow")]) is None  # no clamp either
+    edit = edit_for([_finding(f, 4, "exp_sum_underflow")])
+    assert edit is not None and edit.after == ("z = torch.logsumexp(x.flatten(), 0)",)
+
+
+def test_an_edit_over_several_lines_is_applied_whole_or_refused(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("a = (1 +\n     2)\nb = 3\n")
+    edit = Edit("nonfinite", str(f), 1, "a = (1 +\n     2)", ("a = 3",), "fold", end=2)
+    edit.apply()
+    assert f.read_text() == "a = 3\nb = 3\n"
+    with pytest.raises(Exception, match="no longer reads"):
+        edit.apply()
+
+
+def test_the_mechanism_survives_the_report() -> None:
+    m = Mechanism("zero", "zero_norm", "said", "idiom", [])
+    o = Origin(phase="forward", step=1, mechanism=m)
+    assert Origin.from_json(json.loads(json.dumps(o.to_json()))).mechanism == m
+    assert CodeLine("f", 1, "x").to_json()["line"] == 1
