@@ -125,6 +125,19 @@ def test_a_float16_overflow_names_its_limit_and_the_float32_value() -> None:
     assert "computed in float32 its largest |value| is 1.024e+05" in m.said
 
 
+def test_an_rmsnorm_without_eps_is_a_root_of_zero(tmp_path: Path) -> None:
+    h = torch.zeros(2, 4)
+    h[0] = 1.0
+    h.requires_grad_()
+    m = _born(lambda: (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True))).sum()).mechanism
+    assert m is not None and m.name == "root_of_zero" and "1 value under rsqrt" in m.said
+    f = tmp_path / "m.py"
+    f.write_text("y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True))\n")
+    edit = edit_for([_finding(f, 1, "root_of_zero")])
+    assert edit is not None
+    assert edit.after == ("y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)",)
+
+
 def test_a_division_by_zero_of_unknown_making_has_no_idiom_and_says_so() -> None:
     d = torch.tensor([0.0, 2.0])
     x = torch.ones(2, requires_grad=True)

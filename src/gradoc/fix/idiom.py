@@ -381,6 +381,16 @@ def _one_sample(src: Source, origin: Origin) -> list[Replace]:
     return []
 
 
+def _rsqrt_eps(src: Source, origin: Origin) -> list[Replace]:
+    for call in _calls(src, {"rsqrt"}):
+        x = _subject(call)
+        if x is not None:
+            if _is_method(call):
+                return [(call, f"({src.seg(x)} + 1e-6).rsqrt()")]
+            return [(call, f"{src.seg(call.func)}({src.seg(x)} + 1e-6)")]
+    return []
+
+
 def _sqrt_eps(src: Source, origin: Origin) -> list[Replace]:
     for call in _calls(src, {"sqrt"}):
         x = _subject(call)
@@ -515,6 +525,7 @@ WRITERS: dict[str, Callable[[Source, Origin], list[Replace]]] = {
     "zero_std": _std,
     "one_sample": _one_sample,
     "sqrt_at_zero": _sqrt_eps,
+    "root_of_zero": _rsqrt_eps,
     "variance_cancellation": _variance,
     "cosine_past_one": _cosine,
     "fractional_power": _power,

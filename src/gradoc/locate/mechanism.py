@@ -396,6 +396,12 @@ CATALOGUE: dict[str, Kind] = {
         "the epsilon inside the root: `torch.sqrt(x + 1e-12)`, or `torch.linalg.vector_norm`, "
         "whose backward is defined at 0",
     ),
+    "root_of_zero": Kind(
+        "zero",
+        "`rsqrt` of exactly 0 (a mean square of an all-zero row: an RMSNorm without eps)",
+        "the arguments of exactly 0",
+        "the epsilon inside the root: `torch.rsqrt(ms + 1e-6)`",
+    ),
     "variance_cancellation": Kind(
         "domain",
         "a variance computed as E[x²] - E[x]² rounded below 0 (the two terms agree to the "
@@ -713,6 +719,19 @@ def _number_div(b: Op, f: Failing) -> Mechanism | None:
     )
 
 
+def _root_zero(b: Op, f: Failing) -> Mechanism | None:
+    a = b.input(0)
+    if b.name != "rsqrt" or a is None or not _count(a == 0):
+        return None
+    zeros = _count(a == 0)
+    return _said(
+        "root_of_zero",
+        f"{_values(zeros)} under rsqrt were exactly 0 (all-zero rows); rsqrt(0) = inf",
+        None,
+        Reading("rsqrt arguments of exactly 0", zeros, {"of": a.numel()}),
+    )
+
+
 def _one_sample(b: Op, f: Failing) -> Mechanism | None:
     if b.name not in ("std", "var", "std_mean", "var_mean"):
         return None
@@ -925,7 +944,7 @@ def _backward(b: Op, f: Failing) -> Mechanism | None:
         zeros = _count(root == 0)
         return _said(
             "sqrt_at_zero",
-            f"{zeros} arguments of {b.name} were exactly 0: its derivative there, "
+            f"{_values(zeros)} under {b.name} were exactly 0: its derivative there, "
             f"1 / (2 sqrt(0)), is inf, and 0 * inf = NaN in the backward",
             None,
             Reading(f"{b.name} arguments of exactly 0", zeros, {"of": root.numel()}),
@@ -948,6 +967,7 @@ _RULES: tuple[Callable[[Op, Failing], Mechanism | None], ...] = (
     _negative,
     _div_zero,
     _number_div,
+    _root_zero,
     _one_sample,
     _cosine,
     _power,
