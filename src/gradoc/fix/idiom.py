@@ -381,23 +381,26 @@ def _one_sample(src: Source, origin: Origin) -> list[Replace]:
     return []
 
 
-def _rsqrt_eps(src: Source, origin: Origin) -> list[Replace]:
-    for call in _calls(src, {"rsqrt"}):
+def _inside_root(src: Source, root: str, eps: str) -> list[Replace]:
+    """The epsilon inside the first call of ``root`` on the line: ``torch.sqrt(d)`` ->
+    ``torch.sqrt(d + eps)``, ``d.rsqrt()`` -> ``(d + eps).rsqrt()``."""
+    for call in _calls(src, {root}):
         x = _subject(call)
         if x is not None:
             if _is_method(call):
-                return [(call, f"({src.seg(x)} + 1e-6).rsqrt()")]
-            return [(call, f"{src.seg(call.func)}({src.seg(x)} + 1e-6)")]
+                return [(call, f"({src.seg(x)} + {eps}).{root}()")]
+            return [(call, f"{src.seg(call.func)}({src.seg(x)} + {eps})")]
     return []
 
 
+def _rsqrt_eps(src: Source, origin: Origin) -> list[Replace]:
+    return _inside_root(src, "rsqrt", "1e-6")
+
+
 def _sqrt_eps(src: Source, origin: Origin) -> list[Replace]:
-    for call in _calls(src, {"sqrt"}):
-        x = _subject(call)
-        if x is not None:
-            if _is_method(call):
-                return [(call, f"({src.seg(x)} + 1e-12).sqrt()")]
-            return [(call, f"torch.sqrt({src.seg(x)} + 1e-12)")]
+    found = _inside_root(src, "sqrt", "1e-12")
+    if found:
+        return found
     for n in src.at_line():
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) and _half_power(n.right):
             return [(n, f"({src.seg(n.left)} + 1e-12) ** {src.seg(n.right)}")]

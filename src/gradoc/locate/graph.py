@@ -112,22 +112,15 @@ def _op(node: Any, a: str, b: str | None, fn: Callable[..., Tensor]) -> Tensor |
 
 def op_name(node: Any) -> str:
     """``LinalgVectorNormBackward0`` -> ``linalg_vector_norm``."""
-    base = re.sub(r"Backward\d*$", "", node.name().split("::")[-1])
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+    return mechanism.node_op(node.name())
 
 
 def _saved(node: Any) -> Iterator[tuple[str, Tensor]]:
     """The floating-point tensors ``node`` saved for its backward (``_saved_self``, ...)."""
-    for attr in dir(node):
-        if not attr.startswith("_saved_"):
-            continue
-        try:
-            value = getattr(node, attr)
-        except RuntimeError:  # freed by a backward already run
-            continue
+    for name, value in mechanism.saved(node).items():
         for t in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(t, Tensor) and (t.is_floating_point() or t.is_complex()):
-                yield attr.removeprefix("_saved_"), t
+                yield name, t
 
 
 def _finite(t: Tensor) -> bool:

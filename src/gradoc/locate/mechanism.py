@@ -82,10 +82,16 @@ def plain(name: str) -> str:
     if name.startswith("aten."):
         name = name.split(".")[1]
     elif re.search(r"Backward\d*$", name):
-        base = re.sub(r"Backward\d*$", "", name.split("::")[-1])
-        name = re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+        name = node_op(name)
     name = name.strip("_")
     return _SAME.get(name, name)
+
+
+def node_op(name: str) -> str:
+    """An autograd node's op, as its name says: ``LinalgVectorNormBackward0`` ->
+    ``linalg_vector_norm``."""
+    base = re.sub(r"Backward\d*$", "", name.split("::")[-1])
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
 
 
 @dataclass(slots=True)
@@ -98,8 +104,6 @@ class Op:
     inputs: list[Tensor | None] = field(default_factory=list)
     numbers: list[float] = field(default_factory=list)
     below: list[Op | None] = field(default_factory=list)
-    dims: Any = None
-    """The dims it reduced over, where said (a sum's, a softmax's)."""
 
     def input(self, i: int = 0) -> Tensor | None:
         return self.inputs[i] if i < len(self.inputs) else None
@@ -131,21 +135,18 @@ class Recent:
     step only: nothing is kept once the tracer is gone)."""
 
     def __init__(self) -> None:
-        self._by_out: dict[int, tuple[str, list[Any], weakref.ref[Tensor], Any]] = {}
+        self._by_out: dict[int, tuple[str, list[Any], weakref.ref[Tensor]]] = {}
         self._order: deque[int] = deque()
         self._held: deque[Tensor] = deque(maxlen=HELD)
 
-    def add(self, func: Any, args: Any, kwargs: Any, outs: list[Tensor]) -> None:
-        name = plain(str(func))
+    def add(self, func: Any, args: Any, outs: list[Tensor]) -> None:
+        name = str(func)  # made plain only when read (:meth:`op`)
         refs = [_ref(a) for a in args]
-        dims = kwargs.get("dim") if kwargs else None
-        if dims is None:
-            dims = next((a for a in args[1:] if isinstance(a, (list, tuple, int))), None)
         for t in outs:
             key = id(t)
             if key not in self._by_out:
                 self._order.append(key)
-            self._by_out[key] = (name, refs, weakref.ref(t), dims)
+            self._by_out[key] = (name, refs, weakref.ref(t))
             self._held.append(t)
         while len(self._order) > RECENT:
             self._by_out.pop(self._order.popleft(), None)
@@ -154,13 +155,15 @@ class Recent:
         """The op that made ``t`` (the tracer's record, else its autograd node)."""
         held = self._by_out.get(id(t))
         if held is not None and held[2]() is t:
-            name, refs, _, dims = held
+            name, refs, _ = held
             args = [r() if isinstance(r, weakref.ref) else r for r in refs]
-            return self.op(name, args, t, depth, dims)
+            return self.op(name, args, t, depth)
         return from_node(t.grad_fn, t, depth) if t.grad_fn is not None else None
 
-    def op(self, name: str, args: list[Any], out: Tensor | None, depth: int, dims: Any) -> Op:
-        op = Op(plain(name), None if out is None else out.detach(), dims=dims)
+    def op(self, name: str, args: list[Any], out: Tensor | None, depth: int = DEPTH) -> Op:
+        """The op ``name`` that made ``out`` from ``args``, with the makers of its operands
+        read ``depth`` ops deep."""
+        op = Op(plain(name), None if out is None else out.detach())
         for a in args:
             if isinstance(a, Tensor) and (a.is_floating_point() or a.is_complex()):
                 op.inputs.append(a.detach())
@@ -179,7 +182,9 @@ def _ref(a: Any) -> Any:
     return a if isinstance(a, (int, float)) else None
 
 
-def _saved(node: Any) -> dict[str, Any]:
+def saved(node: Any) -> dict[str, Any]:
+    """What an autograd node saved for its backward, by name (``self``, ``result``,
+    ``exponent``), less what a backward already run freed."""
     out: dict[str, Any] = {}
     for attr in dir(node):
         if attr.startswith("_saved_"):
@@ -198,23 +203,21 @@ def from_node(node: Any, out: Tensor | None = None, depth: int = DEPTH) -> Op | 
     made its inputs (``out``: the output when a consumer saved it)."""
     if node is None:
         return None
-    saved = _saved(node)
-    result = _tensor(saved.get("result"))
+    held = saved(node)
+    result = _tensor(held.get("result"))
     op = Op(plain(node.name()), out=result if result is not None else out)
-    op.dims = saved.get("dim")
     children = [fn for fn, _ in node.next_functions]
     for i, child in enumerate(children):
         names = _SLOTS[i] if i < len(_SLOTS) else ()
-        value = next(
-            (_tensor(saved.get(n)) for n in names if _tensor(saved.get(n)) is not None), None
-        )
+        value = next((t for t in map(_tensor, map(held.get, names)) if t is not None), None)
         op.inputs.append(value)
         op.below.append(
             from_node(child, value, depth - 1) if depth > 0 and child is not None else None
         )
     for key in ("exponent", "other"):
-        if isinstance(saved.get(key), (int, float)) and not isinstance(saved.get(key), bool):
-            op.numbers.append(float(saved[key]))
+        number = held.get(key)
+        if isinstance(number, (int, float)) and not isinstance(number, bool):
+            op.numbers.append(float(number))
     return op
 
 
@@ -267,19 +270,15 @@ class Failing:
 
     def of(self, t: Tensor) -> Tensor:
         t = t.detach()
-        if self.row is not None and t.dim() >= 2 and t.shape[0] == self.size:
-            return t[self.row].float()
-        return t.float()
-
-    @property
-    def said(self) -> str:
-        return f" on the failing row ({self.row})" if self.row is not None else ""
+        return (t[self.row] if self._row_of(t) else t).float()
 
     def on(self, t: Tensor) -> str:
-        """:attr:`said`, where ``t`` is read on the row."""
-        return (
-            self.said if self.row is not None and t.dim() >= 2 and t.shape[0] == self.size else ""
-        )
+        """The words ``on the failing row (i)`` where ``t`` is read on it, else nothing."""
+        return f" on the failing row ({self.row})" if self._row_of(t) else ""
+
+    def _row_of(self, t: Tensor) -> bool:
+        """``t`` is rows of values, as many as the output's: read on the failing one."""
+        return self.row is not None and t.dim() >= 2 and t.shape[0] == self.size
 
 
 def _failing(out: Tensor | None) -> Failing:

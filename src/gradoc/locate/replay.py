@@ -219,7 +219,7 @@ class Tracer(entry.ObservingMode):
     def observe(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         if self.found is None and (self.replays or not own_depth[0]):
             outs = _floats(out)
-            self.recent.add(func, args, kwargs, outs)
+            self.recent.add(func, args, outs)
             if outs and any(_bad(t) for t in outs):
                 inputs = _floats((args, kwargs))
                 name = getattr(getattr(func, "overloadpacket", func), "__name__", "")
@@ -239,28 +239,19 @@ class Tracer(entry.ObservingMode):
                         frame=user_frame(),
                         evidence=describe(func, args, outs),
                         rows=_bad_rows(next(t for t in outs if _bad(t))),
-                        mechanism=self._mechanism(func, args, kwargs, outs, node),
+                        mechanism=self._mechanism(func, args, outs, node),
                     )
                     if self.on_found is not None:
                         self.on_found()
 
-    def _mechanism(
-        self, func: Any, args: Any, kwargs: Any, outs: list[Tensor], node: Any
-    ) -> Mechanism | None:
+    def _mechanism(self, func: Any, args: Any, outs: list[Tensor], node: Any) -> Mechanism | None:
         """Why the birth's value was non-finite: in a backward, from the node running it (a
         square root's derivative at 0); in a forward, from its operands and their makers."""
         with own_work():
             if node is not None:
                 running = mechanism.from_node(node)
                 return None if running is None else mechanism.explain(running, node_phase=True)
-            depth = mechanism.DEPTH
-            birth = self.recent.op(str(func), list(args), outs[0], depth, _dims(args, kwargs))
-            return mechanism.explain(birth)
-
-
-def _dims(args: Any, kwargs: Any) -> Any:
-    dims = (kwargs or {}).get("dim")
-    return dims if dims is not None else next((a for a in args[1:] if isinstance(a, list)), None)
+            return mechanism.explain(self.recent.op(str(func), list(args), outs[0]))
 
 
 def _running(tracer: Tracer, node: Any) -> Callable[[Any], None]:

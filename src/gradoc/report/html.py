@@ -20,7 +20,7 @@ from typing import Any
 from .._util.text import module_label, number
 from ..analysis import Report
 from ..compare.diff import Difference, RunDiff
-from ..detect.finding import Finding, Origin, State
+from ..detect.finding import Finding, Origin, Reading, State
 from ..detect.signals import update_ratio_series
 from ..findings.dead_units import dead_share, relu_family
 from ..store import EventKind, RunLog
@@ -109,12 +109,16 @@ def _origin(origin: Origin) -> str:
         f"<code>{_e(origin.op)}</code>" if origin.op else "",
         f"in <code>{_e(where)}</code>" if where else _e(f"in {module_label(where)}"),
     ]
-    ev = "".join(f"<li>{_e(e.signal)}: <b>{_num(e.value)}</b></li>" for e in origin.evidence)
+    ev = _readings(origin.evidence)
     note = f"<p class='note'>{_e(origin.note)}</p>" if origin.note else ""
     return (
         f"<div class='origin'><h4>Where it was born</h4><p>{' '.join(p for p in parts if p)}</p>"
         f"{_source(origin)}{_why(origin)}<ul>{ev}</ul>{note}</div>"
     )
+
+
+def _readings(readings: list[Reading]) -> str:
+    return "".join(f"<li>{_e(e.signal)}: <b>{_num(e.value)}</b></li>" for e in readings)
 
 
 def _why(origin: Origin) -> str:
@@ -123,7 +127,7 @@ def _why(origin: Origin) -> str:
     m = origin.mechanism
     if m is None:
         return ""
-    ev = "".join(f"<li>{_e(e.signal)}: <b>{_num(e.value)}</b></li>" for e in m.evidence)
+    ev = _readings(m.evidence)
     return (
         f"<div class='mechanism'><p><b>Why</b> ({_e(m.kind)}, <code>{_e(m.name)}</code>): "
         f"{_e(m.said)}</p><ul>{ev}</ul><p><b>Stable form</b>: {_e(m.idiom)}</p></div>"
