@@ -40,7 +40,7 @@ from ..detect.finding import (
 )
 from ..detect.history import History
 from ..detect.signals import fmt
-from ..locate.mechanism import NO_IDIOM
+from ..locate.mechanism import NO_IDIOM, low_precision
 from ..store import EventKind, RunMeta
 from .advice import LR_TOO_HIGH, at, clip_fix, code_at, loss_before, lr_fix, lr_ruled_out, related
 from .facts import Facts
@@ -270,7 +270,7 @@ def _mechanism(f: Finding, op: Hypothesis, origin: Origin) -> None:
     if m is None:
         return
     op.cause += f"; {m.said}"
-    if m.kind == "overflow" and any(e.signal == "dtype" for e in m.evidence):
+    if low_precision(m):
         op.family = Family.PRECISION
     if m.kind in ("underflow", "saturation", "zero", "domain") and (f.step or 0) <= 1:
         f.ruled_out.append(

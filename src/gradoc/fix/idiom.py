@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..detect.finding import Finding, Origin
-from .patch import Edit
+from ..locate.mechanism import low_precision
+from .edit import Edit
 
 Replace = tuple[ast.expr, str]
 """An expression of the file and the text that replaces it."""
@@ -497,7 +498,7 @@ def _power(src: Source, origin: Origin) -> list[Replace]:
 
 def _overflow(src: Source, origin: Origin) -> list[Replace]:
     m = origin.mechanism
-    low = m is not None and any(e.signal == "dtype" for e in m.evidence)
+    low = m is not None and low_precision(m)
     for call in _calls(src, {"exp"}):
         x = _subject(call)
         if x is None:

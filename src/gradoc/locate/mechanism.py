@@ -879,7 +879,7 @@ def _overflow(b: Op, f: Failing) -> Mechanism | None:
     x = next((t for t in b.inputs if t is not None), None)
     info = _info(out)
     dtype = _dtype(out)
-    ev = [Reading(f"largest value of {dtype}", float(info.max))]
+    ev = [Reading(f"largest value of {dtype}", float(info.max), {"dtype": dtype})]
     said = f"{b.name} overflowed {dtype}'s largest value, {n(float(info.max))}"
     if x is not None:
         top = float(f.of(x).max()) if b.name.startswith("exp") else float(f.of(x).abs().max())
@@ -887,12 +887,12 @@ def _overflow(b: Op, f: Failing) -> Mechanism | None:
         said += f": its input reached {n(top)}{f.on(x)}"
         if b.name == "exp":
             said += f" (exp is inf above {n(exp_ceiling(out))} in {dtype})"
-        if dtype in ("float16", "bfloat16") and b.name in ("matmul", "mul", "pow", "sum"):
+        if dtype in LOW_PRECISION and b.name in ("matmul", "mul", "pow", "sum"):
             wide = _in_float32(b)
             if wide is not None:
                 ev.append(Reading("largest |value| computed in float32", wide))
                 said += f"; computed in float32 its largest |value| is {n(wide)}"
-    if dtype in ("float16", "bfloat16"):
+    if dtype in LOW_PRECISION:
         ev.append(Reading("dtype", dtype))
         idiom = (
             "compute it in float32: `x.float()` before it (autocast keeps exp, pow, softmax and "
@@ -908,6 +908,15 @@ def _overflow(b: Op, f: Failing) -> Mechanism | None:
     else:
         idiom = "scale the values down before this op (they grew past the dtype's range)"
     return _said("overflow", said, idiom, *ev)
+
+
+LOW_PRECISION = {"float16", "bfloat16"}
+
+
+def low_precision(m: Mechanism) -> bool:
+    """An overflow of a 16-bit dtype's range (its fix: compute in float32), read from the
+    dtype its limit reading names."""
+    return m.name == "overflow" and any(e.extra.get("dtype") in LOW_PRECISION for e in m.evidence)
 
 
 def _in_float32(b: Op) -> float | None:
