@@ -165,7 +165,7 @@ class Recent:
         read ``depth`` ops deep."""
         op = Op(plain(name), None if out is None else out.detach())
         for a in args:
-            if isinstance(a, Tensor) and (a.is_floating_point() or a.is_complex()):
+            if isinstance(a, Tensor) and a.dtype != torch.bool:  # lengths too: ints
                 op.inputs.append(a.detach())
                 op.below.append(self.producer(a, depth - 1) if depth > 0 else None)
             elif isinstance(a, (int, float)) and not isinstance(a, bool):

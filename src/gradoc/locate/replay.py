@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .._util import entry, objects
 from .._util.state import Anomaly, RngState, anomaly_state, kept, set_anomaly_state
-from .._util.tree import arguments
+from .._util.tree import arguments, tensors
 from .._util.tree import floats as _floats
 from .._util.wrappers import unwrap
 from ..detect.finding import Mechanism, Origin, Reading
@@ -219,7 +219,7 @@ class Tracer(entry.ObservingMode):
     def observe(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         if self.found is None and (self.replays or not own_depth[0]):
             outs = _floats(out)
-            self.recent.add(func, args, outs)
+            self.recent.add(func, args, tensors(out))  # integer ones too: lengths - 1
             if outs and any(_bad(t) for t in outs):
                 inputs = _floats((args, kwargs))
                 name = getattr(getattr(func, "overloadpacket", func), "__name__", "")
