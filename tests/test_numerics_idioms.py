@@ -138,6 +138,18 @@ def test_an_rmsnorm_without_eps_is_a_root_of_zero(tmp_path: Path) -> None:
     assert edit.after == ("y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)",)
 
 
+def test_an_input_already_nan_is_an_inherited_value_said_with_when() -> None:
+    from gradoc.locate import check_inputs
+
+    batch = torch.ones(4, 3)
+    batch[2, 1] = float("nan")
+    origin = check_inputs(7, ((batch,), {}))
+    assert origin is not None and origin.mechanism is not None
+    assert origin.mechanism.name == "inherited"
+    assert "1 of the 12 values of a float32 input" in origin.mechanism.said
+    assert "at step 7" in origin.mechanism.said
+
+
 def test_a_division_by_zero_of_unknown_making_has_no_idiom_and_says_so() -> None:
     d = torch.tensor([0.0, 2.0])
     x = torch.ones(2, requires_grad=True)

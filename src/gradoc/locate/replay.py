@@ -293,7 +293,15 @@ def check_inputs(step: int, inputs: Any) -> Origin | None:
                 )
             )
             ev.append(Reading("samples affected", int(bad.reshape(t.shape[0], -1).any(1).sum())))
-        return Origin(phase="input", step=step, evidence=ev)
+        held = f"{n} of the {t.numel()} values of a {str(t.dtype).removeprefix('torch.')} input"
+        return Origin(
+            phase="input",
+            step=step,
+            evidence=ev,
+            mechanism=mechanism.inherited(
+                held, f"were already NaN/Inf when the model took it at step {step}", ev[0]
+            ),
+        )
     return None
 
 
@@ -334,6 +342,12 @@ def check_weights(
         op="optimizer.step",
         module=module or None,
         evidence=ev,
+        mechanism=mechanism.inherited(
+            f"{len(bad)} weights ({name} first)",
+            f"were already NaN/Inf before the forward of step {step}: the update of step "
+            f"{step - 1} wrote them",
+            ev[0],
+        ),
         note=f"the update of step {step - 1} wrote non-finite weights; later non-finite "
         "values are its consequence",
     )
