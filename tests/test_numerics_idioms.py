@@ -2,8 +2,9 @@
 
 tests/numerics/ holds programs of our own, one pair per mechanism, each written two ways (a
 module, a free function, a lambda, a loss class; float32 and float16): a hand-written
-log-sum-exp, the log of a softmax, a product of probabilities, a sigmoid rounded to 1, an
-``exp`` past its dtype's largest value, a norm, a standard deviation, a one-sample std, a
+log-sum-exp, the log of a softmax, a product of probabilities, a sigmoid rounded to 1 (before a
+``log`` and under a division by ``1 - p``), a tanh rounded to 1 (before ``log(1 - t**2)`` and
+``atanh``), an ``exp`` and a matrix product under float16 autocast past the dtype's largest value, a norm, a standard deviation, a one-sample std, a
 length minus one and a mask's count of 0, a square root's backward at 0, E[x²] - E[x]², an
 ``acos`` past 1 and a fractional power of a negative. Each runs unchanged under ``gradoc
 run``: the root cause names the mechanism in the run's numbers, the fix names the idiom, and
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 import gradoc
-from gradoc.detect.finding import CodeLine, Finding, Mechanism, Origin
+from gradoc.detect.finding import CodeLine, Finding, Mechanism, Origin, Reading
 from gradoc.fix.patch import Edit, edit_for
 from gradoc.locate import mechanism
 from tests.test_cli import gradoc_cli
@@ -40,6 +41,12 @@ CASES: dict[str, tuple[str, str, str]] = {
     "product_module": ("product_underflow", "underflowed to 0.0", "torch.log(probs).sum(-1)"),
     "sigmoid_class": ("sigmoid_rounded", "rounded to exactly 1.0", "torch.nn.functional.logsigmoid(-z)"),
     "sigmoid_twolines": ("sigmoid_rounded", "rounded to exactly 1.0", "logsigmoid(-(X @ theta))"),
+    "tanh_squash": ("tanh_rounded", "1 - p**2 = 0", "- (2 * (0.6931471805599453 - u - torch.nn.functional.softplus(-2 * u)))"),
+    "tanh_inverse": ("tanh_rounded", "atanh(±1) = ±inf", "pre = y_pre"),
+    "odds_ratio": ("saturated_division", "1 - p = 0 under the division", "odds = lambda z: torch.exp(z)"),
+    "ipw_weight": ("saturated_division", "above 16.636", "(1 - treated) * (1 + torch.exp(e_logit).squeeze(-1))"),
+    "attention_half": ("overflow", "computed in float32", "scores = q.float() @ k.transpose(-2, -1).float()"),
+    "gram_half": ("overflow", "65,504", "product = torch.bmm(features.float(), features.transpose(1, 2).float())"),
     "overflow_half": ("overflow", "65,504", ".float())"),
     "overflow_module": ("overflow", "exp is inf above 88.7", ".clamp(max=80.0).exp()"),
     "norm_contrastive": ("zero_norm", "all-zero vectors", "torch.nn.functional.normalize(z, dim=1)"),
@@ -203,15 +210,68 @@ def test_an_idiom_is_written_only_where_the_line_holds_its_shape(tmp_path: Path)
         textwrap.dedent(
             """\
             import torch
+            s = probs.sum(1)
+            y = torch.log(s)
+            """
+        )
+    )
+    assert edit_for([_finding(f, 3, "exp_sum_underflow")]) is None  # no clamp either
+
+
+def test_a_log_sum_exp_split_over_two_statements_is_written_as_one(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text(
+        textwrap.dedent(
+            """\
+            import torch
             s = torch.exp(x).sum(1)
             y = torch.log(s)
             z = torch.log(torch.exp(x).sum())
             """
         )
     )
-    assert edit_for([_finding(f, 3, "exp_sum_underflow")]) is None  # no clamp either
-    edit = edit_for([_finding(f, 4, "exp_sum_underflow")])
-    assert edit is not None and edit.after == ("z = torch.logsumexp(x.flatten(), 0)",)
+    edit = edit_for([_finding(f, 3, "exp_sum_underflow")])
+    assert edit is not None and edit.line == 3 and edit.end == 4  # the same form below too
+    assert edit.after == ("y = torch.logsumexp(x, 1)", "z = torch.logsumexp(x.flatten(), 0)")
+
+
+def test_a_squash_of_an_expression_is_named_before_its_logit_is_used(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text(
+        textwrap.dedent(
+            """\
+            import math
+            import torch
+            def f(x, net):
+                t = torch.tanh(net(x))[:, 0]
+                return torch.log(1 - t)
+            """
+        )
+    )
+    edit = edit_for([_finding(f, 5, "tanh_rounded")])
+    assert edit is not None and edit.line == 4
+    assert edit.after == (
+        "    t_pre = net(x)",
+        "    t = torch.tanh(t_pre)[:, 0]",
+        "    return (math.log(2) + torch.nn.functional.logsigmoid(-2 * t_pre))[:, 0]",
+    )
+
+
+def test_a_float16_product_without_autocast_in_sight_is_computed_from_a_named_operand(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("def f(q, k):\n    return torch.softmax(q @ k.T, -1)\n")
+    finding = _finding(f, 2, "overflow")
+    assert finding.origin is not None and finding.origin.mechanism is not None
+    finding.origin.mechanism.evidence.append(Reading("dtype", "float16", {"dtype": "float16"}))
+    edit = edit_for([finding])
+    assert edit is not None
+    assert edit.after == (
+        "    with torch.autocast(device_type=q.device.type, enabled=False):",
+        "        product = q.float() @ k.T.float()",
+        "    return torch.softmax(product, -1)",
+    )
 
 
 def test_an_edit_over_several_lines_is_applied_whole_or_refused(tmp_path: Path) -> None:
@@ -229,3 +289,46 @@ def test_the_mechanism_survives_the_report() -> None:
     o = Origin(phase="forward", step=1, mechanism=m)
     assert Origin.from_json(json.loads(json.dumps(o.to_json()))).mechanism == m
     assert CodeLine("f", 1, "x").to_json()["line"] == 1
+
+
+def test_a_nan_entering_where_a_framework_calls_backward_is_found_in_the_step_that_made_it(
+    tmp_path: Path,
+) -> None:
+    """Lightning's ``manual_backward`` calls ``backward()`` for the program: the variables of
+    the NaN (advantages normalised without gradient in a batch of one) are the training
+    step's, one frame out, not the framework's."""
+    (tmp_path / "framework.py").write_text(
+        "def manual_backward(loss):\n    loss.backward()\n"
+    )
+    (tmp_path / "ppo.py").write_text(
+        textwrap.dedent(
+            """\
+            import torch
+            from framework import manual_backward
+
+            torch.manual_seed(0)
+            actor = torch.nn.Linear(4, 2)
+            opt = torch.optim.SGD(actor.parameters(), lr=0.01)
+
+
+            def training_step(state, adv):
+                adv = (adv - adv.mean()) / adv.std()
+                logp = torch.log_softmax(actor(state), -1)[:, 0]
+                loss = -(logp * adv).mean()
+                opt.zero_grad()
+                manual_backward(loss)
+                opt.step()
+
+
+            for n in (8, 8, 1):
+                training_step(torch.randn(n, 4), torch.randn(n))
+            """
+        )
+    )
+    done = gradoc_cli("run", "--out", "run", "ppo.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    f = json.loads((tmp_path / "run" / "report.json").read_text())["findings"][0]
+    origin = f["origin"]
+    assert origin["file"].endswith("ppo.py") and origin["line"] == 10, origin
+    assert origin["mechanism"]["name"] == "one_sample"
+    assert "without a replay" in origin["note"]  # read at backward(), the program not re-run

@@ -9,6 +9,10 @@ removes the cause where the program computes it, keeping its variable names and 
 ``log_of_softmax``          ``torch.log(F.softmax(x, dim=-1))`` -> ``torch.log_softmax(x, dim=-1)``
 ``sigmoid_rounded``         ``torch.log(1 - p)`` -> ``F.logsigmoid(-z)`` (and ``log(p)`` ->
                             ``F.logsigmoid(z)``), ``p = torch.sigmoid(z)``
+``tanh_rounded``            ``torch.log(1 - t**2)`` -> ``2 * (log(2) - u - F.softplus(-2 * u))``,
+                            ``torch.atanh(t)`` -> ``u``, ``t = torch.tanh(u)``
+``saturated_division``      ``p / (1 - p)`` -> ``torch.exp(z)``, ``a / (1 - p)`` -> ``a * (1 +
+                            torch.exp(z))``, ``p = torch.sigmoid(z)``
 ``product_underflow``       ``torch.log(torch.prod(p, 1))`` -> ``torch.log(p).sum(1)``
 ``zero_norm``               ``x / x.norm(dim=1, keepdim=True)`` -> ``F.normalize(x, dim=1)``
 ``zero_std``                ``x.std(1)`` under a division -> ``torch.sqrt(x.var(1) + 1e-5)``
@@ -20,6 +24,8 @@ removes the cause where the program computes it, keeping its variable names and 
 ``fractional_power``        ``x ** 0.3`` -> ``x.clamp_min(1e-6) ** 0.3``
 ``overflow`` (``exp``)      ``torch.exp(x)`` -> ``torch.exp(x.clamp(max=80.0))``; in float16:
                             ``torch.exp(x.float())``
+``overflow`` (``@``, f16)   ``a @ b`` -> ``a.float() @ b.float()`` under ``torch.autocast(...,
+                            enabled=False)``
 ``zero_length``             ``pos / (n - 1)`` -> ``pos / (n - 1).clamp_min(1)``
 ==========================  ==========================================================
 
@@ -32,14 +38,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..detect.finding import Finding, Origin
 from ..locate.mechanism import low_precision
 from .edit import Edit
 
-Replace = tuple[ast.expr, str]
-"""An expression of the file and the text that replaces it."""
+Replace = tuple[ast.expr | ast.stmt, str]
+"""An expression (or a statement) of the file and the text that replaces it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,45 @@ class Source:
 
     def seg(self, node: ast.AST) -> str:
         return ast.get_source_segment(self.text, node) or ""
+
+    def offset(self, line: int, col: int) -> int:
+        """The character offset in ``text`` of ``col`` (a UTF-8 byte column) on ``line``."""
+        before = sum(len(t) for t in self.text.splitlines(keepends=True)[: line - 1])
+        return before + len(self.lines[line - 1].encode()[:col].decode(errors="ignore"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        start = self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = self.offset(node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[attr-defined]
+        return start, end
+
+    def spliced(self, outer: ast.AST, changes: list[Replace]) -> str:
+        """``outer``'s source (the whole file's for the module) with the (inner, disjoint)
+        ``changes`` made."""
+        start, end = (0, len(self.text)) if isinstance(outer, ast.Module) else self.span(outer)
+        text = self.text[start:end]
+        for (a, b), new in sorted(((self.span(n), t) for n, t in changes), reverse=True):
+            text = text[: a - start] + new + text[b - start :]
+        return text
+
+    def indent(self, node: ast.AST) -> str:
+        line = self.lines[node.lineno - 1]  # type: ignore[attr-defined]
+        return line[: len(line) - len(line.lstrip())]
+
+    def fresh(self, base: str) -> str:
+        """``base``, or ``base`` numbered, as a name the file does not use yet."""
+        used = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)}
+        used |= {n.arg for n in ast.walk(self.tree) if isinstance(n, ast.arg)}
+        name, i = base, 2
+        while name in used:
+            name, i = f"{base}{i}", i + 1
+        return name
+
+    def imports(self, module: str) -> bool:
+        """The file imports ``module`` under its own name (``import math``)."""
+        return any(
+            isinstance(n, ast.Import) and any(a.name == module and not a.asname for a in n.names)
+            for n in ast.walk(self.tree)
+        )
 
     def at_line(self) -> Iterator[ast.AST]:
         """The nodes that start on the located line (the statement's own first)."""
@@ -141,24 +187,7 @@ def _edit(f: Finding, src: Source, file: str, changes: list[Replace], action: st
     stmt = src.statement(first)
     if stmt is not None:  # the whole statement, so that the edit reads as code
         first, last = min(first, stmt.lineno), max(last, stmt.end_lineno or stmt.lineno)
-    offsets = [0]
-    for text in src.text.splitlines(keepends=True):
-        offsets.append(offsets[-1] + len(text))
-
-    def at(line: int, col: int) -> int:
-        raw = src.lines[line - 1].encode()[:col].decode(errors="ignore")
-        return offsets[line - 1] + len(raw)
-
-    spans = sorted(
-        (
-            (at(n.lineno, n.col_offset), at(n.end_lineno or n.lineno, n.end_col_offset or 0), t)
-            for n, t in changes
-        ),
-        reverse=True,
-    )
-    text = src.text
-    for start, end, new in spans:
-        text = text[:start] + new + text[end:]
+    text = src.spliced(src.tree, changes)
     before = src.lines[first - 1 : last]
     grown = len(text.splitlines()) - len(src.lines)
     after = text.splitlines()[first - 1 : last + grown]
@@ -235,16 +264,26 @@ def _wrapped(src: Source, e: ast.expr) -> str:
     return text if simple else f"({text})"
 
 
+def _assignment(src: Source, name: str) -> ast.Assign | None:
+    """The statement that last assigned ``name`` before the located line: in its function,
+    else in the file."""
+    for pool in (src.scope(), src.tree):
+        found: list[ast.Assign] = [
+            n
+            for n in ast.walk(pool)
+            if isinstance(n, ast.Assign)
+            and n.lineno < src.line
+            and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+        ]
+        if found:
+            return max(found, key=lambda n: n.lineno)
+    return None
+
+
 def _bound(src: Source, name: str) -> ast.expr | None:
-    """The value last assigned to ``name`` at or before the located line (in its function)."""
-    found: list[ast.Assign] = [
-        n
-        for n in ast.walk(src.tree)
-        if isinstance(n, ast.Assign)
-        and n.lineno <= src.line
-        and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
-    ]
-    return max(found, key=lambda n: n.lineno).value if found else None
+    """The value last assigned to ``name`` before the located line (in its function)."""
+    assign = _assignment(src, name)
+    return assign.value if assign is not None else None
 
 
 def _through(src: Source, e: ast.expr | None) -> ast.expr | None:
@@ -260,7 +299,7 @@ LOGS = {"log", "log2", "log10"}
 
 def _lse(src: Source, origin: Origin) -> list[Replace]:
     def write(log: ast.Call) -> str | None:
-        total = _subject(log)
+        total = _through(src, _subject(log))  # ``s = torch.exp(x).sum(1)`` then ``log(s)``
         if not (isinstance(total, ast.Call) and _name(total) == "sum"):
             return None
         exp = _subject(total)
@@ -309,13 +348,8 @@ def _logsigmoid(src: Source, origin: Origin) -> list[Replace]:
 
     def write(log: ast.Call) -> str | None:
         arg = _subject(log)
-        if (
-            isinstance(arg, ast.BinOp)
-            and isinstance(arg.op, ast.Sub)
-            and isinstance(arg.left, ast.Constant)
-            and arg.left.value == 1
-        ):
-            z = _logit(src, arg.right)
+        if (p := _one_minus(arg)) is not None:
+            z = _logit(src, p)
             return None if z is None else f"{fn}(-{_wrapped(src, z)})"
         z = _logit(src, arg)
         return None if z is None else f"{fn}({src.seg(z)})"
@@ -445,15 +479,21 @@ def _var_of(src: Source, n: ast.AST) -> Replace | None:
     return n, f"torch.var({', '.join([src.seg(x), *rest, 'correction=0'])})"
 
 
+def _with_constant(
+    e: ast.expr | None, op: type[ast.operator], value: float, left: bool
+) -> ast.expr | None:
+    """The other operand of ``e`` where it is ``value <op> x`` (``left``) or ``x <op> value``:
+    ``p`` of ``1 - p``, ``x`` of ``x ** 2``."""
+    if not (isinstance(e, ast.BinOp) and isinstance(e.op, op)):
+        return None
+    constant, other = (e.left, e.right) if left else (e.right, e.left)
+    return other if isinstance(constant, ast.Constant) and constant.value == value else None
+
+
 def _squared(e: ast.expr | None) -> ast.expr | None:
     """The base of ``x ** 2``, ``x * x``, ``x.pow(2)``, ``torch.square(x)``."""
-    if (
-        isinstance(e, ast.BinOp)
-        and isinstance(e.op, ast.Pow)
-        and isinstance(e.right, ast.Constant)
-        and e.right.value == 2
-    ):
-        return e.left
+    if (base := _with_constant(e, ast.Pow, 2, left=False)) is not None:
+        return base
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
         return e.left if ast.dump(e.left) == ast.dump(e.right) else None
     if isinstance(e, ast.Call) and _name(e) == "pow":
@@ -463,6 +503,99 @@ def _squared(e: ast.expr | None) -> ast.expr | None:
     if isinstance(e, ast.Call) and _name(e) == "square":
         return _subject(e)
     return None
+
+
+# -- a squashing function's argument, recovered -----------------------------------------------
+_SHAPES = {"squeeze", "unsqueeze", "view", "reshape", "flatten", "contiguous", "float", "double"}
+"""Ops that commute with an elementwise function: ``sigmoid(z).squeeze(-1)``."""
+
+
+def _unsquash(
+    src: Source, p: ast.expr | None, squash: set[str], write: Callable[[str], str], suffix: str
+) -> tuple[str, list[Replace]] | None:
+    """``p`` (``sigmoid(z)``, through its name and the shape ops after it) with the squashing
+    call written as ``write(z)``: the value computed from the argument the squash rounded.
+    Where ``p`` is a name bound to a squash of an expression, that expression is given a name
+    first (``e = self.score(x).sigmoid()`` -> ``e_logit = self.score(x)``; ``e =
+    e_logit.sigmoid()``), so that nothing is computed twice; the second list holds that edit."""
+    if p is None:
+        return None
+    assign = _assignment(src, p.id) if isinstance(p, ast.Name) else None
+    e = assign.value if assign is not None else p
+    node: ast.expr | None = e
+    while isinstance(node, ast.Call | ast.Subscript):
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif _name(node) in squash:
+            break
+        elif _name(node) in _SHAPES and _is_method(node):
+            node = _subject(node)
+        else:
+            return None
+    if not (isinstance(node, ast.Call) and _name(node) in squash):
+        return None
+    z = _subject(node)
+    if z is None:
+        return None
+    hoist: list[Replace] = []
+    z_text = _wrapped(src, z)
+    if assign is not None and isinstance(p, ast.Name) and not isinstance(z, ast.Name):
+        z_text = src.fresh(f"{p.id}_{suffix}")
+        named = src.spliced(assign, [(z, z_text)])
+        hoist = [(assign, f"{z_text} = {src.seg(z)}\n{src.indent(assign)}{named}")]
+    return src.spliced(e, [(node, write(z_text))]), hoist
+
+
+def _formatted(form: str, u: str) -> str:
+    return form.format(u=u)
+
+
+def _ln2(src: Source) -> str:
+    return "math.log(2)" if src.imports("math") else "0.6931471805599453"
+
+
+def _one_minus(e: ast.expr | None) -> ast.expr | None:
+    """``p`` of ``1 - p``."""
+    return _with_constant(e, ast.Sub, 1, left=True)
+
+
+def _tanh(src: Source, origin: Origin) -> list[Replace]:
+    """``log(1 - tanh(u)**2)`` -> ``2 * (log(2) - u - softplus(-2u))``, ``log(1 - tanh(u))``
+    -> ``log(2) + logsigmoid(-2u)``, ``atanh(tanh(u))`` -> ``u``: the value from the
+    pre-tanh argument, which never rounds. An ``atanh`` of a value whose making the file
+    does not show gets its argument clamped inside (-1, 1)."""
+    f, ln2 = src.functional, _ln2(src)
+    squared = f"(2 * ({ln2} - {{u}} - {f}.softplus(-2 * {{u}})))"
+    single = f"({ln2} + {f}.logsigmoid(-2 * {{u}}))"
+    for log in _calls(src, {"log"}):
+        t = _one_minus(_subject(log))
+        square = _squared(t)
+        form = squared if square is not None else single
+        got = _unsquash(src, square or t, {"tanh"}, partial(_formatted, form), "pre")
+        if got is not None:
+            value, hoist = got
+            return [*hoist, (log, value)]
+    for call in _calls(src, {"atanh", "arctanh"}):
+        got = _unsquash(src, _subject(call), {"tanh"}, lambda u: u, "pre")
+        if got is not None:
+            value, hoist = got
+            return [*hoist, (call, value)]
+    return _cosine(src, origin)
+
+
+def _saturated(src: Source, origin: Origin) -> list[Replace]:
+    """``a / (1 - p)`` with ``p = sigmoid(z)`` -> ``a * (1 + exp(z))``, and ``p / (1 - p)``
+    -> ``exp(z)``: the ratio written in the logit, finite where ``p`` rounded to 1."""
+    for div in _divisions(src):
+        p = _one_minus(div.right)
+        got = _unsquash(src, p, _SIGMOIDS, lambda z: f"torch.exp({z})", "logit")
+        if p is None or got is None:
+            continue
+        odds, hoist = got
+        if src.seg(div.left) == src.seg(p):
+            return [*hoist, (div, odds)]
+        return [*hoist, (div, f"{_wrapped(src, div.left)} * (1 + {odds})")]
+    return []
 
 
 def _cosine(src: Source, origin: Origin) -> list[Replace]:
@@ -507,7 +640,62 @@ def _overflow(src: Source, origin: Origin) -> list[Replace]:
         if _is_method(call):
             return [(call, f"{fixed}.exp()")]
         return [(call, f"{src.seg(call.func)}({fixed})")]
+    return _product_in_float32(src) if low else []
+
+
+_PRODUCTS = {"matmul", "mm", "bmm"}
+_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
+
+
+def _product_in_float32(src: Source) -> list[Replace]:
+    """A float16 matrix product that overflowed, computed in float32 with autocast off
+    around it (autocast would cast ``.float()`` operands back to float16):
+
+        with torch.autocast(device_type="cuda", enabled=False):
+            scores = q.float() @ k.transpose(-2, -1).float()
+
+    A statement that does more than the product computes the product first, into a name of
+    its own, and uses it."""
+    stmt = src.statement()
+    if not isinstance(stmt, _SIMPLE) or stmt.lineno != src.line:
+        return []
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+            a, b = n.left, n.right
+            wide = f"{_wrapped(src, a)}.float() @ {_wrapped(src, b)}.float()"
+        elif isinstance(n, ast.Call) and _name(n) in _PRODUCTS and len(n.args) == 2:
+            a, b = n.args
+            wide = f"{src.seg(n.func)}({_wrapped(src, a)}.float(), {_wrapped(src, b)}.float())"
+        else:
+            continue
+        device = _autocast_device(src, a)
+        if device is None:
+            return []
+        pad = src.indent(stmt)
+        off = f"with torch.autocast(device_type={device}, enabled=False):\n{pad}    "
+        if getattr(stmt, "value", None) is n:
+            return [(stmt, off + src.spliced(stmt, [(n, wide)]))]
+        name = src.fresh("product")
+        return [(stmt, f"{off}{name} = {wide}\n{pad}{src.spliced(stmt, [(n, name)])}")]
     return []
+
+
+def _autocast_device(src: Source, operand: ast.expr) -> str | None:
+    """The device type of the program's autocast region, as the file writes it
+    (``torch.autocast("cuda", ...)``, ``torch.cuda.amp.autocast()``), else the operand's."""
+    for n in ast.walk(src.tree):
+        if isinstance(n, ast.Call) and _name(n) == "autocast":
+            owner = src.seg(n.func)
+            for dev in ("cuda", "cpu", "xpu", "mps"):
+                if f".{dev}.amp." in f".{owner}":
+                    return repr(dev)
+            given = next((k.value for k in n.keywords if k.arg == "device_type"), None)
+            given = given or (n.args[0] if n.args else None)
+            if isinstance(given, ast.Constant) and isinstance(given.value, str):
+                return repr(given.value)
+    if isinstance(operand, ast.Name):
+        return f"{operand.id}.device.type"
+    return None
 
 
 def _length(src: Source, origin: Origin) -> list[Replace]:
@@ -524,6 +712,8 @@ WRITERS: dict[str, Callable[[Source, Origin], list[Replace]]] = {
     "exp_sum_underflow": _lse,
     "log_of_softmax": _log_softmax,
     "sigmoid_rounded": _logsigmoid,
+    "tanh_rounded": _tanh,
+    "saturated_division": _saturated,
     "product_underflow": _product,
     "zero_norm": _normalize,
     "zero_std": _std,

@@ -25,6 +25,7 @@ known non-finite, on the CPU (see ``collect.locating``).
 from __future__ import annotations
 
 import ast
+import itertools
 import linecache
 import re
 from collections.abc import Callable, Iterator
@@ -37,7 +38,7 @@ from torch import Tensor
 
 from ..detect.finding import Origin, Reading
 from . import mechanism
-from .origin import place, user_frame_object
+from .origin import place, user_frames
 
 MAX_NODES = 20_000
 """Autograd nodes walked at most (a larger graph is read in part)."""
@@ -249,7 +250,7 @@ def origin_in_graph(loss: Tensor, step: int) -> Origin | None:
     birth = find_birth(loss)
     if birth is None:
         return None
-    frame = user_frame_object(1)
+    frame = _frame_holding(birth)
     names = _names(frame)
     called = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
     how = "read from the loss's autograd graph at backward(), without a replay"
@@ -320,6 +321,29 @@ def _operand_facts(node: Any, names: dict[int, str]) -> list[Reading]:
                 )
         facts.append(Reading(f"{op} operand", label, {"shape": list(t.shape)}))
     return facts[:6]
+
+
+FRAMES_OUT = 16
+"""Frames followed outward from ``backward()`` to the one that holds the birth's tensors."""
+
+
+def _frame_holding(birth: GraphBirth) -> FrameType | None:
+    """The user's frame whose variables hold the birth's tensors: the innermost one at
+    ``backward()``, or, where a framework calls ``backward()`` for the program (Lightning's
+    ``manual_backward``), the nearest one out that holds the tensor that entered non-finite
+    or an output of the path below the loss."""
+    frames = user_frames(2)
+    first = next(frames, None)
+    below = {id(n) for n in birth.path[1:]}
+    for frame in itertools.islice(itertools.chain([first], frames), FRAMES_OUT):
+        if frame is None:
+            break
+        if birth.entered is not None:
+            if id(birth.entered[1]) in _names(frame):
+                return frame
+        elif below & _held_outputs(frame).keys():
+            return frame
+    return first
 
 
 def _names(frame: FrameType | None) -> dict[int, str]:

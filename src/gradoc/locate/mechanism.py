@@ -828,11 +828,17 @@ def _cosine(b: Op, f: Failing) -> Mechanism | None:
     if b.name == "atanh":
         p = b.made(0)
         if p is not None and p.name == "tanh":
+            ev = [Reading("atanh arguments of ±1.0", past)]
+            reached = ""
+            if (u := p.input(0)) is not None:
+                ev.append(Reading("largest |input| of tanh", float(u.abs().max())))
+                reached = f" (its input reached {n(float(u.abs().max()))})"
             return _said(
                 "tanh_rounded",
-                f"tanh rounded to exactly ±1.0 in {_dtype(a)} ({past} values); atanh(±1) = ±inf",
+                f"tanh rounded to exactly ±1.0 in {_dtype(a)} at {_values(past)}{reached}; "
+                "atanh(±1) = ±inf: the pre-tanh value it would recover is the tanh's own input",
                 None,
-                Reading("atanh arguments of ±1.0", past),
+                *ev,
             )
         return _said(
             "cosine_past_one",
@@ -896,9 +902,15 @@ def _overflow(b: Op, f: Failing) -> Mechanism | None:
         ev.append(Reading("dtype", dtype))
         idiom = (
             "compute it in float32: `x.float()` before it (autocast keeps exp, pow, softmax and "
-            "sums in float32 on its own lists), and scale an operand before a matrix product "
-            "(`(q * d ** -0.5) @ k.T`)"
+            "sums in float32 on its own lists)"
         )
+        if b.name in _PRODUCTS:
+            idiom = (
+                "compute the product in float32 with autocast off around it (`with "
+                "torch.autocast(device_type, enabled=False): a.float() @ b.float()`; autocast "
+                "casts `.float()` operands of a matmul back to 16 bits), or scale an operand "
+                "before it (`(q * d ** -0.5) @ k.T`)"
+            )
     elif b.name == "exp":
         idiom = (
             "the function that computes it stably (`softmax`, `logsumexp`, `F.softplus`), or "
@@ -911,6 +923,7 @@ def _overflow(b: Op, f: Failing) -> Mechanism | None:
 
 
 LOW_PRECISION = {"float16", "bfloat16"}
+_PRODUCTS = {"matmul", "mm", "bmm", "linear", "conv2d", "convolution", "baddbmm", "addmm"}
 
 
 def low_precision(m: Mechanism) -> bool:

@@ -9,7 +9,7 @@ import re
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -97,10 +97,17 @@ def user_line_holding(key: str, holds: Callable[[Any], bool]) -> JsonObject | No
 def user_frame_object(depth: int = 0) -> FrameType | None:
     """The innermost frame of the user's code, from ``depth`` frames above the caller (its
     variables are read where a report names them)."""
+    return next(user_frames(depth + 1), None)
+
+
+def user_frames(depth: int = 0) -> Iterator[FrameType]:
+    """The frames of the user's code, innermost first, from ``depth`` frames above the
+    caller."""
     frame: FrameType | None = sys._getframe(depth + 1)
-    while frame is not None and not _user(frame.f_code.co_filename):
+    while frame is not None:
+        if _user(frame.f_code.co_filename):
+            yield frame
         frame = frame.f_back
-    return frame
 
 
 def frame_from_text(lines: list[str] | str) -> Frame | None:
