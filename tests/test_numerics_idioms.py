@@ -164,6 +164,19 @@ def test_a_division_by_zero_of_unknown_making_has_no_idiom_and_says_so() -> None
     assert m is not None and m.name in mechanism.NO_IDIOM and m.idiom.startswith("no idiom")
 
 
+def test_a_divisor_of_whole_numbers_made_out_of_sight_is_a_count() -> None:
+    """A mask summed without gradient leaves the graph no maker to read: its values (whole
+    numbers, several of them) say it is a count; a divisor of fractions stays unexplained."""
+    x = torch.ones(4, requires_grad=True)
+    counts = torch.tensor([3.0, 0.0, 5.0, 1.0])
+    m = _born(lambda: (x / counts).sum()).mechanism
+    assert m is not None and m.name == "zero_length", m
+    assert "whole numbers from 0 to 5" in m.said and "(1 of 4)" in m.said
+    spread = torch.tensor([0.5, 0.0, 1.5, 2.0])
+    m = _born(lambda: (x / spread).sum()).mechanism
+    assert m is not None and m.name == "zero_divisor"
+
+
 def test_the_ruled_out_rate_and_the_html_use_the_mechanism(tmp_path: Path) -> None:
     shutil.copy(PROGRAMS / "lse_module.py", tmp_path)
     done = gradoc_cli("run", "--out", "run", "lse_module.py", cwd=tmp_path)

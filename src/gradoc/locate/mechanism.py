@@ -689,8 +689,25 @@ def _div_zero(b: Op, f: Failing) -> Mechanism | None:
             "a count that cannot be 0: `mask.sum(dim).clamp_min(1)`",
             *ev,
         )
+    if p is None and _counts(d):
+        return _said(
+            "zero_length",
+            f"the divisor, whole numbers from {int(d.min())} to {int(d.max())} (a count or a "
+            f"length), was 0{rows}: rows with nothing to count",
+            "a count that cannot be 0: `count.clamp_min(1)`",
+            *ev,
+        )
     made = f" (made by {name})" if name else ""
     return _said("zero_divisor", f"the divisor{made} was exactly 0{rows}", None, *ev)
+
+
+def _counts(d: Tensor) -> bool:
+    """``d`` holds whole numbers (at least 4 of them, not all 0 or 1): a count or a length
+    whose making the graph does not show (a mask summed without gradient)."""
+    if d.numel() < 4:
+        return False
+    v = d.detach().double()
+    return bool((v >= 0).all() and (v == v.round()).all() and v.max() > 1)
 
 
 def _made(p: Op, names: tuple[str, ...]) -> bool:
