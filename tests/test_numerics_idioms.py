@@ -310,9 +310,7 @@ def test_a_nan_entering_where_a_framework_calls_backward_is_found_in_the_step_th
     """Lightning's ``manual_backward`` calls ``backward()`` for the program: the variables of
     the NaN (advantages normalised without gradient in a batch of one) are the training
     step's, one frame out, not the framework's."""
-    (tmp_path / "framework.py").write_text(
-        "def manual_backward(loss):\n    loss.backward()\n"
-    )
+    (tmp_path / "framework.py").write_text("def manual_backward(loss):\n    loss.backward()\n")
     (tmp_path / "ppo.py").write_text(
         textwrap.dedent(
             """\
