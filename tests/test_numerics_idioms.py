@@ -103,6 +103,39 @@ def test_the_nan_is_explained_and_repaired_with_its_idiom(name: str, tmp_path: P
     assert (tmp_path / f"{name}.py").read_text() == (PROGRAMS / f"{name}.py").read_text()
 
 
+INHERITED = {
+    # program: what its sentence says (which values, when they became so), the root cause
+    "inherited_rows": (
+        "(rows 12-16 of the batch, feature 4) were already NaN/Inf when the model took it at step 9",
+        "input batch",
+    ),
+    "inherited_update": (
+        "(head_b.weight first) were already NaN/Inf before the forward of step 1: the update of step 0 wrote them",
+        "eps (0)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INHERITED))
+def test_an_inherited_nan_says_which_values_and_when_they_became_so(
+    name: str, tmp_path: Path
+) -> None:
+    """An input already NaN (a table's gaps) and weights an update wrote NaN (Adam with eps=0
+    on a head whose task weighs 0 in warm-up): no idiom, the values and the step said."""
+    said, cause = INHERITED[name]
+    shutil.copy(PROGRAMS / "inherited" / f"{name}.py", tmp_path)
+    done = gradoc_cli("run", "--out", "run", f"{name}.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    f = next(
+        f
+        for f in json.loads((tmp_path / "run" / "report.json").read_text())["findings"]
+        if f["kind"] == "nonfinite"
+    )
+    m = f["origin"]["mechanism"]
+    assert m["name"] == "inherited" and said in m["said"], m
+    assert cause in f["hypotheses"][0]["cause"]
+
+
 def _born(fn) -> Origin:  # type: ignore[no-untyped-def]
     with gradoc.check_numerics(raise_error=False) as check:
         fn().backward()
@@ -153,7 +186,10 @@ def test_an_input_already_nan_is_an_inherited_value_said_with_when() -> None:
     origin = check_inputs(7, ((batch,), {}))
     assert origin is not None and origin.mechanism is not None
     assert origin.mechanism.name == "inherited"
-    assert "1 of the 12 values of a float32 input" in origin.mechanism.said
+    assert (
+        "1 of the 12 values of a float32 input (row 2 of the batch, feature 1)"
+        in origin.mechanism.said
+    )
     assert "at step 7" in origin.mechanism.said
 
 

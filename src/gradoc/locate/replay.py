@@ -292,8 +292,14 @@ def check_inputs(step: int, inputs: Any) -> Origin | None:
                     {"count": int(per_feature.max())},
                 )
             )
-            ev.append(Reading("samples affected", int(bad.reshape(t.shape[0], -1).any(1).sum())))
-        held = f"{n} of the {t.numel()} values of a {str(t.dtype).removeprefix('torch.')} input"
+            rows = bad.reshape(t.shape[0], -1).any(1).nonzero().flatten().tolist()
+            ev.append(Reading("samples affected", len(rows), {"rows": rows[:8]}))
+            feature = f", feature {int(per_feature.argmax())}" if t.dim() == 2 else ""
+            where = f" ({_rows(rows)} of the batch{feature})"
+        else:
+            where = ""
+        dtype = str(t.dtype).removeprefix("torch.")
+        held = f"{n} of the {t.numel()} values of a {dtype} input{where}"
         return Origin(
             phase="input",
             step=step,
@@ -303,6 +309,16 @@ def check_inputs(step: int, inputs: Any) -> Origin | None:
             ),
         )
     return None
+
+
+def _rows(rows: list[int]) -> str:
+    """``row 3``, ``rows 3, 4, 9`` or ``rows 12-16`` (a run), the first 8 of them."""
+    if len(rows) == 1:
+        return f"row {rows[0]}"
+    if rows == list(range(rows[0], rows[-1] + 1)):
+        return f"rows {rows[0]}-{rows[-1]}"
+    shown = ", ".join(map(str, rows[:8]))
+    return "rows " + shown + (f" and {len(rows) - 8} more" if len(rows) > 8 else "")
 
 
 LARGE_UPDATE = 0.5
