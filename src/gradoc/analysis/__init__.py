@@ -74,6 +74,7 @@ def analyze(run: RunLog, stopped: Stopped | None = None) -> Report:
         sampling=sampling(meta, run.num_steps),
         attention=attention_series(history),
         output_logits=output_logit_series(history),
+        metrics=measure_series(history),
     )
     return Report(
         status="problems" if problems else ("not_watched" if unwatched else "healthy"),
@@ -109,6 +110,38 @@ def output_logit_series(history: History) -> list[JsonObject]:
         for o in history.output_logits
     )
     return [r for r in read if r is not None]
+
+
+def measure_series(history: History) -> list[JsonObject]:
+    """The program's own measures with their direction and values (at most
+    :data:`SERIES_POINTS` of them): report.json's ``run.metrics``."""
+    out: list[JsonObject] = []
+    for m in history.measures:
+        s = m.series
+        finite = [v for v in s.values if math.isfinite(v)]
+        best = None
+        if finite and m.direction is not None:
+            best = max(finite) if m.direction == "up" else min(finite)
+        keep = _spaced(len(s))
+        out.append(
+            {
+                "name": m.name,
+                "source": m.source,
+                "direction": m.direction,
+                "direction_from": m.why,
+                "n": len(s),
+                "first": _finite(s.values[0]),
+                "last": _finite(s.values[-1]),
+                "best": best,
+                "steps": [s.steps[i] for i in keep],
+                "values": _finite_at(s, keep),
+            }
+        )
+    return out
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 def _site_reads(said: JsonObject, columns: dict[str, Series]) -> JsonObject | None:

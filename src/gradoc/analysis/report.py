@@ -197,6 +197,10 @@ class RunFacts:
     output_logits: list[JsonObject] = field(default_factory=list)
     """Each output layer's ``layer``, ``dtype``, ``steps``, ``log_z``, ``top`` (largest
     logit) and ``spread`` at the steps read (``analysis.output_logit_series``)."""
+    metrics: list[JsonObject] = field(default_factory=list)
+    """The measures the program logged itself (``detect.measures``): each one's ``name``,
+    ``source``, ``direction`` (``up``/``down``/None) and ``direction_from``, how many values
+    (``n``), ``first``, ``last``, ``best``, and ``steps``/``values`` (at most 100 of them)."""
 
     def to_json(self) -> JsonObject:
         out = {
@@ -225,6 +229,8 @@ class RunFacts:
             out["attention"] = list(self.attention)
         if self.output_logits:
             out["output_logits"] = list(self.output_logits)
+        if self.metrics:
+            out["metrics"] = list(self.metrics)
         return out
 
     @classmethod
@@ -250,6 +256,7 @@ class RunFacts:
             sampling=data.get("sampling"),
             attention=list(data.get("attention") or []),
             output_logits=list(data.get("output_logits") or []),
+            metrics=list(data.get("metrics") or []),
         )
 
 

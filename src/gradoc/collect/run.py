@@ -28,7 +28,7 @@ from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
 from ..store import EventKind, RunWriter, Stopped
 from ..store.writer import insert_rows
-from . import taps, termination
+from . import logged, taps, termination
 from ._safety import finish_safely, forget, remember, sigint_deferred
 from .layers import param_rows
 from .locating import Locator
@@ -96,6 +96,8 @@ class Run(Shown):
         """Called with ("stats", step) once a step's statistics are read and with ("end",
         step) once it ended (``gradoc.runtime.replay`` arms its trace from them)."""
         taps.add_receiver(self.steps)
+        self.logged = logged.open_for(self)
+        """The measures the program logs itself (``collect.logged``)."""
         remember(self)  # the program's exit, or a SIGTERM, closes it
 
     @property
@@ -173,6 +175,7 @@ class Run(Shown):
         if not self.closed:
             if self.steps.unsent():
                 self.steps.send()
+            self.logged.send()
             self._writer.flush()
 
     def close(
@@ -206,6 +209,7 @@ class Run(Shown):
         self._handles.clear()
         self.watched.remove()
         taps.remove_receiver(self.steps)
+        logged.close(self.logged)
         if self.guard is not None:
             self.guard.close()
         if self._lr_scale != 1.0:
@@ -221,6 +225,7 @@ class Run(Shown):
             # without an optimizer a step ends at the next backward(): one may be under way
             ended_mid_step=self.watched.forward_seen or self.counts_backward,
             guard=self.guard_summary(),
+            logged=self.logged.meta(),
             **meta,
         )
         self.closed = True

@@ -10,6 +10,7 @@ from typing import Any
 from ..store import Layer, RunLog, Series
 from ..store.meta import RunMeta
 from ..store.reader import Event
+from .measures import Measure, measures
 from .training import Objective, judge
 
 _EMPTY = Series([], [])
@@ -75,6 +76,8 @@ class History:
     """The model's attention calls in forward order, where the loss's graph showed some."""
     output_logits: list[OutputLogits] = field(default_factory=list)
     """The output layers under the loss's log-softmaxes, nearest the loss first."""
+    logged: dict[str, tuple[str, Series]] = field(default_factory=dict)
+    """The measures the program logged itself, by name: (where read, the values by step)."""
     counted: int | None = None
     """The steps the run counted (``run.num_steps``; None in a history made by hand): its
     loss was read on ``len(loss)`` of them."""
@@ -114,8 +117,20 @@ class History:
             },
             attention=_attention(run),
             output_logits=_output_logits(run),
+            logged={name: (source, run.metric(name)) for name, source in run.metrics().items()},
             counted=run.num_steps,
         )
+
+    @property
+    def measures(self) -> list[Measure]:
+        """The program's own measures, each with the way it is better (``measures``)."""
+        found = self.derived.get("measures")
+        if found is None:
+            declared = (self.meta.logged or {}).get("declared")
+            found = self.derived["measures"] = measures(
+                self.logged, declared if isinstance(declared, dict) else None
+            )
+        return found  # type: ignore[no-any-return]
 
     @property
     def objectives(self) -> list[Objective]:

@@ -189,6 +189,17 @@ def entropy_chart(steps: Sequence[int], values: Sequence[float], name: str) -> s
     return fig.svg()
 
 
+def measure_chart(steps: Sequence[int], values: Sequence[float], name: str, said: str) -> str:
+    """One of the program's own measures over the steps, on a linear scale (a return may be
+    negative); ``said``: which way it is better, in the title."""
+    _, fv = _finite(steps, values)
+    fig = svg.Figure(W, 290)
+    ax = _axes(fig, _steps(steps), svg.padded(svg.extent(fv), False), 240)
+    ax.frame(f"{name} ({said})", "step", name)
+    ax.series(steps, values, _GREEN)
+    return fig.svg()
+
+
 def gradient_flow_chart(names: list[str], at: dict[int, tuple[list[float], list[float]]]) -> str:
     """The classic gradient-flow bar chart: per layer in network order, RMS |grad| (dark)
     and max |grad| (light), one panel per chosen step, log scale."""

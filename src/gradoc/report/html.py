@@ -274,6 +274,30 @@ def _entropy_figures(log: RunLog, report: Report) -> list[str]:
     return out
 
 
+MEASURE_CHARTS = 8
+"""Charts of the program's own measures at most (those with a direction first)."""
+_BETTER = {"up": "higher is better", "down": "lower is better"}
+
+
+def _measure_figures(log: RunLog, report: Report) -> list[str]:
+    """A chart of each measure the program logged itself (``collect.logged``)."""
+    out = []
+    shown = sorted(report.run.metrics, key=lambda m: m.get("direction") is None)
+    for k, m in enumerate(shown[:MEASURE_CHARTS]):
+        name, way = str(m["name"]), m.get("direction")
+        series = log.metric(name)
+        if not series.steps:
+            continue
+        better = _BETTER.get(str(way), "direction unknown")
+        chart = charts.measure_chart(series.steps, series.values, name, better)
+        said = (
+            f"logged by the program ({m.get('source')}), by the step in progress when it was "
+            f"logged; {better}: {m.get('direction_from')}."
+        )
+        out.append(_figure(f"chart-measure-{k}", f"The program's {name}", chart, said))
+    return out
+
+
 def _attention_figures(log: RunLog, report: Report) -> list[str]:
     """Each attention layer's largest logit gap and entropy, where the loss's graph showed
     attention (``collect.attention``)."""
@@ -344,6 +368,7 @@ def _charts(log: RunLog, report: Report) -> list[str]:
     out = [
         *_loss_figures(log, report),
         *_entropy_figures(log, report),
+        *_measure_figures(log, report),
         *_attention_figures(log, report),
         *_output_logit_figures(log, report),
         _figure(

@@ -83,6 +83,37 @@ def _series_line(name: str, s: Series) -> Text | None:
     return text
 
 
+MEASURES_SHOWN = 8
+"""The program's own measures shown at most (those with a direction first)."""
+
+
+def _measure_lines(report: Report, console: Console) -> None:
+    """The measures the program logged itself (``run.metrics``): where they were read, and
+    each one's series with the way it is better."""
+    shown = sorted(report.run.metrics, key=lambda m: m.get("direction") is None)
+    if not shown:
+        return
+    sources = sorted({str(m.get("source")) for m in shown})
+    console.print(_t(f"the program's own measures (read from {', '.join(sources)}):", style="dim"))
+    width = min(24, max(len(str(m["name"])) for m in shown[:MEASURES_SHOWN]))
+    for m in shown[:MEASURES_SHOWN]:
+        values = [math.nan if v is None else float(v) for v in m.get("values") or []]
+        text = Text(f"{str(m['name'])[:width]:<{width}}  ", style="bold")
+        text.append(sparkline(values), style="cyan")
+        text.append(f"  first {_num(m.get('first'))}  last {_num(m.get('last'))}")
+        way = m.get("direction")
+        if way is not None:
+            text.append(f"  best {_num(m.get('best'))}")
+            text.append(f"  ({'higher' if way == 'up' else 'lower'} is better: ", style="dim")
+            text.append(f"{m.get('direction_from')})", style="dim")
+        else:
+            text.append(f"  (direction unknown: {m.get('direction_from')})", style="dim")
+        console.print(text)
+    if len(shown) > MEASURES_SHOWN:
+        more = len(shown) - MEASURES_SHOWN
+        console.print(_t(f"and {more} more (report.json run.metrics)", style="dim"))
+
+
 def _attention_lines(report: Report, console: Console) -> None:
     """The attention series of the layer a precursor finding names (``attn gap``: its largest
     logit gap; ``attn H``: its entropy share)."""
@@ -191,6 +222,7 @@ def print_summary(run: RunLog, report: Report, console: Console | None = None) -
             line = _series_line(named, run.policy_entropy(o.id))
             if line is not None:
                 console.print(line)
+    _measure_lines(report, console)
     _attention_lines(report, console)
     _output_logit_lines(report, console)
 

@@ -112,6 +112,10 @@ class RunMeta(Mapping[str, Any]):
     """The output layers whose logits the loss's log-softmaxes read
     (``gradoc.collect.output_logits``): ``layers`` (the ``output_logits`` table's ``site``
     indexes it), the ``dtypes`` they computed their logits in, and when they are read."""
+    logged: JsonObject | None = None
+    """The measures the program logged itself (``gradoc.collect.logged``): ``sources`` (each
+    name's), ``declared`` (a direction the program gave a name: a checkpoint's ``mode``,
+    ``greater_is_better``), ``dropped`` (values of names past the limit)."""
     compiled: bool = False
     check_numerics: bool = False
     table: Mapping[str, Any] = field(default_factory=dict, repr=False)

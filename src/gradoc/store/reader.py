@@ -510,6 +510,26 @@ class RunLog(Shown):
         )
         return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
 
+    def metrics(self) -> dict[str, str]:
+        """The measures the program logged (``collect.logged``), by name, with where each was
+        read (``tensorboard``, ``lightning``, ``hf``, ``wandb``, ``mlflow``, ``sb3``,
+        ``gym``), in the order they were first logged; empty before schema 9."""
+        if self.version < 9:
+            return {}
+        rows = self._query("SELECT name, source, MIN(rowid) FROM metrics GROUP BY name")
+        return {name: source for name, source, _ in sorted(rows, key=lambda r: r[2])}
+
+    def metric(self, name: str) -> Series:
+        """A measure the program logged, by the step in progress when it logged it (several
+        values at one step where it logged several: the episodes that ended in it)."""
+        if self.version < 9:
+            return Series([], [])
+        rows = self._query(
+            "SELECT step, value FROM metrics WHERE name = ? AND value IS NOT NULL ORDER BY rowid",
+            (name,),
+        )
+        return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
+
     def lr(self, group: int = 0) -> Series:
         """The learning rate of one param group (of the first optimizer) per step."""
         rows = self._query("SELECT step, lr FROM steps WHERE lr IS NOT NULL ORDER BY step")

@@ -1,4 +1,4 @@
-"""The run log's tables (schema version 8).
+"""The run log's tables (schema version 9).
 
 Readable with the ``sqlite3`` tool::
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .._util.text import StrEnum
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class EventKind(StrEnum):
@@ -55,7 +55,8 @@ class EventKind(StrEnum):
     CRASH = "crash"
 
 
-"""8: ``output_logits`` (the output layer's log Z, largest logit and spread, read from the
+"""9: ``metrics`` (the program's own measures, as it logged them: ``collect.logged``);
+8: ``output_logits`` (the output layer's log Z, largest logit and spread, read from the
 loss's graph);
 7: ``attention`` (each attention call's logit gap and entropy, read from the loss's graph);
 6: ``policy_entropy`` (a categorical policy's entropy, read from its loss's graph);
@@ -65,7 +66,7 @@ loss's graph);
 3: per-parameter statistics as one row of packed arrays per step (``param_arrays``);
 2: ``steps.samples``. Versions 1 to 3 (1 and 2: one ``param_stats`` row per parameter and
 step) are read too."""
-READABLE = (1, 2, 3, 4, 5, 6, 7, 8)
+READABLE = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -134,6 +135,15 @@ CREATE TABLE IF NOT EXISTS output_logits (
     spread     REAL,               -- the rows' mean largest less smallest logit
     PRIMARY KEY (step, site)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metrics (
+    name       TEXT NOT NULL,      -- as the program named it ('val_loss', 'rollout/ep_rew_mean')
+    source     TEXT NOT NULL,      -- where it was read: 'tensorboard', 'lightning', 'hf',
+                                   -- 'wandb', 'mlflow', 'sb3', 'gym' (collect.logged)
+    step       INTEGER NOT NULL,   -- the steps table's step in progress when it was logged
+    own_step   INTEGER,            -- the step the program gave it (global_step), if any
+    value      REAL                -- 'NaN' for NaN, as in the other tables
+);
+CREATE INDEX IF NOT EXISTS metrics_name ON metrics(name, step);
 CREATE TABLE IF NOT EXISTS param_arrays (
     step           INTEGER NOT NULL,
     part           INTEGER NOT NULL, -- the first layer id of the row (one row per optimizer)

@@ -35,6 +35,7 @@ STEP_TABLES = (
     "policy_entropy",
     "attention",
     "output_logits",
+    "metrics",
 )
 """The tables keyed by step: a step run again replaces its rows in each."""
 
