@@ -28,8 +28,8 @@ reads (a CUDA tensor handed to ``add_scalar`` is copied to the host by TensorBoa
 reads it after that copy). Values logged through a framework (Lightning's TensorBoard logger,
 the HF ``Trainer``'s W&B callback) are recorded once, at the framework.
 
-Per logged number the cost is one tuple appended to a list; rows go to the writer thread in
-batches (every :data:`BATCH` rows, every :data:`SEND_S` seconds, and at the run's end).
+Per logged number the cost is one row handed to the run's writer, which stages and batches
+records on the training thread and writes them on its own (``store.writer``).
 """
 
 from __future__ import annotations
@@ -39,42 +39,31 @@ import importlib.machinery
 import math
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._util.patch import Patch
-from ..store.writer import insert_rows
+from ..store import Source
+from ..store.writer import Write, insert_rows
 
-if TYPE_CHECKING:
-    from .run import Run
-
-BATCH = 256
-"""Rows kept before they are handed to the writer thread."""
-SEND_S = 2.0
-"""Longest a row waits before it is handed to the writer thread (checked when one is added)."""
 MAX_NAMES = 500
 """Distinct metric names recorded at most per run (a program logging per-sample scalars
 would otherwise fill the log): later names are counted, not stored."""
 
-Row = tuple[str, str, int, "int | None", "float | str"]
-"""(name, source, step, the program's own step, value)."""
-
 
 class Logged:
-    """One run's logged measures: rows buffered, then written to its ``metrics`` table."""
+    """One run's logged measures, each written to its ``metrics`` table as it comes."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.rows: list[Row] = []
+    def __init__(self, put: Callable[[Write], None], step: Callable[[], int]) -> None:
+        """``put``: hands a record to the run's writer; ``step``: the step in progress."""
+        self.put, self.step = put, step
         self.names: dict[str, str] = {}
         """Every name recorded, with its source."""
         self.dropped = 0
         self.declared: dict[str, dict[str, str]] = {}
         """A direction the program gave a name (a checkpoint's ``mode``), with where."""
-        self._sent = time.monotonic()
 
     def add(self, name: str, source: str, value: float, own_step: int | None) -> None:
         if name not in self.names:
@@ -83,15 +72,8 @@ class Logged:
                 return
             self.names[name] = source
         stored: float | str = value if not math.isnan(value) else "NaN"
-        self.rows.append((name, source, self.run.step, own_step, stored))
-        if len(self.rows) >= BATCH or time.monotonic() - self._sent > SEND_S:
-            self.send()
-
-    def send(self) -> None:
-        self._sent = time.monotonic()
-        if self.rows:
-            rows, self.rows = self.rows, []
-            self.run.put(lambda conn: insert_rows(conn, "metrics", rows))
+        row = (name, source, self.step(), own_step, stored)
+        self.put(lambda conn: insert_rows(conn, "metrics", [row]))  # staged and batched there
 
     def meta(self) -> dict[str, Any]:
         """What the run's ``meta`` says of them at its end."""
@@ -109,23 +91,24 @@ _inside = threading.local()
 """How deep this thread is in a framework's logging call (its lower-level writes are its)."""
 
 
-def open_for(run: Run) -> Logged:
-    """Start reading the program's logged measures for ``run``."""
-    logged = Logged(run)
+def open_for(put: Callable[[Write], None], step: Callable[[], int]) -> Logged:
+    """Start reading the program's logged measures for a run (see :class:`Logged`)."""
+    logged = Logged(put, step)
     with _lock:
         _open.append(logged)
         _install()
     return logged
 
 
-def close(logged: Logged) -> None:
-    """Stop reading for ``logged``'s run and hand its last rows to the writer."""
+def close(logged: Logged) -> dict[str, Any]:
+    """Stop reading for ``logged``'s run; what the run's ``meta`` says of its measures
+    (:meth:`Logged.meta`)."""
     with _lock:
         if logged in _open:
             _open.remove(logged)
         if not _open:
             _uninstall()
-    logged.send()
+    return logged.meta()
 
 
 def record(name: str, source: str, value: Any, own_step: Any = None) -> None:
@@ -203,7 +186,7 @@ def _tensorboard(module: ModuleType) -> list[Patch]:
         ) -> Any:
             result = call(self, tag, scalar_value, global_step, *a, **k)
             if not _under_framework():
-                record(tag, "tensorboard", _host(scalar_value), global_step)
+                record(tag, Source.TENSORBOARD, _host(scalar_value), global_step)
             return result
 
         return wrapper
@@ -215,7 +198,7 @@ def _tensorboard(module: ModuleType) -> list[Patch]:
             result = call(self, main_tag, values, global_step, *a, **k)
             if not _under_framework() and isinstance(values, dict):
                 for tag, v in values.items():
-                    record(f"{main_tag}/{tag}", "tensorboard", _host(v), global_step)
+                    record(f"{main_tag}/{tag}", Source.TENSORBOARD, _host(v), global_step)
             return result
 
         return wrapper
@@ -254,7 +237,7 @@ def _lightning(module: ModuleType) -> list[Patch]:
         def wrapper(data: Any) -> Any:
             scalars = call(data)
             if held and isinstance(scalars, dict):
-                record_all(((k, v) for k, v in scalars.items() if k != "step"), "lightning")
+                record_all(((k, v) for k, v in scalars.items() if k != "step"), Source.LIGHTNING)
             return scalars
 
         return wrapper
@@ -298,7 +281,7 @@ def _hf(module: ModuleType) -> list[Patch]:
                 _best_model(getattr(self, "args", None))
                 state = getattr(self, "state", None)
                 own = getattr(state, "global_step", None)
-                record_all(logs.items(), "hf", own)
+                record_all(logs.items(), Source.HF, own)
             with _Framework():
                 return call(self, logs, *a, **k)
 
@@ -315,7 +298,7 @@ def _wandb(module: ModuleType) -> list[Patch]:
     def log(call: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(self: Any, data: Any = None, step: Any = None, *a: Any, **k: Any) -> Any:
             if not _under_framework() and isinstance(data, dict):
-                record_all(_flat(data), "wandb", step)
+                record_all(_flat(data), Source.WANDB, step)
             return call(self, data, step, *a, **k)
 
         return wrapper
@@ -335,7 +318,7 @@ def _mlflow(module: ModuleType) -> list[Patch]:
     def log_metric(call: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(key: str, value: Any, step: Any = None, *a: Any, **k: Any) -> Any:
             if not _under_framework():
-                record(key, "mlflow", value, step)
+                record(key, Source.MLFLOW, value, step)
             return call(key, value, step, *a, **k)
 
         return wrapper
@@ -343,7 +326,7 @@ def _mlflow(module: ModuleType) -> list[Patch]:
     def log_metrics(call: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(metrics: Any, step: Any = None, *a: Any, **k: Any) -> Any:
             if not _under_framework() and isinstance(metrics, dict):
-                record_all(metrics.items(), "mlflow", step)
+                record_all(metrics.items(), Source.MLFLOW, step)
             return call(metrics, step, *a, **k)
 
         return wrapper
@@ -364,7 +347,7 @@ def _sb3(module: ModuleType) -> list[Patch]:
         def wrapper(self: Any, step: Any = 0, *a: Any, **k: Any) -> Any:
             values = getattr(self, "name_to_value", None)
             if isinstance(values, dict):
-                record_all(list(values.items()), "sb3", step)
+                record_all(list(values.items()), Source.SB3, step)
             with _Framework():
                 return call(self, step, *a, **k)
 
@@ -402,8 +385,8 @@ class _Episodes:
                     held[0] += reward
                     held[1] += 1
                     if terminated is True or truncated is True:
-                        record("episode/return", "gym", held[0])
-                        record("episode/length", "gym", held[1])
+                        record("episode/return", Source.GYM, held[0])
+                        record("episode/length", Source.GYM, held[1])
                         held[0], held[1] = 0.0, 0
             return result
 

@@ -3,8 +3,7 @@
 A :class:`Run` attaches (models' hooks: ``watched``; optimizers' step hooks: ``steps``),
 holds the run log's writer and closes (last statistics, probes' summaries, the run's end;
 then ``finish`` writes the report and sinks). Within a step: ``steps``; what is measured:
-the probes chosen once by :func:`probes_for`; the device is read by ``packet``, once.
-"""
+the probes chosen once by :func:`probes_for`; the device is read by ``packet``, once."""
 
 from __future__ import annotations
 
@@ -91,13 +90,11 @@ class Run(Shown):
         # the step protocol (used by gradoc run, Lightning and the Hugging Face callback)
         self.before_step, self.pre_step = self.steps.before_step, self.steps.pre_step
         self.post_step, self.begin_step = self.steps.post_step, self.steps.begin_step
-        self.record_origin = self.steps.record_origin
-        self.step_listeners = self.steps.listeners
+        self.record_origin, self.step_listeners = self.steps.record_origin, self.steps.listeners
         """Called with ("stats", step) once a step's statistics are read and with ("end",
         step) once it ended (``gradoc.runtime.replay`` arms its trace from them)."""
         taps.add_receiver(self.steps)
-        self.logged = logged.open_for(self)
-        """The measures the program logs itself (``collect.logged``)."""
+        self.logged = logged.open_for(self.put, lambda: self.steps.count)  # its own measures
         remember(self)  # the program's exit, or a SIGTERM, closes it
 
     @property
@@ -175,7 +172,6 @@ class Run(Shown):
         if not self.closed:
             if self.steps.unsent():
                 self.steps.send()
-            self.logged.send()
             self._writer.flush()
 
     def close(
@@ -209,7 +205,6 @@ class Run(Shown):
         self._handles.clear()
         self.watched.remove()
         taps.remove_receiver(self.steps)
-        logged.close(self.logged)
         if self.guard is not None:
             self.guard.close()
         if self._lr_scale != 1.0:
@@ -225,7 +220,7 @@ class Run(Shown):
             # without an optimizer a step ends at the next backward(): one may be under way
             ended_mid_step=self.watched.forward_seen or self.counts_backward,
             guard=self.guard_summary(),
-            logged=self.logged.meta(),
+            logged=logged.close(self.logged),  # the program's own measures
             **meta,
         )
         self.closed = True

@@ -55,7 +55,8 @@ class Family(StrEnum):
     LOOP = "loop"
     """The training loop's code: gradients never cleared, parameters left out of training."""
     REGULARIZATION = "regularization"
-    """A penalty that outweighs the loss: weight decay strong enough to pin the weights."""
+    """A penalty that outweighs the loss (weight decay strong enough to pin the weights), or
+    too little of one (a model that fits its training data and less and less the rest)."""
 
 
 FAMILIES: dict[Family, str] = {
@@ -70,7 +71,8 @@ FAMILIES: dict[Family, str] = {
     Family.BATCHING: "how batches are formed",
     Family.GRADIENTS: "the gradients themselves, with no upstream cause identified",
     Family.LOOP: "the training loop: gradients never cleared, parameters that never train",
-    Family.REGULARIZATION: "weight decay or another penalty that outweighs the loss",
+    Family.REGULARIZATION: "weight decay or another penalty that outweighs the loss, or too "
+    "little regularisation: overfitting",
 }
 
 

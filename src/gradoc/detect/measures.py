@@ -15,10 +15,13 @@ Bookkeeping the loggers add (``epoch``, ``learning_rate``, ``grad_norm``, ``time
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from math import inf
+from statistics import median
 from typing import Any
 
-from ..store import Series
+from ..store import RAW_SOURCES, Series
 
 # fmt: off
 UP_WORDS = frozenset((
@@ -99,3 +102,111 @@ def measures(
         way, why = direction(name, declared)
         out.append(Measure(name, source, series, way, why))
     return out
+
+
+# -- what a measure says of the run ------------------------------------------------------------
+HELD_OUT_WORDS = frozenset(("val", "valid", "validation", "eval", "evaluation", "test", "dev"))
+"""Words of a name that make it a measure on data the model does not train on."""
+RETURN_WORDS = frozenset(("reward", "rewards", "rew", "return", "returns", "ret"))
+"""Words of a name that make it an agent's reward or return."""
+MIN_POINTS = 5
+"""Values a measure needs before its trend is read (a start, an end, and between)."""
+WINDOW = 0.05
+"""The share of a measure's values read as its start and as its end (their medians, at least
+one value): a logged measure is an average already (a validation epoch, SB3's mean of the last
+100 episodes)."""
+RAW_WINDOW = 0.2
+"""... for a raw series of episodes (``gym``), each one a single draw of a noisy return."""
+CHANGE = 0.25
+"""A move of the end's median from the start's, or from the best, of at least this share of
+the measure's range (that of its running medians) is a change; less is flat. A return that
+rose from 21 to 161 moved by the whole of its range; one that wanders about 20 moves by
+little of it. A fall from its best of twice that (half its range) is a worsening too."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """What a measure did over the run, in its own units."""
+
+    measure: Measure
+    start: float
+    """The median of its first values (:data:`WINDOW` of them)."""
+    end: float
+    """The median of its last values."""
+    best: float
+    """The best of its running medians (over as many values as the start's)."""
+    best_step: int
+    verdict: str
+    """``improved``, ``worsened`` (its end worse than its start, or than its best by a change),
+    or ``flat``."""
+
+    def said(self) -> str:
+        """The trend in words, with the measure's numbers."""
+        m, f = self.measure, _num
+        if self.verdict == "improved":
+            way = "rose" if m.direction == "up" else "fell"
+            return f"the program's {m.name} {way} from {f(self.start)} to {f(self.end)}"
+        if self.verdict == "worsened":
+            if (self.best - self.start) * (1 if m.direction == "up" else -1) > 0:
+                return (
+                    f"the program's {m.name} went from its best, {f(self.best)} at step "
+                    f"{self.best_step:,}, to {f(self.end)} at the end"
+                )
+            way = "fell" if m.direction == "up" else "rose"
+            return f"the program's {m.name} {way} from {f(self.start)} to {f(self.end)}"
+        return f"the program's {m.name} stayed about {f(self.end)}"
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def role(name: str) -> str:
+    """``held_out`` (validation, test), ``return`` (an agent's reward), or ``training``."""
+    words = set(_words(name))
+    if words & RETURN_WORDS:
+        return "return"
+    if words & HELD_OUT_WORDS:
+        return "held_out"
+    return "training"
+
+
+def trend(m: Measure) -> Trend | None:
+    """What ``m`` did over the run (see :data:`CHANGE`), None without a direction or with
+    fewer than :data:`MIN_POINTS` finite values."""
+    pairs = [(s, v) for s, v in zip(m.series.steps, m.series.values) if v == v and abs(v) != inf]
+    if m.direction is None or len(pairs) < MIN_POINTS:
+        return None
+    values = [v for _, v in pairs]
+    k = max(1, round(len(values) * (RAW_WINDOW if m.source in RAW_SOURCES else WINDOW)))
+    start, end = median(values[:k]), median(values[-k:])
+    sign = 1.0 if m.direction == "up" else -1.0
+    # the best of its running medians over k values: one lucky episode is no level it held
+    smooth = [(pairs[i + k // 2][0], median(values[i : i + k])) for i in range(len(values) - k + 1)]
+    best_step, best = max(smooth, key=lambda p: sign * p[1])
+    spread = max(v for _, v in smooth) - min(v for _, v in smooth)
+    if spread <= 0:
+        return Trend(m, start, end, best, best_step, "flat")
+    last = values[-k:]
+    fell = sign * (best - end) >= CHANGE * spread * 2 and _most(
+        last, lambda v: sign * (best - v) > 0
+    )
+    if fell or (
+        sign * (end - start) <= -CHANGE * spread and _most(last, lambda v: sign * (start - v) > 0)
+    ):
+        verdict = "worsened"  # fell back from its best by half its range, or below its start
+    elif sign * (end - start) >= CHANGE * spread and _most(last, lambda v: sign * (v - start) > 0):
+        verdict = "improved"
+    else:
+        verdict = "flat"
+    return Trend(m, start, end, best, best_step, verdict)
+
+
+MOST = 0.75
+"""A change holds for at least this share of the end's values (a window of 5 or more): the
+end of a return that wanders between 8 and 11 is not better than its start of 9 because its
+median is 10."""
+
+
+def _most(values: list[float], better: Callable[[float], bool]) -> bool:
+    return len(values) < 5 or sum(map(better, values)) >= MOST * len(values)

@@ -36,6 +36,7 @@ from .loss_plateau import LossPlateau
 from .loss_spike import LossSpike
 from .loss_unbounded import LossUnbounded
 from .loss_unread import LossUnread
+from .measure_worsened import MeasureWorsened, judging
 from .monitoring_stopped import MonitoringStopped
 from .nonfinite import Nonfinite
 from .output_logit_divergence import OutputLogitDivergence
@@ -64,6 +65,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     AdversarialImbalance,
     GameStopped,
     PolicyCollapse,
+    MeasureWorsened,
     PoorInitialization,
     LargeUpdates,
     TinyUpdates,
@@ -128,6 +130,7 @@ def check_all(h: History) -> list[Finding]:
     findings = [f for f, _ in found]
     if len(objectives) == 1 and objectives[0].judged:
         _no_harm(findings, objectives[0])
+    _measured(findings, h)
     return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], _step(f)))
 
 
@@ -164,6 +167,26 @@ def _no_harm(found: list[Finding], objective: Objective) -> None:
                 f" (information: the loss fell from {fmt(early)} to {fmt(late)}, so this did "
                 "not stop the model learning)"
             )
+
+
+def _measured(found: list[Finding], h: History) -> None:
+    """Harm in the program's own measure: where a validation measure or a return the program
+    logged improved (``findings.measure_worsened.judging``) and none worsened, a loss trend or
+    a statistic is no harm done, and a warning or an error of one is information, with the
+    measure's numbers. A value function's loss that rose as the returns grew, a dead unit in
+    a model whose validation accuracy rose: the program's measure says the run went well."""
+    trends = judging(h)
+    if not trends or any(t.verdict == "worsened" for t in trends):
+        return
+    better = next((t for t in trends if t.verdict == "improved"), None)
+    if better is None:
+        return
+    for f in found:
+        kind = REGISTRY.get(f.kind)
+        if kind is None or f.severity == "info" or not (kind.judges_trend or kind.statistic):
+            continue
+        f.severity = "info"
+        f.summary += f" (information: {better.said()}, so by its own measure the run improved)"
 
 
 def _of(f: Finding, objective: str, count: int) -> Finding:

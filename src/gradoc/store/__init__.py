@@ -4,10 +4,11 @@ everything that reads a run (detectors, reports, the CLI, users with ``sqlite3``
 from .._util.json_types import JsonObject
 from .meta import RunMeta
 from .reader import Layer, RunLog, Series, open_run
-from .schema import SCHEMA_VERSION, EventKind
+from .schema import RAW_SOURCES, SCHEMA_VERSION, EventKind, Source
 from .writer import RunWriter, Stopped
 
 __all__ = [
+    "RAW_SOURCES",
     "SCHEMA_VERSION",
     "EventKind",
     "JsonObject",
@@ -16,6 +17,7 @@ __all__ = [
     "RunMeta",
     "RunWriter",
     "Series",
+    "Source",
     "Stopped",
     "open_run",
 ]

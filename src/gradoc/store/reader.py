@@ -377,6 +377,29 @@ AttentionRows = tuple[Series, Series, list[list[tuple[float, float]]]]
 """An attention call's logit gap and entropy share by step, and per step its heads' pairs."""
 
 
+def _param_arrays(
+    query: Any, where: str, args: tuple[Any, ...], stats: list[str] | tuple[str, ...]
+) -> list[tuple[int, np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any] | None]]]:
+    """Decoded ``param_arrays`` rows: (step, layer ids, {stat: values or None})."""
+    rows = query(
+        f"SELECT step, layer_ids, {', '.join(stats)} FROM param_arrays "
+        f"WHERE {where} ORDER BY step, part",
+        args,
+    )
+    out = []
+    for step, ids_blob, *blobs in rows:
+        ids = _array(ids_blob, "<i4", "a layer-id array")
+        arrays = {}
+        for stat, blob in zip(stats, blobs):
+            values = _stat_array(stat, blob, ids.size)
+            if values is not None and stat == "grad_nonfinite":
+                # counts, as versions 1 and 2 read (an empty array: every count 0)
+                values = values.astype(np.int64) if values.size else np.zeros(ids.size, int)
+            arrays[stat] = values
+        out.append((_step(step), ids, arrays))
+    return out
+
+
 class RunLog(Shown):
     """A read-only view of one run's log (finished, crashed or still running).
 
@@ -551,34 +574,14 @@ class RunLog(Shown):
         if not self._arrays:
             return self._layer_series("param_stats", _PARAM_STATS, layer, stat)
         steps, values = [], []
-        for step, ids, arrays in self._param_arrays(f"{_param_stat(stat)} IS NOT NULL", (), [stat]):
+        for step, ids, arrays in _param_arrays(
+            self._query, f"{_param_stat(stat)} IS NOT NULL", (), [stat]
+        ):
             at, column = np.flatnonzero(ids == layer.id), arrays[stat]
             if at.size and column is not None:
                 steps.append(step)
                 values.append(column[at[0]].item())
         return Series(steps, values)
-
-    def _param_arrays(
-        self, where: str, args: tuple[Any, ...], stats: list[str] | tuple[str, ...]
-    ) -> list[tuple[int, np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any] | None]]]:
-        """Decoded ``param_arrays`` rows: (step, layer ids, {stat: values or None})."""
-        rows = self._query(
-            f"SELECT step, layer_ids, {', '.join(stats)} FROM param_arrays "
-            f"WHERE {where} ORDER BY step, part",
-            args,
-        )
-        out = []
-        for step, ids_blob, *blobs in rows:
-            ids = _array(ids_blob, "<i4", "a layer-id array")
-            arrays = {}
-            for stat, blob in zip(stats, blobs):
-                values = _stat_array(stat, blob, ids.size)
-                if values is not None and stat == "grad_nonfinite":
-                    # counts, as versions 1 and 2 read (an empty array: every count 0)
-                    values = values.astype(np.int64) if values.size else np.zeros(ids.size, int)
-                arrays[stat] = values
-            out.append((_step(step), ids, arrays))
-        return out
 
     def activation(self, name: str, stat: str) -> Series:
         """One module output's series: ``mean``, ``std``, ``zero_frac``, ``sat_frac``,
@@ -631,7 +634,7 @@ class RunLog(Shown):
     def _param_rows(self, where: str = "1", args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """``param_arrays`` as the rows of ``param_stats``: (step, layer id, stats...)."""
         out: list[tuple[Any, ...]] = []
-        for step, ids, arrays in self._param_arrays(where, args, _PARAM_STATS):
+        for step, ids, arrays in _param_arrays(self._query, where, args, _PARAM_STATS):
             n = ids.size
             columns = [[None] * n if a is None else a.tolist() for a in arrays.values()]
             out += zip([step] * n, ids.tolist(), *columns)

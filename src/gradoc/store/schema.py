@@ -55,6 +55,22 @@ class EventKind(StrEnum):
     CRASH = "crash"
 
 
+class Source(StrEnum):
+    """Where a measure in the ``metrics`` table was read (``collect.logged``)."""
+
+    TENSORBOARD = "tensorboard"
+    LIGHTNING = "lightning"
+    HF = "hf"
+    WANDB = "wandb"
+    MLFLOW = "mlflow"
+    SB3 = "sb3"
+    GYM = "gym"
+
+
+RAW_SOURCES = frozenset({Source.GYM})
+"""Sources whose every value is one draw (an episode's return), not an average a logger made."""
+
+
 """9: ``metrics`` (the program's own measures, as it logged them: ``collect.logged``);
 8: ``output_logits`` (the output layer's log Z, largest logit and spread, read from the
 loss's graph);
