@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -44,13 +45,17 @@ TRAIN = textwrap.dedent(
 )
 
 
-def gradoc_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def gradoc_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m gradoc ARGS`` in ``cwd``, with ``env`` added to this process's."""
     return subprocess.run(
         [sys.executable, "-m", "gradoc", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=300,
+        env={**os.environ, **env} if env else None,
     )
 
 

@@ -10,9 +10,6 @@ program must run as it does without gradoc.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,18 +19,12 @@ import torch
 import gradoc
 from gradoc.collect import logged
 from gradoc.detect.measures import direction, measures
+from tests.test_cli import gradoc_cli
 
 
 def _run(tmp_path: Path, source: str, **env: str) -> gradoc.RunLog:
     (tmp_path / "prog.py").write_text(textwrap.dedent(source))
-    done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", "run", "prog.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    done = gradoc_cli("run", "--out", "run", "prog.py", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "program done" in done.stdout  # it ran to its end, printing as it does alone
     return gradoc.open_run(tmp_path / "run")
@@ -93,10 +84,7 @@ def test_tensorboard_scalars_and_a_gym_environments_episodes(tmp_path: Path) -> 
     assert said["episode/return"]["best"] == max(returns)
     assert said["train/loss"]["direction"] == "down"
     assert said["episode/length"]["direction"] is None  # CartPole's is up, MountainCar's down
-    shown = subprocess.run(
-        [sys.executable, "-m", "gradoc", "report", "run", "--html", "r.html"],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
+    shown = gradoc_cli("report", "run", "--html", "r.html", cwd=tmp_path, env={"COLUMNS": "200"})
     assert "the program's own measures (read from gym, tensorboard)" in shown.stdout
     assert "higher is better: the name (return)" in shown.stdout
     page = (tmp_path / "r.html").read_text()

@@ -6,8 +6,6 @@ whatever its loss did.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from gradoc.detect.history import History
 from gradoc.detect.measures import Measure, trend
 from gradoc.findings import check_all
 from gradoc.store import Series
+from tests.test_cli import gradoc_cli
 
 
 def _m(values: list[float], name: str = "val_acc", source: str = "lightning") -> Measure:
@@ -94,13 +93,7 @@ def test_an_overfitting_program_is_told_from_its_validation_loss(tmp_path: Path)
             """
         )
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "gradoc", "run", "--out", "run", "fit.py"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    done = gradoc_cli("run", "--out", "run", "fit.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     head = report["findings"][0]
