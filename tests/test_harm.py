@@ -158,6 +158,8 @@ HARM_IS_READ = {
     "loss_unbounded": "loss",
     "adversarial_imbalance": "loss",
     "poor_initialization": "loss",
+    # the program's own measure of the run (a validation metric, a return) read directly
+    "measure_worsened": "measure",
     # a setting whose size no healthy run shows
     "large_updates": "setting",
     # a statistic beyond what a healthy run shows, with its source
@@ -188,6 +190,8 @@ def test_every_kind_reads_harm_or_stays_information_without_it() -> None:
             assert harm.startswith(("The mechanism itself", "Any NaN", "Parameters")), name
         elif how == "loss":
             assert "loss" in harm, name
+        elif how == "measure":
+            assert "the program's own measure" in harm, name
 
 
 def test_a_noisy_one_sample_loss_that_started_low_by_luck_is_no_blowup() -> None:

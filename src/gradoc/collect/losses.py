@@ -25,6 +25,7 @@ were backpropagated.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,15 +337,53 @@ def _fed(node: Any, squash: str) -> JsonObject:
     went through ``squash`` (``cross_entropy(softmax(x))``, whose log_softmax sits on the
     softmax; ``binary_cross_entropy_with_logits(sigmoid(x))``); ``{"fed": "probabilities"}``
     when ``nll_loss``, which takes log-probabilities, was given a softmax's output itself."""
-    below = node.next_functions[0][0] if node.next_functions else None
+    below = _through(node.next_functions[0][0] if node.next_functions else None)
     logged = below is not None and below.name().startswith("LogSoftmaxBackward")
     if logged and below is not None:
-        below = below.next_functions[0][0] if below.next_functions else None
+        below = _through(below.next_functions[0][0] if below.next_functions else None)
     if below is not None and below.name().startswith(squash + "Backward"):
         if squash == "Softmax" and not logged:  # nll_loss(softmax(x)): no log at all
             return {"fed": "probabilities"}
         return {"fed": squash.lower()}
+    if squash == "Softmax" and not logged and _scores(below):
+        return {"fed": "logits"}  # nll_loss(linear(x)): minus a raw score, with no floor
     return {}
+
+
+def _scores(node: Any) -> bool:
+    """``node`` makes raw scores: a linear layer, a convolution, a graph's propagation, or one
+    of them plus a bias."""
+    if node is None:
+        return False
+    if node.name().startswith("AddBackward"):
+        return any(n is not None and _LAYER.fullmatch(n.name()) for n, _ in node.next_functions)
+    return bool(_LAYER.fullmatch(node.name()))
+
+
+_SHAPING = re.compile(
+    r"(View|Reshape|Unsafe(View|Reshape)?|Squeeze|Unsqueeze|Permute|Transpose|T|Clone|Select|"
+    r"Slice|Index|Narrow|Alias|Contiguous|ToCopy|NativeDropout|Dropout|FeatureDropout)Backward\d*"
+)
+"""Nodes between a loss and what feeds it that leave its values what they were, or drop some:
+the training rows indexed out of a graph's nodes, a dropout, a view (a product with a tensor
+that has no gradient, a dropout's mask on the CPU, is followed too)."""
+_LAYER = re.compile(r"(Addmm|Mm|Bmm|Linear|Convolution|SparseAddmm)Backward\d*")
+"""Nodes that make raw scores (a linear layer, a convolution, a graph's propagation)."""
+THROUGH = 8
+"""Shaping nodes followed at most below a loss."""
+
+
+def _through(node: Any) -> Any:
+    """``node``, or the first node below the shaping ones under it (:data:`_SHAPING`)."""
+    for _ in range(THROUGH):
+        if node is None:
+            return None
+        below = [n for n, _ in node.next_functions if n is not None]
+        masked = node.name().startswith("MulBackward") and len(below) == 1  # x * a constant mask
+        if not (masked or _SHAPING.fullmatch(node.name())):
+            return node
+        node = below[0] if below else None
+    return node
 
 
 def _nll(node: Any) -> JsonObject:

@@ -1,9 +1,18 @@
-"""loss_on_probabilities: a loss that takes logits was given probabilities.
+"""loss_on_probabilities: a loss that takes logits was given probabilities (or one that takes
+log-probabilities was given raw scores).
 
 ``nll_loss`` given a softmax's output (not ``log_softmax``'s) is the same mistake one step on:
 it takes log-probabilities, so its loss is minus the probability of the right class, between
 -1 and 0, and its gradient through the softmax vanishes wherever the model is confidently
 wrong (``fed: "probabilities"``; ``tests/mechanisms/nll_on_softmax.py``).
+
+``nll_loss`` given a layer's output with no ``log_softmax`` (``fed: "logits"``) is minus
+the right class's score: it falls without bound as the model raises that score, below 0 where
+no log-likelihood can go. The graph shows the layer under the loss and the loss's value below
+0 confirms it: a **warning** then. Two public graph networks do both (``nll_loss`` on a
+softmax, -0.14 to -0.51; on raw scores, -0.001 to -76.9 at 14% accuracy). The walk below the
+loss goes through what leaves the values as they are or drops some: the training rows
+indexed out of all the nodes, a dropout, a view (``collect.losses._SHAPING``).
 
 Needs: the loss's own autograd node (``meta['loss_fn']``, read once at the first
 ``backward()`` by ``collect/losses.py``): ``fed`` is set when the input of a cross-entropy
@@ -34,6 +43,7 @@ _LOGITS = {
     "softmax": "cross_entropy",
     "sigmoid": "binary_cross_entropy_with_logits",
     "probabilities": "nll_loss",
+    "logits": "nll_loss",
 }
 
 
@@ -66,6 +76,8 @@ class LossOnProbabilities(FindingKind):
         classes = fn.get("classes") if isinstance(fn.get("classes"), int) else None
         _, values = finite(loss_trend(h)[0])
         lowest = min(values) if values else None
+        if fed == "logits" and not (lowest is not None and lowest < 0):
+            return []  # raw scores the graph shows, and a loss below 0 that confirms them
         floor = _floor(classes) if fed == "softmax" else None
         return [
             Finding(
@@ -74,15 +86,7 @@ class LossOnProbabilities(FindingKind):
                 step=0,
                 layer=None,
                 summary=(
-                    (
-                        "nll_loss was given probabilities, not log-probabilities: its input is a "
-                        "softmax's output, so the loss is minus the right class's probability "
-                        "(between -1 and 0), whose gradient vanishes where the model is "
-                        "confidently wrong"
-                        if fed == "probabilities"
-                        else f"{_LOGITS[fed]} was given probabilities: its input went through a "
-                        f"{fed} already, so the loss applies a second one"
-                    )
+                    _said(fed)
                     + (f"; the loss reached {fmt(lowest)} at best" if lowest is not None else "")
                     + (f" and cannot fall below {fmt(floor)}" if floor is not None else "")
                 ),
@@ -103,6 +107,8 @@ class LossOnProbabilities(FindingKind):
 
     def explain(self, f: Finding, h: History, facts: Facts) -> list[Hypothesis]:
         d = Squashed.of(f.details)
+        if d.fed == "logits":
+            return _raw_scores(f, d)
         f.symptom = (
             "the loss is a probability, not a log-likelihood: it sits between -1 and 0"
             if d.fed == "probabilities"
@@ -144,6 +150,54 @@ class LossOnProbabilities(FindingKind):
         ]
         f.monitoring.append("the loss's floor: a classifier's loss should approach 0 on easy data")
         return [twice]
+
+
+def _said(fed: str) -> str:
+    if fed == "probabilities":
+        return (
+            "nll_loss was given probabilities, not log-probabilities: its input is a softmax's "
+            "output, so the loss is minus the right class's probability (between -1 and 0), "
+            "whose gradient vanishes where the model is confidently wrong"
+        )
+    if fed == "logits":
+        return (
+            "nll_loss was given raw scores, not log-probabilities: its input is a layer's output "
+            "with no log_softmax, so the loss is minus the right class's score and falls without "
+            "bound as the model raises it (a negative log-likelihood is never below 0)"
+        )
+    return (
+        f"{_LOGITS[fed]} was given probabilities: its input went through a {fed} already, so "
+        "the loss applies a second one"
+    )
+
+
+def _raw_scores(f: Finding, d: Squashed) -> list[Hypothesis]:
+    """nll_loss on a layer's output: the log_softmax left out."""
+    f.symptom = "the loss falls below 0 and on without bound: it is no log-likelihood"
+    missing = Hypothesis(
+        Family.ARCHITECTURE,
+        "the model's output is raw scores and nll_loss takes them as log-probabilities: the "
+        "log_softmax is missing",
+        "check what feeds nll_loss: F.log_softmax(out, dim=1) should be its last op",
+        base=0.4,
+    )
+    missing.seen(
+        "the loss's input is a layer's output (read from its autograd graph)", Weight.DECISIVE
+    )
+    if d.lowest is not None:
+        missing.seen(
+            f"the loss reached {fmt(d.lowest)}, below 0, where no log-likelihood can",
+            Weight.STRONG,
+        )
+    f.fixes += [
+        Fix(
+            Horizon.IMMEDIATE,
+            "F.log_softmax(out, dim=1) before nll_loss, or F.cross_entropy(out, y) on the scores",
+        ),
+        Fix(Horizon.SHORT_TERM, "assert loss >= 0 on the first steps of a classifier"),
+    ]
+    f.monitoring.append("the loss's sign: a negative log-likelihood is never below 0")
+    return [missing]
 
 
 def _floor(classes: int | None) -> float | None:
