@@ -100,3 +100,32 @@ def test_an_overfitting_program_is_told_from_its_validation_loss(tmp_path: Path)
     assert head["kind"] == "measure_worsened" and head["severity"] == "warning"
     assert "went from its best" in head["summary"] and "(overfitting)" in head["summary"]
     assert head["hypotheses"][0]["cause"].startswith("overfitting")
+
+
+def test_dead_units_in_a_run_whose_return_rose_are_information() -> None:
+    """Dead units are judged by harm (issue 59): a critic's layer half inactive in an agent
+    whose return rose did not stop it; the same layer beside a falling return stays a
+    warning, with the fall a finding of its own."""
+    from gradoc.detect.finding import Finding
+    from gradoc.findings import _measured
+
+    steps = list(range(100))
+
+    def dead() -> list[Finding]:
+        return [
+            Finding(kind="dead_units", severity="warning", step=20, layer="critic.3", summary="")
+        ]
+
+    rose = History(
+        counted=100, logged={"episode/return": ("gym", Series(steps, [float(s) for s in steps]))}
+    )
+    found = dead()
+    _measured(found, rose)
+    assert found[0].severity == "info" and "episode/return rose from" in found[0].summary
+    fell = History(
+        counted=100, logged={"episode/return": ("gym", Series(steps, [100.0 - s for s in steps]))}
+    )
+    found = dead()
+    _measured(found, fell)
+    assert found[0].severity == "warning"
+    assert "measure_worsened" in [f.kind for f in check_all(fell)]

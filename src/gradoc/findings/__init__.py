@@ -183,7 +183,11 @@ def _measured(found: list[Finding], h: History) -> None:
         return
     for f in found:
         kind = REGISTRY.get(f.kind)
-        if kind is None or f.severity == "info" or not (kind.judges_trend or kind.statistic):
+        if (
+            kind is None
+            or f.severity == "info"
+            or not (kind.judges_trend or kind.statistic or kind.proxy)
+        ):
             continue
         f.severity = "info"
         f.summary += f" (information: {better.said()}, so by its own measure the run improved)"

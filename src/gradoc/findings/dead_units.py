@@ -26,7 +26,9 @@ clearly (``signals.improved``), did not stop it learning: information (a Siamese
 Adam lr 0.1 lost 72% of a layer in its first steps and its loss fell 0.30 to 0.08;
 ``tests/mechanisms/siamese_startup.py``). A layer dead from its first sample stays a warning
 whatever the loss did: it barely passes anything (``benchmarks/accuracy.py``'s ``neg_bias``
-transformers still learn through their residual stream).
+transformers still learn through their residual stream). Whatever the loss, in a run whose own
+measure improved (an agent's return, a validation metric: ``findings.check_all``) dead units
+are information: a critic whose loss grows with the returns is no sign of harm.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class DeadUnits(FindingKind):
         "loss_divergence",
     )
     considers_zero_init = True
+    proxy = True
     link = 80
 
     example_details = Timing(first_sample=0, alive_until=None)

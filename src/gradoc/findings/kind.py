@@ -50,6 +50,11 @@ class FindingKind:
     """Its rule reads a statistic, not harm (units saturated, gradients small at the input,
     updates tiny): on a run whose one objective improved clearly it is information, with
     the reason (``findings.check_all``)."""
+    proxy: ClassVar[bool] = False
+    """Its harm rule reads a proxy of the run's progress (the loss, a statistic) besides its
+    own mechanism: where the program's own measure improved (a validation metric, a return:
+    ``findings.measure_worsened``) a warning or an error of it is information. Kinds that
+    judge the loss's trend or read a statistic are such proxies already."""
     harm: ClassVar[str] = ""
     """The harm a warning or an error of this kind needs, in one or two sentences (the
     findings reference states it; a kind whose rule reads harm itself says what it reads)."""
