@@ -129,3 +129,43 @@ def test_dead_units_in_a_run_whose_return_rose_are_information() -> None:
     _measured(found, fell)
     assert found[0].severity == "warning"
     assert "measure_worsened" in [f.kind for f in check_all(fell)]
+
+
+def _game(g_loss: list[float], d_loss: list[float], g_grad: list[float]) -> History:
+    """A generator and a discriminator, each one parameter, their losses and the generator's
+    gradient norm per step."""
+    from gradoc.detect.training import Objective, Training
+    from gradoc.store.reader import Layer
+
+    steps = list(range(len(g_grad)))
+    params = [
+        Layer(0, "param", "d.w", "d", "Linear", (1,), 1, 0, 0),
+        Layer(1, "param", "g.w", "g", "Linear", (1,), 1, 0, 1),
+    ]
+    h = History(
+        params=params,
+        param_stats={"g.w": {"grad_norm": Series(steps, g_grad)}},
+        counted=len(steps),
+    )
+    h.derived["objectives"] = [
+        Objective(
+            0, "d", Series(steps, d_loss), Training.ADVERSARIAL, "discriminator", optimizers=[0]
+        ),
+        Objective(1, "g", Series(steps, g_loss), Training.ADVERSARIAL, "generator", optimizers=[1]),
+    ]
+    return h
+
+
+def test_a_game_at_a_stalemate_stopped_and_a_played_one_did_not() -> None:
+    """The discriminator at 0.5 for everything: both losses frozen at ln 2 and the generator's
+    gradient a trace (2e-3 of its start, not gone) is the game stopped; the same faint
+    gradient while the losses still move is a game being played."""
+    from gradoc.findings import REGISTRY
+
+    n = 200
+    grad = [0.05] * 100 + [1e-4] * 100
+    frozen = [0.9 - 0.002 * i for i in range(100)] + [0.6931] * 100
+    (found,) = REGISTRY["game_stopped"].check(_game(frozen, frozen, grad))
+    assert found.step == 100 and found.severity == "error"
+    moving = [0.69 + 0.1 * ((i * 7) % 5 - 2) for i in range(n)]
+    assert REGISTRY["game_stopped"].check(_game(moving, moving, grad)) == []

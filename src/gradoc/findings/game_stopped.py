@@ -15,6 +15,17 @@ generator's rate; its ReLUs die by step 10, its loss sits at 2.0889, the generat
 between 0.156 and 1.93, and the generator's gradient is 0 from step 13 to the end). A
 generator whose gradient is small but not 0 still plays: our healthy GANs never fall below
 1e-3 of their start. The mechanism is seen directly: an **error**.
+
+A stalemate is the same game stopped by saturation rather than by dead units: the
+discriminator outputs 0.5 for everything (both losses at ln 2 to the third decimal), and the
+generator's gradient is faint, not gone. It is told by both together over the same span (the
+rule's 20 steps and a fifth of the run): the generator's gradient at most ``QUIET`` (1e-2) of
+its start, and each player's loss within ``FROZEN`` (0.01) from the span's start to the end.
+A 1-D GAN whose discriminator trains at 100x its rate (SGD, momentum 0.9,
+``real-programs-3/gan_d_lr_x100``) sits there from about step 1,600 on: its losses at
+0.6931 to four decimals, its generator's gradient 2e-3 of its start, the fakes frozen far
+from the data. A healthy game is never that still: the same GAN at its published rates moves
+its losses by 0.75 and more over its last fifth, and its generator's gradient grows.
 """
 
 from __future__ import annotations
@@ -34,6 +45,17 @@ from .kind import FindingKind
 MIN_STOPPED = 20
 GONE = 1e-6
 START = 5
+QUIET = 1e-2
+FROZEN = 0.01
+
+
+def _quiet_since(norms: list[float], below: float) -> int | None:
+    """The index from which every norm is at most ``below`` to the end, where that holds for
+    at least ``MIN_STOPPED`` recorded steps and a fifth of them; else None."""
+    i = len(norms)
+    while i > 0 and norms[i - 1] <= below:
+        i -= 1
+    return None if len(norms) - i < max(MIN_STOPPED, len(norms) // 5) else i
 
 
 def _spread(o: Objective, since: int) -> tuple[float, float]:
@@ -61,7 +83,8 @@ class GameStopped(FindingKind):
     name = "game_stopped"
     harm = (
         "The mechanism itself: the generator's gradient gone (at most 1e-6 of its start) on every "
-        "step to the end of the run, for at least 20 steps and a fifth of it."
+        "step to the end of the run, for at least 20 steps and a fifth of it; or faint (1e-2) "
+        "with both players' losses frozen to within 0.01 over that span."
     )
     caused_by = ("eval_mode", "large_updates", "exploding_gradients", "nonfinite")
     link = 25
@@ -74,11 +97,11 @@ class GameStopped(FindingKind):
             base = statistics.median(early) if early else 0.0
             if not base > 0 or len(steps) < 2 * START:
                 continue
-            i = len(norms)
-            while i > 0 and norms[i - 1] <= GONE * base:
-                i -= 1
-            if i == len(norms) or len(norms) - i < max(MIN_STOPPED, len(norms) // 5):
-                continue
+            i = _quiet_since(norms, GONE * base)
+            if i is None:  # not gone: a stalemate, both losses frozen and the gradient faint
+                i = _quiet_since(norms, QUIET * base)
+                if i is None or not all(_spread(o, steps[i])[1] <= FROZEN for o in (g, d)):
+                    continue
             onset = steps[i]
             g_level, _ = _spread(g, onset)
             d_level, d_spread = _spread(d, onset)
@@ -114,8 +137,8 @@ class GameStopped(FindingKind):
         f.symptom = f"neither {g_name} nor {d_name} learns any more: the game stopped"
         rate = Hypothesis(
             Family.LEARNING_RATE,
-            f"{d_name}'s learning rate far too high: its steps killed its units, and a network "
-            "of dead units outputs one constant",
+            f"{d_name}'s learning rate far too high: its steps killed or saturated its units, "
+            "and it outputs one constant (0.5 for everything at a stalemate)",
             f"re-run with {d_name}'s learning rate equal to {g_name}'s",
             base=0.3,
         )
