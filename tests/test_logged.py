@@ -201,6 +201,7 @@ def test_a_direction_the_program_declares_wins_and_bookkeeping_is_no_measure() -
     logged_ = {
         "epoch": ("lightning", gradoc.store.Series([0], [0.0])),
         "time/fps": ("sb3", gradoc.store.Series([0], [900.0])),
+        "hp_metric": ("tensorboard", gradoc.store.Series([0], [-1.0])),  # Lightning's placeholder
         "val_acc": ("lightning", gradoc.store.Series([0, 1], [0.5, 0.7])),
     }
     assert [m.name for m in measures(logged_)] == ["val_acc"]

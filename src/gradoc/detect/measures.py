@@ -40,7 +40,7 @@ BOOKKEEPING = frozenset((
     "time", "iterations", "total_timesteps", "time_elapsed", "samples_per_second",
     "steps_per_second", "total_flos", "n_updates", "train_samples_per_second",
     "train_steps_per_second", "train_runtime", "eval_runtime", "eval_samples_per_second",
-    "eval_steps_per_second", "clip_range",
+    "eval_steps_per_second", "clip_range", "hp_metric",
 ))
 # fmt: on
 """Names (or last parts of names) loggers add that measure the run's progress, not its health."""
