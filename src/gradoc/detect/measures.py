@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from math import inf
+from math import isfinite
 from statistics import median
 from typing import Any
 
@@ -174,7 +174,7 @@ def role(name: str) -> str:
 def trend(m: Measure) -> Trend | None:
     """What ``m`` did over the run (see :data:`CHANGE`), None without a direction or with
     fewer than :data:`MIN_POINTS` finite values."""
-    pairs = [(s, v) for s, v in zip(m.series.steps, m.series.values) if v == v and abs(v) != inf]
+    pairs = [(s, v) for s, v in zip(m.series.steps, m.series.values) if isfinite(v)]
     if m.direction is None or len(pairs) < MIN_POINTS:
         return None
     values = [v for _, v in pairs]
