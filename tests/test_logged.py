@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -263,14 +264,50 @@ def test_stable_baselines3s_logger(tmp_path: Path) -> None:
     assert names.get("episode/return") == "gym"  # the environment SB3 made, read too
 
 
+def test_an_environment_the_program_makes_itself_is_read_from_its_first_reset(
+    tmp_path: Path,
+) -> None:
+    import gymnasium as gym
+
+    class Walk(gym.Env[int, int]):  # three steps an episode, one reward each
+        observation_space = gym.spaces.Discrete(4)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[int, dict]:
+            super().reset(seed=seed)
+            self.t = 0
+            return 0, {}
+
+        def step(self, action: int) -> tuple[int, float, bool, bool, dict]:
+            self.t += 1
+            return self.t, float(action + 1), self.t == 3, False, {}
+
+    with gradoc.watch(torch.nn.Linear(2, 1), out=tmp_path / "run"):
+        env = Walk()  # no gymnasium.make: watched from its first reset
+        env.reset(seed=0)
+        for episode in range(4):
+            for _ in range(3):
+                env.step(episode % 2)
+            env.reset()
+        wrapped = gym.wrappers.TimeLimit(Walk(), max_episode_steps=2)
+        wrapped.reset()  # the program's own wrapper: the inner env is read, once
+        for _ in range(2):
+            wrapped.step(0)
+    log = gradoc.open_run(tmp_path / "run")
+    assert log.metric("episode/return").values == [3.0, 6.0, 3.0, 6.0]
+    assert log.metric("episode/length").values == [3, 3, 3, 3]
+
+
 def test_nothing_is_wrapped_once_the_run_closes(tmp_path: Path) -> None:
     import gymnasium as gym
     from torch.utils.tensorboard import SummaryWriter
 
-    plain = SummaryWriter.add_scalar
+    plain, reset = SummaryWriter.add_scalar, gym.Env.reset
     with gradoc.watch(torch.nn.Linear(2, 1), out=tmp_path / "run"):
         assert SummaryWriter.add_scalar is not plain
+        assert gym.Env.reset is not reset
         env = gym.make("CartPole-v1")
         assert type(env).step.__name__ == "step"
     assert SummaryWriter.add_scalar is plain
+    assert gym.Env.reset is reset
     assert not any(isinstance(f, logged._AfterImport) for f in __import__("sys").meta_path)

@@ -18,7 +18,9 @@ source                          what is read
 ``mlflow``                      ``mlflow.log_metric`` / ``log_metrics``
 ``sb3``                         stable-baselines3's logger (``rollout/ep_rew_mean``, ...)
 ``gym``                         a gymnasium environment's rewards and episode ends
-                                (``episode/return``, ``episode/length``), for any loop
+                                (``episode/return``, ``episode/length``), for any loop: an
+                                environment from ``gymnasium.make``, or one the program makes
+                                itself (from its first ``Env.reset``)
 ==============================  =================================================================
 
 A library is wrapped when the program imports it (a post-import hook: nothing is imported
@@ -34,6 +36,7 @@ records on the training thread and writes them on its own (``store.writer``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import math
@@ -362,7 +365,24 @@ class _Episodes:
 
     def __init__(self) -> None:
         self.of: weakref.WeakKeyDictionary[Any, list[float]] = weakref.WeakKeyDictionary()
+        self.inner: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The environments inside a watched ``make``'s wrappers: their episodes are the
+        outer one's (its time limit ends them)."""
         self.classes: dict[type, Patch] = {}
+
+    def made(self, env: Any) -> None:
+        """``gymnasium.make`` returned ``env``: its outermost wrapper is watched."""
+        with contextlib.suppress(TypeError, AttributeError):
+            self.inner.add(env.unwrapped)
+        self.watch(env)
+
+    def reset(self, env: Any) -> None:
+        """An environment the program made itself (no ``make``) reset through
+        ``gymnasium.Env.reset``: watched from its first reset."""
+        with contextlib.suppress(TypeError):
+            if env in self.of or env in self.inner:
+                return
+        self.watch(env)
 
     def watch(self, env: Any) -> None:
         try:
@@ -397,6 +417,7 @@ class _Episodes:
             patch.remove()
         self.classes.clear()
         self.of = weakref.WeakKeyDictionary()
+        self.inner = weakref.WeakSet()
 
 
 _episodes = _Episodes()
@@ -407,17 +428,27 @@ def _gymnasium(module: ModuleType) -> list[Patch]:
         def wrapper(*a: Any, **k: Any) -> Any:
             env = call(*a, **k)
             if _open:
-                _episodes.watch(env)
+                _episodes.made(env)
             return env
 
         return wrapper
 
+    def reset(call: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(env: Any, *a: Any, **k: Any) -> Any:
+            if _open:
+                _episodes.reset(env)
+            return call(env, *a, **k)
+
+        return wrapper
+
     owners = [module, sys.modules.get("gymnasium.envs.registration")]
-    return [
+    made = [
         Patch(o, "make", make)
         for o in owners
         if o is not None and callable(getattr(o, "make", None))
     ]
+    base = getattr(module, "Env", None)
+    return made + ([Patch(base, "reset", reset)] if isinstance(base, type) else [])
 
 
 LIBRARIES: dict[str, Callable[[ModuleType], list[Patch]]] = {

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from math import isfinite
-from statistics import median
+from math import isfinite, sqrt
+from statistics import fmean, median, variance
 from typing import Any
 
 from ..store import RAW_SOURCES, Series
@@ -116,7 +116,8 @@ WINDOW = 0.05
 one value): a logged measure is an average already (a validation epoch, SB3's mean of the last
 100 episodes)."""
 RAW_WINDOW = 0.2
-"""... for a raw series of episodes (``gym``), each one a single draw of a noisy return."""
+"""... for a raw series of episodes (``gym``), each one a single draw of a noisy return (read
+as the means of :data:`BLOCKS` blocks)."""
 CHANGE = 0.25
 """A move of the end's median from the start's, or from the best, of at least this share of
 the measure's range (that of its running medians) is a change; less is flat. A return that
@@ -177,8 +178,13 @@ def trend(m: Measure) -> Trend | None:
     pairs = [(s, v) for s, v in zip(m.series.steps, m.series.values) if isfinite(v)]
     if m.direction is None or len(pairs) < MIN_POINTS:
         return None
+    raw = m.source in RAW_SOURCES
+    noise = 0.0
+    if raw:  # single episodes: their means over blocks, as an agent's logger averages them
+        noise = _noise([v for _, v in pairs])
+        pairs = _blocks(pairs, max(1, len(pairs) // BLOCKS))
     values = [v for _, v in pairs]
-    k = max(1, round(len(values) * (RAW_WINDOW if m.source in RAW_SOURCES else WINDOW)))
+    k = max(1, round(len(values) * (RAW_WINDOW if raw else WINDOW)))
     start, end = median(values[:k]), median(values[-k:])
     sign = 1.0 if m.direction == "up" else -1.0
     # the best of its running medians over k values: one lucky episode is no level it held
@@ -188,18 +194,50 @@ def trend(m: Measure) -> Trend | None:
     if spread <= 0:
         return Trend(m, start, end, best, best_step, "flat")
     last = values[-k:]
-    fell = sign * (best - end) >= CHANGE * spread * 2 and _most(
+    fell = sign * (best - end) >= max(CHANGE * spread * 2, noise) and _most(
         last, lambda v: sign * (best - v) > 0
     )
     if fell or (
-        sign * (end - start) <= -CHANGE * spread and _most(last, lambda v: sign * (start - v) > 0)
+        sign * (end - start) <= -max(CHANGE * spread, noise)
+        and _most(last, lambda v: sign * (start - v) > 0)
     ):
         verdict = "worsened"  # fell back from its best by half its range, or below its start
-    elif sign * (end - start) >= CHANGE * spread and _most(last, lambda v: sign * (v - start) > 0):
+    elif sign * (end - start) >= max(CHANGE * spread, noise) and _most(
+        last, lambda v: sign * (v - start) > 0
+    ):
         verdict = "improved"
     else:
         verdict = "flat"
     return Trend(m, start, end, best, best_step, verdict)
+
+
+BLOCKS = 20
+"""A raw series of episodes is read as the means of this many blocks of them: a return of +1
+or -1 an episode has no median worth reading, its mean is the agent's level."""
+
+
+Z = 3.0
+"""A raw series' change counts only beyond this many standard errors of the difference of
+its first and last :data:`RAW_WINDOW` of episodes: a coin-flip return of +1 or -1 whose
+block means wander by 0.1 did not change."""
+
+
+def _noise(values: list[float]) -> float:
+    """:data:`Z` standard errors of the difference of the means of the first and last
+    :data:`RAW_WINDOW` of ``values`` (single episodes)."""
+    k = max(2, round(len(values) * RAW_WINDOW))
+    first, last = values[:k], values[-k:]
+    if len(first) < 2 or len(last) < 2:
+        return 0.0
+    return Z * sqrt(variance(first) / len(first) + variance(last) / len(last))
+
+
+def _blocks(pairs: list[tuple[int, float]], size: int) -> list[tuple[int, float]]:
+    """The means of consecutive blocks of ``size`` values, at each block's last step."""
+    return [
+        (pairs[min(i + size, len(pairs)) - 1][0], fmean(v for _, v in pairs[i : i + size]))
+        for i in range(0, len(pairs), size)
+    ]
 
 
 MOST = 0.75
