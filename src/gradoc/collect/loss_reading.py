@@ -10,15 +10,16 @@ import torch
 from torch import Tensor
 
 from .._util.json_types import JsonObject
-from ..locate.origin import user_line_holding
-from . import losses, taps
-from ._safety import others_open
+from ..locate.origin import user_line, user_line_holding
+from . import losses, mechanics, taps
+from ._safety import guarded, others_open
 from .attention import AttentionReader
 from .policy import PolicyReader
 
 if TYPE_CHECKING:
     from .context import Internal
-    from .objectives import Objectives
+    from .grads import WatchedOptimizer
+    from .objectives import Objectives, Stepping
 
 
 UNREAD_NO_BACKWARD = (
@@ -50,6 +51,12 @@ class LossReader:
         self._scaled: dict[int, tuple[Any, Tensor]] = {}
         """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""
         self.policy = PolicyReader()
+        self.facts: mechanics.Facts | None = None
+        """What the step's losses show of its kind of training (``collect.mechanics``), for
+        the run's first ``mechanics.READS`` losses."""
+        self._facts_read = 0
+        self._facts_told = False
+        self.penalties = mechanics.Penalties()
         self.entropies: list[tuple[int, int, Tensor]] = []
         """(step, objective id, entropy on the device) of the policies read, waiting for the
         next transfer (``collect.policy``)."""
@@ -86,6 +93,12 @@ class LossReader:
         a non-scalar ``root`` stands for (``root.backward(g)``: ``(root * g).sum()``)."""
         micro = losses.read(root, self._scaled, value)
         micro.entropy = self.policy.read(root.grad_fn)
+        if self._facts_read < mechanics.READS or (
+            self._facts_read < mechanics.READS_AT_MOST and self._unseen_objective()
+        ):
+            self._facts_read += 1
+            self.facts = self.facts or mechanics.Facts()
+            mechanics.reads(root.grad_fn, self.facts)
         self._read_attention(root)
         if micro.entropy is not None and "policy" not in self._said:
             self.say(None, policy={"actions": self.policy.actions, "entropy": "share of ln(k)"})
@@ -192,6 +205,44 @@ class LossReader:
     def take_entropies(self) -> list[tuple[int, int, Tensor]]:
         taken, self.entropies = self.entropies, []
         return taken
+
+    def _unseen_objective(self) -> bool:
+        """An optimizer has not stepped yet with a loss of its own (a generator trained
+        after a hundred critic iterations): its first step's losses are still to be read."""
+        steps = self.run.steps
+        held = sum(len(o.optimizers) for o in steps.objectives.all)
+        return steps.several and held < len(steps.targets)
+
+    def step_ended(
+        self, target: WatchedOptimizer, micros: list[losses.Micro], steps: Stepping
+    ) -> list[losses.Micro]:
+        """``target``'s optimizer stepped after ``micros``: the losses it trains (with
+        several optimizers, ``objectives`` says whose they were); the run log hears what its
+        losses showed (``collect.mechanics``) and of a gradient penalty of the step that no
+        ``backward()`` reached (``meta['penalties']``)."""
+        facts, self.facts = self.facts, None
+        objectives = steps.objectives
+        if steps.several:
+            micros = objectives.credit(target, micros, steps, facts)
+        elif facts is not None and not self._facts_told and facts.to_json():
+            self._facts_told = True  # one objective: what its first step showed, once
+            self.say(None, kind=dict(self._said.get("kind") or {}) | facts.to_json())
+        if self.penalties.open:
+            told = self.penalties.step_ended(objectives.id_of(target.optimizer))
+            if told is not None:
+                self.run.set_meta(penalties=told)
+        return micros
+
+    @guarded
+    def graph_gradients(self, grads: Any) -> None:
+        """``autograd.grad`` returned ``grads`` (None from a ``backward()``): those made
+        with ``create_graph=True``, to differentiate again (a gradient penalty), are watched
+        while wanted (``mechanics.Penalties``)."""
+        if grads is None or self.run.closed or not self.penalties.wanted():
+            return
+        tensors = grads if isinstance(grads, (tuple, list)) else (grads,)
+        if any(getattr(t, "requires_grad", False) for t in tensors):
+            self.penalties.watch(tensors, user_line() if not self.penalties.open else None)
 
     def take(self) -> list[losses.Micro]:
         """The ended step's losses; the next step starts with none."""

@@ -27,7 +27,7 @@ from torch.optim import Optimizer
 
 from .._util.json_types import JsonObject
 from .._util.objects import IdMap
-from . import losses, taps
+from . import losses, mechanics, taps
 from .manual import graph_leaves
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ class Stepping(Protocol):
     """What crediting a step's losses reads of the run's steps (``steps.Steps``)."""
 
     count: int
+    several: bool
+    objectives: Objectives
     targets: IdMap[Optimizer, WatchedOptimizer]
     watched: InternalWatched
     run: Internal
@@ -62,6 +64,11 @@ class Objective:
     """What its loss function is (``losses.kind``)."""
     reached: frozenset[int] = frozenset()
     """ids of the parameters its first loss reaches through the autograd graph."""
+    saved: frozenset[int] = frozenset()
+    """Storages its first step's losses saved at layers with frozen weights
+    (``mechanics.Facts.storages``): a model it runs through while another's optimizer has
+    its parameters' ``requires_grad`` off (a WGAN's critic, frozen for the generator's
+    step)."""
 
 
 @dataclass(slots=True)
@@ -82,6 +89,7 @@ class Objectives:
         micros: list[losses.Micro],
         step: int,
         name: str,
+        facts: mechanics.Facts | None = None,
     ) -> tuple[list[losses.Micro], bool]:
         """``target``'s optimizer stepped after the ``micros`` (the losses backpropagated
         since any optimizer last stepped): the losses its step is credited with (its own,
@@ -107,8 +115,10 @@ class Objectives:
                     self._renumber(objective)
             else:
                 first = micros[0].node
+                fn = losses.kind(first) | (facts.to_json() if facts is not None else {})
+                saved = frozenset(facts.storages) if facts is not None else frozenset()
                 objective = Objective(
-                    self._next_id(optimizer), [optimizer], name, losses.kind(first), _reach(first)
+                    self._next_id(optimizer), [optimizer], name, fn, _reach(first), saved
                 )
                 self.all.append(objective)
             self.of[optimizer] = objective
@@ -117,13 +127,17 @@ class Objectives:
         return micros, new
 
     def credit(
-        self, target: WatchedOptimizer, micros: list[losses.Micro], steps: Stepping
+        self,
+        target: WatchedOptimizer,
+        micros: list[losses.Micro],
+        steps: Stepping,
+        facts: mechanics.Facts | None = None,
     ) -> list[losses.Micro]:
         """``target``'s optimizer stepped: the losses it trains (its own since the last step
         of any, or the last one's it shares); the run log hears of a new objective."""
         optimizers = [o for o, t in steps.targets.items() if not t.manual]
         name = _trains(steps.watched.prefixes, target, optimizers)
-        micros, new = self.stepped(target, micros, steps.count, name)
+        micros, new = self.stepped(target, micros, steps.count, name, facts)
         objective = self.of.get(target.optimizer)
         if new and objective is not None:
             _watch_unheld(objective, steps)
@@ -163,9 +177,14 @@ class Objectives:
         """``meta['objectives']``: each objective's id, name, optimizers (their watched
         index), loss function, and the other objectives whose parameters its loss reaches."""
         params = {o.id: _params(o) for o in self.all}
+        storages = {o.id: _storages(o) for o in self.all}
         said: list[JsonObject] = []
         for o in sorted(self.all, key=lambda o: o.id):
-            reaches = [k for k, ids in params.items() if k != o.id and ids & o.reached]
+            reaches = [
+                k
+                for k, ids in params.items()
+                if k != o.id and (ids & o.reached or storages[k] & o.saved)
+            ]
             said.append(
                 {
                     "id": o.id,
@@ -208,6 +227,16 @@ def _watch_unheld(objective: Objective, steps: Stepping) -> None:
 
 def _params(objective: Objective) -> set[int]:
     return taps.param_ids(objective.optimizers)
+
+
+def _storages(objective: Objective) -> set[int]:
+    """The storages of the parameters ``objective``'s optimizers train."""
+    return {
+        p.untyped_storage().data_ptr()
+        for opt in objective.optimizers
+        for group in opt.param_groups
+        for p in group["params"]
+    }
 
 
 def _reach(node: Any) -> frozenset[int]:

@@ -12,7 +12,9 @@ one action certain), and read with the step's other statistics (no extra host re
 When: the first ``FIRST`` backward() calls, then one in ``EVERY``; a run whose first
 ``LOOKS`` looks found no policy is looked at no more (a supervised loss has none). At most
 ``NODES`` nodes are walked and ``MOST`` distributions read (an episode's losses stacked:
-their mean). A gather over log-probabilities is also how a cross-entropy is written by hand
+their mean). An index of a ``log_softmax`` at the action (``F.log_softmax(logits, -1)[a]``)
+is read from the result the ``log_softmax`` saved. A gather over log-probabilities is also how a
+cross-entropy is written by hand
 (``-log_softmax(x).gather(1, y)``): its entropy is recorded too, and judged only for an
 objective judged a policy (``detect.training``, ``findings.policy_collapse``).
 
@@ -59,6 +61,13 @@ def distributions(root: Any) -> list[tuple[Tensor, int]]:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        if node.name() in ("IndexBackward0", "SelectBackward0"):  # log_softmax(x)[a]
+            below = node.next_functions[0][0] if node.next_functions else None
+            if below is not None and below.name() == "LogSoftmaxBackward0":
+                saved = _saved_log_softmax(below)
+                if saved is not None:
+                    found.append(saved)
+                continue
         if node.name() == "GatherBackward0":
             below = node.next_functions[0][0] if node.next_functions else None
             if below is not None and _log_probs(below):
@@ -73,6 +82,18 @@ def distributions(root: Any) -> list[tuple[Tensor, int]]:
             continue
         todo.extend(fn for fn, _ in node.next_functions)
     return found
+
+
+def _saved_log_softmax(node: Any) -> tuple[Tensor, int] | None:
+    """The whole distribution a ``log_softmax`` node saved (its result) and its dimension."""
+    try:
+        saved, dim = node._saved_result, int(node._saved_dim)
+    except (RuntimeError, AttributeError, TypeError):
+        return None
+    dim = dim - (1 << 64) if dim >= 1 << 63 else dim
+    if isinstance(saved, Tensor) and -saved.dim() <= dim < saved.dim() and saved.shape[dim] > 1:
+        return saved, dim
+    return None
 
 
 @torch.no_grad()

@@ -250,6 +250,7 @@ class Steps(taps.TapReceiver):
     def after_backward(self, tensors: Any, inputs: Any, grads: Any, direct: bool) -> None:
         if direct:
             self.manual.after_backward(grads)
+            self.loss.graph_gradients(grads)  # autograd.grad's: a penalty's, watched
 
     def begin_step(self) -> None:
         """Mark the start of a step whose forward pass does not go through the watched
@@ -337,8 +338,7 @@ class Steps(taps.TapReceiver):
         if self.guard is not None:
             self.guard.stepped(optimizer)
         calls, micros = self.loss.backward_calls, self.loss.take()
-        if self.several:  # whose losses these were (one optimizer: its own)
-            micros = self.objectives.credit(target, micros, self)
+        micros = self.loss.step_ended(target, micros, self)  # whose losses, what they show
         self.loss.credit(micros, self.objectives, optimizer, self.count)
         if optimizer is not self.primary:
             return

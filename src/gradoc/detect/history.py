@@ -10,8 +10,8 @@ from typing import Any
 from ..store import Layer, RunLog, Series
 from ..store.meta import RunMeta
 from ..store.reader import Event
-from .measures import Measure, measures
-from .training import Objective, judge
+from .measures import Measure, Trend, measures, role, trend
+from .training import Objective, Returns, judge
 
 _EMPTY = Series([], [])
 
@@ -142,8 +142,22 @@ class History:
                 lambda k: self.loss if k == 0 else self.objective_losses.get(k, _EMPTY),
                 lambda k: self.policy_entropy.get(k, _EMPTY),
                 self.counted,
+                self._returns(),
             )
         return found  # type: ignore[no-any-return]
+
+    def return_trend(self) -> Trend | None:
+        """What the program's episode return (or reward) did: its first return measure that
+        worsened, else its first with a trend; None where it logged none."""
+        trends = [t for m in self.measures if role(m.name) == "return" for t in [trend(m)] if t]
+        return next((t for t in trends if t.verdict == "worsened"), trends[0] if trends else None)
+
+    def _returns(self) -> Returns:
+        """What the program's return did, for judging its objectives."""
+        read = any(role(m.name) == "return" for m in self.measures)
+        t = self.return_trend()
+        worse = t is not None and t.verdict == "worsened"
+        return Returns(read, worse, t.said() if t is not None and worse else "")
 
     def of_objective(self, objective: Objective) -> History:
         """This history as one objective's: its loss series in place of the run's."""

@@ -71,6 +71,17 @@ BOTH = (
 """Why one loss is judged an actor-critic's (``collect.losses``, read from its graph)."""
 
 
+VALUE_HARMED = "value (return fell)"
+"""The role of a value objective in a run whose return got worse: its loss's trend is judged
+(a value loss that diverges as the return falls is harm, ``findings``)."""
+UNRECOGNISED = "unrecognised"
+"""The role of a loss of several objectives' run whose kind nothing showed."""
+UNRECOGNISED_WHY = (
+    "a loss of no known function, game or policy (nothing in its graph says what it is): its "
+    "trend alone is not judged"
+)
+
+
 class Training(StrEnum):
     SUPERVISED = "supervised"
     ADVERSARIAL = "adversarial"
@@ -104,8 +115,11 @@ class Objective:
 
     @property
     def falls(self) -> bool:
-        """Its loss is expected to fall: the loss-trend rules judge it."""
-        return self.training is Training.SUPERVISED
+        """Its loss is expected to fall: the loss-trend rules judge it (a supervised loss of
+        a known kind; a value function's in a run whose return fell)."""
+        if self.training is Training.SUPERVISED:
+            return self.role != UNRECOGNISED
+        return self.role == VALUE_HARMED
 
     @property
     def covered(self) -> bool:
@@ -136,19 +150,32 @@ class Objective:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Returns:
+    """What the program's own measures say of an agent (``detect.measures``): whether an
+    episode return (or a reward) was read, and whether it got worse."""
+
+    read: bool = False
+    worsened: bool = False
+    said: str = ""
+    """The return's trend in words, its numbers (``measures.Trend.said``)."""
+
+
 def judge(
     meta: RunMeta,
     loss_of: Callable[[int], Series],
     entropy_of: Callable[[int], Series] | None = None,
     counted: int | None = None,
+    returns: Returns = Returns(),
 ) -> list[Objective]:
     """The run's objectives, each with the kind of training it is judged as (see the module
     docstring); ``loss_of(id)``: an objective's loss series (0: the steps table's);
     ``entropy_of(id)``: its policy's entropy, where one was read; ``counted``: the run's
-    steps, the first objective's. The others' losses are kept at the run's step when their
-    optimizer stepped, and an optimizer that steps with no loss of its own shares the last
-    one's (``collect.objectives``): their unread steps are not told apart, and not counted."""
-    found = _judge(meta, loss_of)
+    steps, the first objective's; ``returns``: what the program's return did. The others'
+    losses are kept at the run's step when their optimizer stepped, and an optimizer that
+    steps with no loss of its own shares the last one's (``collect.objectives``): their
+    unread steps are not told apart, and not counted."""
+    found = _judge(meta, loss_of, returns)
     return [
         replace(
             o,
@@ -159,19 +186,44 @@ def judge(
     ]
 
 
-def _judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
+def _read(fn: JsonObject | None) -> tuple[str | None, str]:
+    """What the graph showed of a loss (``collect.mechanics``): its reading and evidence."""
+    fn = fn or {}
+    reads = fn.get("reads")
+    if fn.get("fn") == "actor_critic":
+        return "actor_critic", BOTH
+    return (str(reads), str(fn.get("evidence") or "")) if reads else (None, "")
+
+
+def _value(evidence: str, returns: Returns) -> tuple[str, str]:
+    """A value objective's role and why: judged by its trend only when the return fell."""
+    if returns.worsened:
+        return VALUE_HARMED, f"{evidence}: a value function, and {returns.said}"
+    return "value", f"{evidence}: a value function, whose loss follows the returns"
+
+
+def _judge(meta: RunMeta, loss_of: Callable[[int], Series], returns: Returns) -> list[Objective]:
     said = meta.objectives
     if len(said) < 2:
         only = loss_of(0)
+        reads, evidence = _read(meta.loss_fn)
         fn = (meta.loss_fn or {}).get("fn")
-        if fn == "actor_critic":
-            return [Objective(0, "loss", only, Training.REINFORCEMENT, "actor-critic", BOTH)]
+        if reads == "actor_critic":
+            why = BOTH if evidence == BOTH else f"{evidence}: an actor-critic with one optimizer"
+            return [Objective(0, "loss", only, Training.REINFORCEMENT, "actor-critic", why)]
+        if reads == "policy":
+            why = f"{evidence}: a policy gradient"
+            return [Objective(0, "loss", only, Training.REINFORCEMENT, "policy", why)]
+        if reads == "value" or (reads == "regression" and returns.read):
+            role, why = _value(evidence, returns)
+            return [Objective(0, "loss", only, Training.REINFORCEMENT, role, why)]
         if fn is None and _signed(only):
             return [Objective(0, "loss", only, Training.REINFORCEMENT, "policy", POLICY)]
         return [Objective(0, "loss", only)]
     by_id = {int(o["id"]): o for o in said}
     names = {k: str(o.get("name") or f"objective {k}") for k, o in by_id.items()}
     fns = {k: (o.get("loss_fn") or {}).get("fn") for k, o in by_id.items()}
+    read = {k: _read(o.get("loss_fn")) for k, o in by_id.items()}
     losses = {k: loss_of(k) for k in by_id}
     out: dict[int, Objective] = {}
 
@@ -191,28 +243,49 @@ def _judge(meta: RunMeta, loss_of: Callable[[int], Series]) -> list[Objective]:
             out[k] = judged(k, Training.ADVERSARIAL, "player" if mutual else "generator", why)
             against = (
                 f"{names[k]}'s loss runs through its parameters: they train against each other"
+                + _critic(by_id[other].get("loss_fn"))
             )
             role = "player" if mutual else "discriminator"
             out.setdefault(other, judged(other, Training.ADVERSARIAL, role, against))
     rest = [k for k in by_id if k not in out]
-    policies = [k for k in rest if not fns[k] and _signed(losses[k])]
+    policies = [k for k in rest if read[k][0] in ("policy", "actor_critic")] + [
+        k for k in rest if not fns[k] and not read[k][0] and _signed(losses[k])
+    ]
     for k in policies:
-        out[k] = judged(k, Training.REINFORCEMENT, "policy", POLICY)
-    for k in rest if policies else []:
-        if k not in out and fns[k] in REGRESSION:
-            why = (
-                f"it regresses onto targets beside the policy {names[policies[0]]}: a value "
-                "function, whose loss follows the returns"
-            )
-            out[k] = judged(k, Training.REINFORCEMENT, "critic", why)
+        reads, evidence = read[k]
+        if reads == "actor_critic":
+            out[k] = judged(k, Training.REINFORCEMENT, "actor-critic", evidence)
+        else:
+            why = f"{evidence}: a policy gradient" if evidence else POLICY
+            out[k] = judged(k, Training.REINFORCEMENT, "policy", why)
+    for k in rest:
+        if k in out:
+            continue
+        reads, evidence = read[k]
+        regression = reads == "regression" or fns[k] in REGRESSION
+        if reads == "value" or (regression and (policies or returns.read)):
+            beside = f"beside the policy {names[policies[0]]}" if policies else "in an agent's run"
+            evidence = evidence or f"it regresses onto targets {beside}"
+            role, why = _value(evidence, returns)
+            out[k] = judged(k, Training.REINFORCEMENT, "critic" if role == "value" else role, why)
     for k in by_id:
         if k not in out:
             fn = fns[k]
-            why = (
-                f"a {str(fn).replace('_', ' ')}" if fn else "a loss of no recognised game or policy"
-            )
-            out[k] = judged(k, Training.SUPERVISED, "loss", why + ": expected to fall")
+            if fn or read[k][0] == "regression":
+                why = f"a {str(fn).replace('_', ' ')}" if fn else read[k][1]
+                out[k] = judged(k, Training.SUPERVISED, "loss", why + ": expected to fall")
+            else:
+                out[k] = judged(k, Training.SUPERVISED, UNRECOGNISED, UNRECOGNISED_WHY)
     return [out[k] for k in sorted(out)]
+
+
+def _critic(fn: JsonObject | None) -> str:
+    """How a discriminator's loss reads, when its graph showed it (a Wasserstein critic)."""
+    fn = fn or {}
+    if not fn.get("raw_scores"):
+        return ""
+    penalty = ", with a gradient penalty" if fn.get("gradient_penalty") else ""
+    return f" (a critic: the mean of its raw outputs{penalty})"
 
 
 def _signed(loss: Series) -> bool:

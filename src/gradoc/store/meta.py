@@ -116,6 +116,11 @@ class RunMeta(Mapping[str, Any]):
     """The measures the program logged itself (``gradoc.collect.logged``): ``sources`` (each
     name's), ``declared`` (a direction the program gave a name: a checkpoint's ``mode``,
     ``greater_is_better``), ``dropped`` (values of names past the limit)."""
+    penalties: JsonObject | None = None
+    """The gradients the program made to differentiate again (``autograd.grad`` with
+    ``create_graph=True``: a gradient penalty, ``gradoc.collect.mechanics``): ``made`` (how
+    many), ``unbacked`` (where the first one that no ``backward()`` reached was made: file,
+    line, code, and the objective whose step it was in)."""
     compiled: bool = False
     check_numerics: bool = False
     table: Mapping[str, Any] = field(default_factory=dict, repr=False)
