@@ -160,6 +160,8 @@ HARM_IS_READ = {
     "poor_initialization": "loss",
     # the program's own measure of the run (a validation metric, a return) read directly
     "measure_worsened": "measure",
+    # a structure seen in the graph: a penalty made and never backpropagated
+    "critic_unconstrained": "mechanism",
     # a setting whose size no healthy run shows
     "large_updates": "setting",
     # a statistic beyond what a healthy run shows, with its source

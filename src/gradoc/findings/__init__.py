@@ -9,14 +9,16 @@ module here, one line in :data:`KINDS`, its tests and the regenerated reference
 
 from __future__ import annotations
 
-from ..detect.finding import SEVERITY_ORDER, Finding
+from ..detect.finding import SEVERITY_ORDER, Evidence, Finding
 from ..detect.history import History
+from ..detect.measures import Trend
 from ..detect.signals import fmt, improved
 from ..detect.training import Objective
 from .accumulating_gradients import AccumulatingGradients
 from .adam_epsilon import AdamEpsilon
 from .adversarial_imbalance import AdversarialImbalance
 from .attention_logit_growth import AttentionLogitGrowth
+from .critic_unconstrained import CriticUnconstrained
 from .dead_units import DeadUnits
 from .eval_mode import EvalMode
 from .exploding_gradients import ExplodingGradients
@@ -64,6 +66,7 @@ KINDS: tuple[type[FindingKind], ...] = (
     LossOnProbabilities,
     AdversarialImbalance,
     GameStopped,
+    CriticUnconstrained,
     PolicyCollapse,
     MeasureWorsened,
     PoorInitialization,
@@ -176,10 +179,11 @@ def _measured(found: list[Finding], h: History) -> None:
     measure's numbers. A value function's loss that rose as the returns grew, a dead unit in
     a model whose validation accuracy rose: the program's measure says the run went well."""
     trends = judging(h)
-    if not trends or any(t.verdict == "worsened" for t in trends):
+    if not trends:
         return
     better = next((t for t in trends if t.verdict == "improved"), None)
-    if better is None:
+    if better is None or any(t.verdict == "worsened" for t in trends):
+        _said_in_measure(found, trends)
         return
     for f in found:
         kind = REGISTRY.get(f.kind)
@@ -191,6 +195,15 @@ def _measured(found: list[Finding], h: History) -> None:
             continue
         f.severity = "info"
         f.summary += f" (information: {better.said()}, so by its own measure the run improved)"
+
+
+def _said_in_measure(found: list[Finding], trends: list[Trend]) -> None:
+    """The program's measure did not improve: each warning and error carries what it did,
+    in its own numbers (the harm as the program sees it)."""
+    worst = next((t for t in trends if t.verdict == "worsened"), trends[0])
+    for f in found:
+        if f.severity != "info" and f.kind != "measure_worsened":
+            f.evidence.append(Evidence("the program's own measure", worst.said()))
 
 
 def _of(f: Finding, objective: str, count: int) -> Finding:

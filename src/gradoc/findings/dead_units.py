@@ -25,10 +25,14 @@ that were alive at a sample and died later, in a run whose one objective still i
 clearly (``signals.improved``), did not stop it learning: information (a Siamese network at
 Adam lr 0.1 lost 72% of a layer in its first steps and its loss fell 0.30 to 0.08;
 ``tests/mechanisms/siamese_startup.py``). A layer dead from its first sample stays a warning
-whatever the loss did: it barely passes anything (``benchmarks/accuracy.py``'s ``neg_bias``
-transformers still learn through their residual stream). Whatever the loss, in a run whose own
-measure improved (an agent's return, a validation metric: ``findings.check_all``) dead units
-are information: a critic whose loss grows with the returns is no sign of harm.
+whatever the loss did when it holds at least ``WHOLE`` (95%) of the layer: it barely passes
+anything (``benchmarks/accuracy.py``'s ``neg_bias`` transformers still learn through their
+residual stream); less, in a run whose one objective improved clearly, is information: the
+layer's other units carry the fit (a mixture density network on a 1-D input whose second
+ReLU layer was half inactive from its first sample fits as published). Whatever the loss, in
+a run whose own measure improved (an agent's return, a validation metric:
+``findings.check_all``) dead units are information: a critic whose loss grows with the
+returns is no sign of harm.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ LAYER_SHARE = 0.5
 SAMPLES = 3
 STABLE = 0.1
 AS_BORN = 0.75
+WHOLE = 0.95
 RELU_FAMILY = ("ReLU", "ReLU6", "Threshold")
 
 
@@ -124,11 +129,20 @@ class DeadUnits(FindingKind):
     def harmless(self, f: Finding, h: History) -> str | None:
         d = Timing.known(f.details)
         objectives = h.objectives
-        if d is None or d.alive_until is None or len(objectives) != 1 or not objectives[0].judged:
-            return None  # dead from the first sample: a layer that barely passes anything
+        if d is None or len(objectives) != 1 or not objectives[0].judged:
+            return None
         better = loss_improved(h)
         if better is None:
             return None
+        if d.alive_until is None:  # dead from the first sample
+            share = f.evidence[0].value if f.evidence else None
+            if not isinstance(share, float) or share >= WHOLE:
+                return None  # a layer that barely passes anything
+            return (
+                f"{share:.0%} of the layer was inactive from the first sample (step "
+                f"{d.first_sample}), and the loss still fell from {fmt(better[0])} to "
+                f"{fmt(better[1])}: its other units carry the fit"
+            )
         return (
             f"the units died after step {d.alive_until}, and the loss still fell from "
             f"{fmt(better[0])} to {fmt(better[1])}, so this did not stop the model learning"

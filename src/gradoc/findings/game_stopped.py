@@ -64,7 +64,7 @@ def _spread(o: Objective, since: int) -> tuple[float, float]:
     return (statistics.median(values), max(values) - min(values)) if values else (math.nan, 0.0)
 
 
-def _gradient(h: History, o: Objective) -> tuple[list[int], list[float]]:
+def objective_gradient(h: History, o: Objective) -> tuple[list[int], list[float]]:
     """The objective's gradient norm per recorded step (its optimizers' parameters)."""
     names = [p.name for p in h.params if p.optimizer in o.optimizers]
     by_step: dict[int, float] = {}
@@ -92,7 +92,7 @@ class GameStopped(FindingKind):
     def check(self, h: History) -> list[Finding]:
         found = []
         for g, d in pairs(h):
-            steps, norms = _gradient(h, g)
+            steps, norms = objective_gradient(h, g)
             early = [v for v in norms[:START] if math.isfinite(v)]
             base = statistics.median(early) if early else 0.0
             if not base > 0 or len(steps) < 2 * START:

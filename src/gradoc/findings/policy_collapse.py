@@ -8,7 +8,12 @@ maximum ln(k), the first 20 updates and one in 10 after).
 
 Rule: the entropy fell from at least ``HIGH`` (0.5) of its maximum to at most ``COLLAPSED``
 (0.001) within ``FAST`` (10) updates, and the run ended collapsed (the median of its last
-quarter of samples at most ``COLLAPSED``; at least ``MIN_SAMPLES`` (10) samples). A policy
+quarter of samples at most ``COLLAPSED``; at least ``MIN_SAMPLES`` (10) samples). Or, at any
+speed, it ended collapsed while the program's own return (``detect.measures``: an episode
+return or reward it logged, or a gymnasium environment's) did not improve: a certain policy
+that earns no more than at the start learnt nothing (our A2C rewarded for certainty, its
+entropy bonus's sign flipped: 0.99 to 0.0002 of its maximum over 40 updates, its return about
+-0.1 throughout, where the healthy run's rose to 0.9). A policy
 that learns its task also grows certain, but over many updates: our healthy PPO
 (``tests/shapes/ppo_healthy.py``) went from 0.53 to below 0.001 in about 100 updates and
 ended at 5e-5; pytorch/examples' actor-critic on CartPole dipped to 0.0075 and recovered.
@@ -48,6 +53,18 @@ class Collapse(Details):
     after: float
     late: float
     actions: int | None
+    returned: str = ""
+    """What the program's return did, where it logged one and it did not improve (the
+    collapse then needs no speed to be harm)."""
+
+
+def _slow(o: Objective) -> tuple[int, int]:
+    """(step of the last sample at ``HIGH`` or more before the first at ``COLLAPSED`` or less,
+    that step): a collapse at any speed (the first sample where none was high)."""
+    steps, values = o.entropy.steps, o.entropy.values
+    low = next((i for i, v in enumerate(values) if v <= COLLAPSED), len(values) - 1)
+    high = max((i for i in range(low) if values[i] >= HIGH), default=0)
+    return steps[high], steps[low]
 
 
 def _fall(o: Objective) -> tuple[int, int] | None:
@@ -83,14 +100,19 @@ class PolicyCollapse(FindingKind):
                 continue
             fall = _fall(o)
             late = statistics.median(o.entropy.values[-max(5, len(o.entropy) // 4) :])
-            if fall is None or late > COLLAPSED:
+            returned = h.return_trend()
+            stalled = returned is not None and returned.verdict != "improved"
+            if late > COLLAPSED or (fall is None and not stalled):
                 continue
+            fall = fall or _slow(o)
             steps, values = o.entropy.steps, o.entropy.values
             before, after = values[steps.index(fall[0])], values[steps.index(fall[1])]
             actions = (h.meta.loss_read or {}).get("policy", {}).get("actions")
+            said = returned.said() if returned is not None and stalled else ""
             details = Collapse(
-                before, fall[0], after, late, actions if isinstance(actions, int) else None
+                before, fall[0], after, late, actions if isinstance(actions, int) else None, said
             )
+            span = fall[1] - fall[0]
             found.append(
                 Finding(
                     kind=self.name,
@@ -99,11 +121,11 @@ class PolicyCollapse(FindingKind):
                     layer=None,
                     objective=o.name if len(h.objectives) > 1 else None,
                     summary=(
-                        f"the policy went certain of one action in {fall[1] - fall[0]} "
-                        f"update{'s' if fall[1] - fall[0] != 1 else ''}: its entropy fell from "
+                        f"the policy went certain of one action in {span} "
+                        f"update{'s' if span != 1 else ''}: its entropy fell from "
                         f"{fmt(before)} to {fmt(after)} of its maximum (step {fall[0]} -> "
                         f"{fall[1]}) and ended at {fmt(late)}: it explores no more, and its "
-                        "gradient is gone"
+                        "gradient is gone" + (f"; {said}" if said else "")
                     ),
                     evidence=[
                         Evidence(
@@ -112,7 +134,8 @@ class PolicyCollapse(FindingKind):
                             step=fall[1],
                         ),
                         Evidence("median entropy over the last quarter of the run", fmt(late)),
-                    ],
+                    ]
+                    + ([Evidence("the program's own measure", said)] if said else []),
                     details=details,
                 )
             )
@@ -147,19 +170,25 @@ class PolicyCollapse(FindingKind):
             "add an entropy bonus to the loss (loss - 0.01 * dist.entropy().mean())",
             base=0.15,
         )
+        if d.returned:
+            explore.seen(
+                f"certain over {span} updates, not one, while {d.returned}: it stopped "
+                "exploring before it learnt (an entropy bonus too small, or of the wrong sign)",
+                Weight.STRONG if span > 2 else Weight.MODERATE,
+            )
         if span <= 2:
             explore.against(
                 "an entropy bonus slows a fall over tens of updates; this one took "
                 f"{span} update{'s' if span != 1 else ''}",
                 Weight.WEAK,
             )
-        f.ruled_out.append(
-            RuledOut(
-                "the policy converged: it learnt the task",
-                f"a policy that learns grows certain over many updates (our healthy PPO: about "
-                f"100 from 0.5 to 0.001 of its maximum entropy); this one took {span}",
-            )
+        converged = (
+            f"a policy that learnt its task earns more; {d.returned}"
+            if d.returned
+            else f"a policy that learns grows certain over many updates (our healthy PPO: about "
+            f"100 from 0.5 to 0.001 of its maximum entropy); this one took {span}"
         )
+        f.ruled_out.append(RuledOut("the policy converged: it learnt the task", converged))
         f.ruled_out.append(
             RuledOut(
                 "the loss stopped moving, so training is done",
