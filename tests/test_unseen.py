@@ -25,6 +25,8 @@ UNSEEN = Path(__file__).parent / "unseen"
 
 
 def gradoc_run(tmp_path: Path, script: str, *args: str) -> tuple[dict[str, Any], str]:
+    """``gradoc run`` of ``script`` (in unseen/, or an absolute path) into ``tmp_path/run``:
+    its report.json and what it printed."""
     out = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "gradoc", "run", "--out", str(out), str(UNSEEN / script), *args],
