@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from gradoc.detect import signals
 from gradoc.detect.finding import Finding
 from gradoc.detect.history import History, synthetic
 from gradoc.diagnose import diagnose
@@ -93,6 +94,20 @@ def test_a_statistic_or_a_transient_on_an_improving_objective_is_information(
     better = _one(build(FALLING), kind)
     assert better.severity == "info", better.summary
     assert "(information: " in better.summary
+
+
+def test_units_that_died_early_in_a_loss_that_went_on_falling_are_information() -> None:
+    """The VAE's shape: the loss fell fast before the units died (so the run's loss did not
+    halve from its first tenth), then on by a fifth and more: they did not stop it."""
+    early = [10.0, 9.0, 8.5, 8.2]  # its first tenth: a median of 8.75
+    after = [8.0 - 3.6 * i / (N - 5) for i in range(N - 4)]  # 8.0 to 4.4 from step 4 on
+    h = _dead(early + after)
+    assert signals.loss_improved(h) is None  # not halved from its first tenth
+    f = _one(h, "dead_units")  # found dead at step 10 (7.38), the loss then fell to 4.86
+    assert f.severity == "info", f.summary
+    assert "the loss still fell from 7.38 at step 10 to 4.86" in f.summary
+    stalled = _one(_dead(early + [8.0] * (N - 4)), "dead_units")
+    assert stalled.severity == "warning"
 
 
 def test_an_exploding_gradient_that_lasts_keeps_its_error_on_an_improving_loss() -> None:

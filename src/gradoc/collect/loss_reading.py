@@ -210,8 +210,9 @@ class LossReader:
         """An optimizer has not stepped yet with a loss of its own (a generator trained
         after a hundred critic iterations): its first step's losses are still to be read."""
         steps = self.run.steps
-        held = sum(len(o.optimizers) for o in steps.objectives.all)
-        return steps.several and held < len(steps.targets)
+        if not steps.several:
+            return False
+        return sum(len(o.optimizers) for o in steps.objectives.all) < len(steps.targets)
 
     def step_ended(
         self, target: WatchedOptimizer, micros: list[losses.Micro], steps: Stepping
@@ -233,12 +234,16 @@ class LossReader:
                 self.run.set_meta(penalties=told)
         return micros
 
-    @guarded
     def graph_gradients(self, grads: Any) -> None:
-        """``autograd.grad`` returned ``grads`` (None from a ``backward()``): those made
-        with ``create_graph=True``, to differentiate again (a gradient penalty), are watched
-        while wanted (``mechanics.Penalties``)."""
-        if grads is None or self.run.closed or not self.penalties.wanted():
+        """``autograd.grad`` returned ``grads`` (None from a ``backward()``: nothing to do,
+        at no cost): those made with ``create_graph=True``, to differentiate again (a
+        gradient penalty), are watched while wanted (``mechanics.Penalties``)."""
+        if grads is not None and self.penalties.wanted():
+            self._graph_gradients(grads)
+
+    @guarded
+    def _graph_gradients(self, grads: Any) -> None:
+        if self.run.closed:
             return
         tensors = grads if isinstance(grads, (tuple, list)) else (grads,)
         if any(getattr(t, "requires_grad", False) for t in tensors):

@@ -24,24 +24,27 @@ over training is the harm (Sokar et al., ICML 2023, "The dormant neuron phenomen
 that were alive at a sample and died later, in a run whose one objective still improved
 clearly (``signals.improved``), did not stop it learning: information (a Siamese network at
 Adam lr 0.1 lost 72% of a layer in its first steps and its loss fell 0.30 to 0.08;
-``tests/mechanisms/siamese_startup.py``). A layer dead from its first sample stays a warning
-whatever the loss did when it holds at least ``WHOLE`` (95%) of the layer: it barely passes
-anything (``benchmarks/accuracy.py``'s ``neg_bias`` transformers still learn through their
-residual stream); less, in a run whose one objective improved clearly, is information: the
-layer's other units carry the fit (a mixture density network on a 1-D input whose second
-ReLU layer was half inactive from its first sample fits as published). Whatever the loss, in
-a run whose own measure improved (an agent's return, a validation metric:
-``findings.check_all``) dead units are information: a critic whose loss grows with the
-returns is no sign of harm.
+``tests/mechanisms/siamese_startup.py``), or whose loss still fell by a fifth from the step
+they were found dead (``STILL``): the VAE of pytorch/examples lost 67% of its first layer by
+step 10 (loss 8,687) and went on to 5,157, its published level. A layer dead from its first
+sample stays a warning whatever the loss did when it holds at least ``WHOLE`` (95%) of the
+layer: it barely passes anything (``benchmarks/accuracy.py``'s ``neg_bias`` transformers
+still learn through their residual stream); less, in a run whose one objective improved
+clearly, is information: the layer's other units carry the fit (a mixture density network
+on a 1-D input whose second ReLU layer was half inactive from its first sample fits as
+published). Whatever the loss, in a run whose own measure improved (an agent's return, a
+validation metric: ``findings.check_all``) dead units are information: a critic whose loss
+grows with the returns is no sign of harm.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
-from ..detect.signals import fmt, loss_improved
+from ..detect.signals import early_late, fmt, loss_improved
 from .advice import LR_TOO_HIGH, grad_jump, loss_jump, lr_fix, update_signs
 from .facts import Facts
 from .kind import Details, FindingKind
@@ -84,6 +87,25 @@ def _as_born(samples: dict[int, list[float]], timing: Timing) -> bool:
         return False  # alive at some sample, dead later: they died
     shares = [dead_share(u) for u in samples.values() if u]
     return bool(shares) and max(shares) - min(shares) <= STABLE and max(shares) <= AS_BORN
+
+
+STILL = 0.8
+"""Units that died in a run whose loss, from the step they were found dead, still fell to at
+most this share of it (the median of its last quarter) did not stop it learning."""
+
+
+def _fell_after(h: History, step: int) -> tuple[float, float] | None:
+    """(the loss at ``step``, the median of its last quarter) where it fell to at most
+    ``STILL`` of it after: the model went on learning; None where it stalled or rose, or the
+    loss was read on too few steps."""
+    if not h.loss_covered:
+        return None
+    at = next((v for s, v in zip(h.loss.steps, h.loss.values) if s >= step), None)
+    values = [v for v in h.loss.values if math.isfinite(v)]
+    if at is None or not math.isfinite(at) or at <= 0 or len(values) < 20:
+        return None
+    late = early_late(values)[1]
+    return (at, late) if 0 < late <= STILL * at else None
 
 
 def _information(flagged: tuple[str, int, float, int, Timing], h: History) -> Finding:
@@ -131,6 +153,14 @@ class DeadUnits(FindingKind):
         objectives = h.objectives
         if d is None or len(objectives) != 1 or not objectives[0].judged:
             return None
+        if d.alive_until is not None and f.step is not None:  # they died: did the loss stall?
+            after = _fell_after(h, f.step)
+            if after is not None:
+                return (
+                    f"the units died after step {d.alive_until}, and the loss still fell from "
+                    f"{fmt(after[0])} at step {f.step} to {fmt(after[1])}, so this did not "
+                    "stop the model learning"
+                )
         better = loss_improved(h)
         if better is None:
             return None
