@@ -8,28 +8,38 @@ optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one o
   judge it.
 - **adversarial**: it plays a game against another objective. Seen in the autograd graph:
   its loss runs through parameters another optimizer trains against it (a generator's loss
-  through the discriminator), and that other objective is the discriminator. A
-  discriminator's loss rising while the generator improves is the game working, so the trend
-  rules do not judge either; what still means harm is a side that wins outright
-  (``adversarial_imbalance``), and non-finite values or gradients beyond any healthy run.
-- **reinforcement**: it follows returns. A policy-gradient surrogate is no measure of
-  progress: seen as a loss of no known supervised function that takes both signs (the
-  advantage is centred: a healthy surrogate sits around 0, above and below it); in a run with
-  such a policy, an objective that regresses onto targets (squared, L1 or Huber error: a value
-  function, a critic) follows the returns, which grow as the agent improves. Neither is judged
-  by its trend. One loss that adds both (an actor-critic with one optimizer) is read from its
-  graph when it is handed to ``backward()`` (``collect.losses``: a categorical policy's
-  gathered log-probabilities beside a value regression) and judged as one "actor-critic". The
-  gradient of a run whose every objective follows returns scales with them: its growth is no
-  explosion unless it turns non-finite (``findings.exploding_gradients``). What still means
-  harm for a policy is a collapse: certain of one action within a few updates of being
-  uncertain, and so to the end (``findings.policy_collapse``, on the entropy read from the
-  loss's graph, ``collect.policy``).
+  through the discriminator; through a discriminator whose ``requires_grad`` the program
+  turned off for the generator's step too, by the weights its layers saved:
+  ``collect.mechanics``), and that other objective is the discriminator. A discriminator's
+  loss rising while the generator improves is the game working, and a Wasserstein critic's
+  (the mean of its raw outputs, with its gradient penalty) grows as it sharpens, so the trend
+  rules judge neither; what still means harm is a side that wins outright
+  (``adversarial_imbalance``), a game that stopped (``game_stopped``), a critic with no
+  constraint (``critic_unconstrained``), and non-finite values or gradients beyond any
+  healthy run.
+- **reinforcement**: it follows returns. Read from the loss's graph (``collect.mechanics``):
+  a policy objective weighs log-probabilities of the actions taken, or PPO's ratio
+  ``exp(logp - logp_old)``, by a weight made without gradient (an advantage, a return); a
+  value objective regresses onto targets made without gradient, its prediction picked at the
+  actions taken (DQN's TD error), or any such regression in a run with a policy or whose
+  episodes were read (``detect.measures``: a value function, a critic). One loss that adds
+  both (an actor-critic with one optimizer) is judged as one "actor-critic". A loss of no
+  known function that takes both signs all run long is a policy too (the advantage is
+  centred: a healthy surrogate sits around 0). None is judged by its trend: the value loss
+  follows the returns, which grow as the agent improves; only where the program's return
+  fell is a value loss's rise judged again (role ``VALUE_HARMED``: a value function that
+  diverges as the return falls is the harm). The gradient of a run whose every objective
+  follows returns scales with them: its growth is no explosion unless it turns non-finite
+  (``findings.exploding_gradients``). What still means harm for a policy is a collapse:
+  certain of one action within a few updates of being uncertain, or certain while its return
+  never improved (``findings.policy_collapse``, on the entropy read from the loss's graph,
+  ``collect.policy``).
 
-A run with one objective is supervised unless its loss is a signed surrogate (one that
-changes sign all run long, not once: a term with its sign flipped falls through 0 and stays,
-``findings.loss_unbounded``) or an actor-critic's: everything gradoc said of such runs before
-holds for them.
+A run with one objective is supervised unless its graph shows a policy, a value function or
+an actor-critic, or its loss is a signed surrogate (one that changes sign all run long, not
+once: a term with its sign flipped falls through 0 and stays, ``findings.loss_unbounded``).
+In a run of several objectives, one whose loss is of no known function and whose graph showed
+nothing (``UNRECOGNISED``) is not judged by its trend alone: nothing says it should fall.
 """
 
 from __future__ import annotations
