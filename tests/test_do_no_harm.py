@@ -228,7 +228,11 @@ def test_a_script_that_writes_outside_its_folder_is_not_re_run_but_the_command_i
     assert origin["code"] == 'loss = loss * float("nan")' and "re-ran" in origin["note"]
 
 
-def test_a_script_whose_copy_cannot_reach_its_data_is_not_re_run(tmp_path: Path) -> None:
+def test_a_script_that_reads_its_data_above_its_folder_is_re_run_in_a_copy_linking_it(
+    tmp_path: Path,
+) -> None:
+    """``../up.txt`` read: the copy links it (no copy of it, no write to it), the replay
+    finds the origin, and the user's log is appended to once."""
     project = tmp_path / "project"
     project.mkdir()
     (tmp_path / "up.txt").write_text("data")
@@ -236,11 +240,28 @@ def test_a_script_whose_copy_cannot_reach_its_data_is_not_re_run(tmp_path: Path)
     argv = ["run", "--out", "run", str(script), "--nan", "--log", "--read-up"]
     done = gradoc_cli(*argv, cwd=project)
     assert done.returncode == 0, done.stderr
+    assert "up to step 7 in a copy of" in " ".join(done.stderr.split())
+    origin = json.loads((project / "run" / "report.json").read_text())["findings"][0]["origin"]
+    assert origin["code"] == 'loss = loss * float("nan")'
+    assert (project / "train.log").read_text().count("step") == 12  # appended once
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project", "up.txt"]
+    assert (tmp_path / "up.txt").read_text() == "data"
+
+
+def test_a_script_that_writes_above_its_folder_by_a_relative_path_is_not_re_run(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    script = _checkpoints(project)
+    argv = ["run", "--out", "run", str(script), "--nan", "--log", "--log-to", "../up.log"]
+    done = gradoc_cli(*argv, cwd=project)
+    assert done.returncode == 0, done.stderr
     assert "gradoc: re-running" not in done.stderr
     line = next(x for x in done.stderr.splitlines() if "not re-running" in x)
-    assert "opens ../up.txt by a relative path that leaves" in line
+    assert "up.log" in line
     assert line.endswith("To re-run it up to step 7: gradoc replay run")
-    assert (project / "train.log").read_text().count("step") == 12  # appended once
+    assert (tmp_path / "up.log").read_text().count("step") == 12  # appended once
 
 
 def test_run_replay_re_runs_despite_side_effects_when_asked(tmp_path: Path) -> None:

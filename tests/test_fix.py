@@ -649,10 +649,34 @@ def test_fix_says_before_its_re_run_what_the_first_run_wrote_outside_the_copy(
     assert said.index("outside the copied folder") < said.index("before / after")
 
 
+def test_fix_reaches_the_data_the_first_run_read_above_its_folder(tmp_path: Path) -> None:
+    """A script that reads its data by a relative path out of its folder (``../data``): the
+    copy reaches it by a link, the fix is re-run and verified, and the data folder is as it
+    was (nothing copied into it, nothing written)."""
+    project, data = tmp_path / "project", tmp_path / "data"
+    project.mkdir()
+    data.mkdir()
+    (data / "scale.txt").write_text("1.0")
+    (project / "train.py").write_text(
+        LR_TOO_HIGH.replace(
+            "torch.manual_seed(0)", 'scale = float(open("../data/scale.txt").read())'
+        )
+    )
+    before = project / "before"
+    assert gradoc_cli("run", "--out", str(before), "train.py", "0.3", cwd=project).returncode == 0
+    done = gradoc_cli("fix", "--json", str(tmp_path / "fix.json"), str(before), "train.py", "0.3",
+                      cwd=project)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "fix.json").read_text())["verdict"] == "verified"
+    assert [p.name for p in data.iterdir()] == ["scale.txt"]
+    assert (data / "scale.txt").read_text() == "1.0"
+
+
 def test_fix_that_the_copy_cannot_run_says_could_not_run_and_why(tmp_path: Path) -> None:
-    """A script that reads its data by a relative path out of its folder (``../data``): a
-    copy of the folder cannot reach it, so the fix is not re-run; fix.json says "could not
-    run" and why, and gradoc exits with the reason in a line."""
+    """A script that writes by a relative path out of its folder (``../data/log.txt``): a
+    copy of the folder cannot take it (it would write the user's folder, or lose it), so the
+    fix is not re-run; fix.json says "could not run" and why, and gradoc exits with the
+    reason in a line."""
     project, data = tmp_path / "project", tmp_path / "data"
     project.mkdir()
     data.mkdir()
@@ -660,7 +684,9 @@ def test_fix_that_the_copy_cannot_run_says_could_not_run_and_why(tmp_path: Path)
     script = project / "train.py"
     script.write_text(
         LR_TOO_HIGH.replace(
-            "torch.manual_seed(0)", 'scale = float(open("../data/scale.txt").read())'
+            "torch.manual_seed(0)",
+            'scale = float(open("../data/scale.txt").read())\n'
+            'open("../data/log.txt", "a").write("ran")',
         )
     )
     before = project / "before"
@@ -670,9 +696,10 @@ def test_fix_that_the_copy_cannot_run_says_could_not_run_and_why(tmp_path: Path)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("gradoc: error: ") and str(project) in line
-    assert "opens ../data/scale.txt by a relative path that leaves" in line
+    assert "opens ../data/log.txt by a relative path that leaves" in line
+    assert "writes there" in line
     result = json.loads((tmp_path / "fix.json").read_text())
-    assert result["verdict"] == "could not run" and "../data/scale.txt" in result["why_not"][0]
+    assert result["verdict"] == "could not run" and "../data/log.txt" in result["why_not"][0]
 
 
 def test_a_rate_set_by_a_flag_is_scaled_in_the_command(tmp_path: Path) -> None:

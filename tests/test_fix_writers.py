@@ -234,6 +234,35 @@ def test_the_working_copy_leaves_out_sockets_and_other_copies(tmp_path: Path) ->
     assert names == ["train.py"]
 
 
+def test_the_copy_links_what_the_first_run_read_above_its_folder_and_never_writes_it(
+    tmp_path: Path,
+) -> None:
+    """A char-RNN in ``project/char_rnn`` reads ``../data/names/*.txt``: in the copy the same
+    relative paths reach the user's files by links (not copies), a glob there finds every
+    file of that folder, a write to one fails, and a new file lands in the copy only."""
+    project, data = tmp_path / "project" / "char_rnn", tmp_path / "project" / "data" / "names"
+    project.mkdir(parents=True)
+    data.mkdir(parents=True)
+    (project / "train.py").write_text("print(1)\n")
+    for name in ("Arabic.txt", "Czech.txt"):
+        (data / name).write_text(name)
+    before = sorted(p.name for p in data.iterdir())
+    with working_copy(project / "train.py", project, reads=[data / "Arabic.txt"]) as copied:
+        assert copied.dest.name == "char_rnn" and copied.dest.parent.name == "project"
+        read = Path("../data/names/Arabic.txt")
+        assert read.read_text() == "Arabic.txt" and read.is_symlink()
+        assert sorted(p.name for p in Path("../data/names").glob("*.txt")) == before
+        with pytest.raises(PermissionError, match="linked read-only"):
+            Path("../data/names/Czech.txt").write_text("changed")
+        with pytest.raises(PermissionError):
+            os.truncate("../data/names/Arabic.txt", 0)
+        Path("../data/names/new.txt").write_text("the copy's own")
+    assert sorted(p.name for p in data.iterdir()) == before  # nothing new where the user's are
+    assert (data / "Czech.txt").read_text() == "Czech.txt"
+    assert (data / "Arabic.txt").read_text() == "Arabic.txt"
+    Path(data / "Czech.txt").write_text("the user may")  # read-only only while the copy runs
+
+
 def test_a_copy_that_fails_says_so_in_a_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,12 +30,14 @@ does nothing while no recorder is active; it costs one set lookup per audited ev
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import stat
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from .._util.text import one_line
@@ -84,6 +86,9 @@ SCAN_ENTRIES = 20_000
 SCAN_DIRS = 64
 """Directories of opened files remembered for the scan."""
 MAX_EFFECTS = 10_000
+READS_KEPT = 5_000
+"""Files read outside the script's folder kept in the run log (``meta['side_effects']
+['reads']``), for a fix's copy to link: a script that read more is re-run in no copy."""
 """Side effects remembered (beyond, the count stops growing: the answer is the same)."""
 _NOT_SCANNED = frozenset({"__pycache__", "node_modules", "site-packages", "gradoc-runs"})
 CLOCK_SLACK_S = 0.05
@@ -153,7 +158,10 @@ class SideEffects:
         self._created: set[str] = set()  # paths that did not exist before the run made them
         self.relative: dict[str, str] = {}
         """Files opened by a relative path (read or written): absolute -> as written. A copy
-        of the script's folder cannot reach one that leaves it (``../data/train.csv``)."""
+        of the script's folder reaches one that leaves it (``../data/train.csv``) only by a
+        link (``runtime.workcopy``), and only one the script read."""
+        self.written: set[str] = set()
+        """Of those, the files opened for writing (absolute)."""
 
     @property
     def count(self) -> int:
@@ -263,6 +271,16 @@ class SideEffects:
         base = os.path.abspath(root)
         return [written for full, written in self.relative.items() if not _within(full, base)]
 
+    def reads(self, root: str | os.PathLike[str]) -> list[list[str]]:
+        """Of :meth:`escaping`, the files the script only read, each ``[as written,
+        absolute]``: what a copy of ``root`` reaches by a link (``runtime.workcopy``)."""
+        base = os.path.abspath(root)
+        return [
+            [written, full]
+            for full, written in self.relative.items()
+            if not _within(full, base) and full not in self.written and os.path.isfile(full)
+        ]
+
     def _event(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             path, mode, flags = (*args, None, None, None)[:3]
@@ -275,6 +293,8 @@ class SideEffects:
                 if isinstance(mode, str)
                 else isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
             )
+            if writes and isinstance(path, (str, bytes)):
+                self.written.add(os.path.abspath(os.fsdecode(path)))
             if writes:
                 self._file(path, "wrote")
             full = self._outside(path)
@@ -336,7 +356,53 @@ _installed = False
 _busy = threading.local()
 
 
+_protected: set[str] = set()
+"""The user's files a working copy links to (``runtime.workcopy``): read-only while linked."""
+_THROUGH = {"os.truncate": 0, "os.chmod": 0, "os.chown": 0, "os.utime": 0, "shutil.copyfile": 1}
+"""Events that change the file a link points to, and which argument names it."""
+
+
+@contextlib.contextmanager
+def read_only(paths: list[str]) -> Iterator[None]:
+    """While inside, a write to any of ``paths`` (absolute, resolved) by the process, through
+    a link or not, fails with ``PermissionError``: a re-run in a copy reads the user's files
+    it links to and never changes them."""
+    _install()
+    added = set(paths) - _protected
+    _protected.update(added)
+    try:
+        yield
+    finally:
+        _protected.difference_update(added)
+
+
+def _changes_protected(event: str, args: tuple[Any, ...]) -> str | None:
+    """The protected file ``event`` would change, else None."""
+    if event == "open":
+        path, mode, flags = (*args, None, None, None)[:3]
+        writes = (
+            any(c in mode for c in "wax+")
+            if isinstance(mode, str)
+            else isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+        )
+        target = path if writes else None
+    else:
+        at = _THROUGH.get(event)
+        target = args[at] if at is not None and len(args) > at else None
+    if not isinstance(target, (str, bytes, os.PathLike)):
+        return None
+    full = os.path.realpath(os.fsdecode(target))
+    return full if full in _protected else None
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _protected and (event == "open" or event in _THROUGH):
+        changed = _changes_protected(event, args)
+        if changed is not None:
+            raise PermissionError(
+                f"gradoc: {changed} is your file, linked read-only into the copy a fix re-runs "
+                "in: the first run only read it"
+            )
     if event in _EVENTS:  # NOTE: the first thing, and cheap: every audited event comes here
         recorder = _recorder
         if recorder is not None and recorder.active and not getattr(_busy, "on", False):

@@ -336,8 +336,8 @@ class Rerun:
             )
         guard, scale = (remedy.guard, remedy.lr_scale) if remedy is not None else (None, 1.0)
         try:
-            _reachable(self.meta, root)
-            with working_copy(self.script, Path.cwd()) as copied:
+            reads = _reachable(self.meta, root)
+            with working_copy(self.script, Path.cwd(), reads=reads) as copied:
                 if edit is not None:
                     _edit_copy(edit, copied)
                 began = time.monotonic()
@@ -383,18 +383,25 @@ class Rerun:
         return code, result
 
 
-def _reachable(meta: Any, root: Path) -> None:
-    """:class:`CopyRefused` when the first run opened files by relative paths that leave
-    ``root`` (``../data/train.csv``): a copy of the folder cannot reach them."""
+def _reachable(meta: Any, root: Path) -> list[Path]:
+    """The files the first run read by relative paths that leave ``root`` (``../data/
+    train.csv``), which the copy links (``workcopy.working_copy``); :class:`CopyRefused` when
+    it also opened such a path to write, or read more than the run log kept: a copy of the
+    folder cannot take those."""
     from .workcopy import CopyRefused
 
-    escapes = (meta.side_effects or {}).get("escapes") or []
+    said = meta.side_effects or {}
+    reads = [r for r in said.get("reads") or [] if isinstance(r, list) and len(r) == 2]
+    read_as = {str(r[0]) for r in reads}
+    escapes = [e for e in said.get("escapes") or [] if str(e) not in read_as]
     if escapes:
         raise CopyRefused(
             f"the script opens {', '.join(map(str, escapes[:3]))} by a relative path that "
-            f"leaves {root}, which a copy of that folder cannot reach: run it from a folder "
-            "that holds what it reads, or give those paths absolute"
+            f"leaves {root} and writes there (or reads more there than a copy links), which a "
+            "copy of that folder cannot take: run it from a folder that holds what it "
+            "writes, or give those paths absolute"
         )
+    return [Path(str(r[1])) for r in reads]
 
 
 def _meta(run_dir: Path) -> Any:

@@ -68,7 +68,7 @@ def execute(
     from ..collect.run import Run
     from ..config import WatchConfig
     from ..schedule import every
-    from .effects import SHOWN, SideEffects
+    from .effects import READS_KEPT, SHOWN, SideEffects
     from .finish import finish_run
     from .replay import script_digest, seed_everything
     from .runner import exec_script, scan_output
@@ -120,6 +120,7 @@ def execute(
             "seen": effects.seen,
             "outside": effects.outside(root)[:SHOWN],
             "escapes": effects.escaping(root)[:SHOWN],
+            "reads": effects.reads(root)[:READS_KEPT],
         },
     )
     try:
@@ -224,7 +225,9 @@ def _replay_if_needed(
     effects.scan(started, [cwd, os.getcwd(), str(script.absolute().parent)])
     root = copy_root(script, Path(cwd))
     outside = effects.outside(root)
-    escapes = effects.escaping(root)  # a copy cannot reach them
+    reads = effects.reads(root)  # read above the folder: a copy links them
+    linked = {r[0] for r in reads}
+    escapes = [e for e in effects.escaping(root) if e not in linked]  # a copy cannot take them
     copied = bool(effects.count) and not outside and not escapes  # in its folder: a copy's
     if outside and not options.asked:
         more = f" (and {len(outside) - 3} more)" if len(outside) > 3 else ""
@@ -252,7 +255,7 @@ def _replay_if_needed(
         return write_report(out, json_path)
     out = out.resolve()
     try:
-        with working_copy(script, Path(cwd)) as copy:
+        with working_copy(script, Path(cwd), reads=[Path(r[1]) for r in reads]) as copy:
             moved = (str(copy.dest), str(copy.root))
             replay(out, copy.script, script_args, os.getcwd(), step, options.budget, whole, moved)
     except CopyRefused as exc:

@@ -8,7 +8,9 @@ the folder the script's relative paths resolve from (the working directory when 
 lies under it, else the script's own folder) is copied to a temporary directory, the working
 directory and the script are mapped into it, and the copy is removed afterwards. What the
 script writes by an absolute path outside that folder still reaches it (the run's side
-effects, ``runtime.effects``, see it).
+effects, ``runtime.effects``, see it). What the first run read by a relative path out of the
+folder (``../data/names/*.txt``) is linked, not copied, at the same relative place, and kept
+from any write while the copy runs (``effects.read_only``).
 
 Not copied: Python's bytecode caches, version-control directories, virtual environments (a
 folder holding ``pyvenv.cfg``), gradoc's run directories (a folder holding ``run.db``) and
@@ -112,13 +114,70 @@ class Copied:
         return self.dest / path.relative_to(self.root) if path.is_relative_to(self.root) else None
 
 
+LINKED_MAX = 20_000
+"""Files linked at most into a copy (the first run's reads outside its folder and their
+folders' other files)."""
+
+
+def _ups(root: Path, reads: list[Path]) -> int:
+    """How many folders above ``root`` the files read lie (``../data``: 1)."""
+    ups = 0
+    for full in reads:
+        parts = Path(os.path.relpath(full, root)).parts
+        ups = max(ups, next((i for i, p in enumerate(parts) if p != ".."), len(parts)))
+    return ups
+
+
+def _link_reads(root: Path, dest: Path, reads: list[Path]) -> list[str]:
+    """In the copy ``dest`` of ``root``, a link at the place of each file read outside
+    ``root`` (``../data/names/Arabic.txt``), and of every other file of its folder (so that
+    a glob there finds what it found); the files linked to (resolved), which stay read-only
+    while the copy runs (``effects.read_only``)."""
+    folders = dict.fromkeys(full.parent for full in reads)
+    linked: list[str] = []
+    for folder in folders:
+        try:
+            entries = [e for e in os.scandir(folder) if e.is_file()]
+        except OSError:
+            entries = []
+        names = {e.name for e in entries} | {f.name for f in reads if f.parent == folder}
+        place = Path(os.path.normpath(dest / os.path.relpath(folder, root)))
+        place.mkdir(parents=True, exist_ok=True)
+        for name in sorted(names):
+            if len(linked) >= LINKED_MAX:
+                raise CopyRefused(
+                    f"the script reads more than {LINKED_MAX} files outside {root}: a copy "
+                    "would link them all; give those paths absolute and try again"
+                )
+            target = folder / name
+            if not os.path.lexists(place / name):
+                os.symlink(target, place / name)
+            linked.append(os.path.realpath(target))
+    return linked
+
+
 @contextlib.contextmanager
-def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Copied]:
+def working_copy(
+    script: Path, cwd: Path, limit: int = COPY_MAX, reads: list[Path] | None = None
+) -> Iterator[Copied]:
     """Copy the script's folder (:func:`copy_root`) to a temporary directory, change into
     the copy of ``cwd`` (the copy's root when ``cwd`` lies outside it) and yield the copy
-    (its ``script``: the script's copy); on leaving, change back and remove the copy."""
+    (its ``script``: the script's copy); on leaving, change back and remove the copy.
+
+    ``reads``: files the first run read outside that folder by a relative path
+    (``../data/names/*.txt``, ``effects.SideEffects.reads``). They are not copied: the copy
+    is placed as deep in the temporary directory as they lie above the folder, with the
+    folder's own name and its parents', and each (with the other files of its folder) is a
+    link at its place there, to the user's file, which no write may reach while the copy
+    runs (``effects.read_only``)."""
+    from .effects import read_only
+
     script, cwd = script.resolve(), cwd.resolve()  # before the change of directory
     root = copy_root(script, cwd)
+    reads = [Path(os.path.abspath(r)) for r in reads or []]
+    ups = _ups(root, reads)
+    if ups >= len(root.parts) - 1:
+        raise CopyRefused(f"the script reads files above {root.anchor}: a copy cannot place them")
     size = folder_size(root, limit)
     if size > limit:
         raise CopyRefused(
@@ -129,15 +188,18 @@ def working_copy(script: Path, cwd: Path, limit: int = COPY_MAX) -> Iterator[Cop
     tmp = Path(tempfile.mkdtemp(prefix=_PREFIX))
     saved = os.getcwd()
     try:
-        dest = tmp / (root.name or "root")
+        dest = tmp.joinpath(*root.parts[len(root.parts) - 1 - ups :]) if root.name else tmp / "root"
         try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copytree(root, dest, symlinks=True, ignore=_skipped)
+            linked = _link_reads(root, dest, reads)
         except (OSError, shutil.Error) as exc:
             raise CopyRefused(
                 f"could not copy {root} to re-run the script there: {_brief(exc)}"
             ) from exc
         os.chdir(dest / cwd.relative_to(root) if cwd.is_relative_to(root) else dest)
-        yield Copied(root, dest, dest / script.relative_to(root))
+        with read_only(linked):
+            yield Copied(root, dest, dest / script.relative_to(root))
     finally:
         os.chdir(saved)
         shutil.rmtree(tmp, ignore_errors=True)
