@@ -202,3 +202,39 @@ def test_a_gradient_penalty_is_no_loss_and_a_list_of_losses_is_their_sum(tmp_pat
     read = gradoc.open_run(run.dir).scalar("loss")
     assert read.steps == list(range(6))
     assert read.values == pytest.approx(losses, rel=1e-5)
+
+
+def _run(loss: list[float], nan_at: int | None = None, **measures: list[str | float]) -> Side:
+    finite = [v for v in loss if math.isfinite(v)]
+    return Side("d", "problems", 0, len(loss), 1.0, 0.01, finite[-1] if finite else None, nan_at,
+                loss, None, len(loss), dict(measures))  # fmt: skip
+
+
+def test_a_fix_is_checked_in_the_programs_own_measure_and_each_check_is_said() -> None:
+    falling = [2.0 - i / 200 for i in range(200)]
+    before = _run(falling, **{"val/acc": ["up", 0.90]})
+    worse = Comparison([], [], [], before, _run(falling, **{"val/acc": ["up", 0.60]}), 1.0)
+    said, why = verdict(worse, "loss_blowup")
+    assert said == "did not help"
+    assert why == ["the program's val/acc ended worse: 0.6 against 0.9"]
+    held = {c["check"]: c["held"] for c in worse.checks}
+    assert held["the program's own measures no worse"] is False
+    assert held["the finding is gone"] and held["both losses read on half their steps or more"]
+    assert worse.to_json()["checks"] == worse.checks
+    same = Comparison([], [], [], before, _run(falling, **{"val/acc": ["up", 0.89]}), 1.0)
+    assert verdict(same, "loss_blowup") == ("verified", [])  # within its noise
+
+
+def test_a_nan_fix_whose_loss_stops_where_the_nan_was_did_not_help() -> None:
+    """A clamp that froze what it guarded: the first run's loss turned NaN at step 50 of 200;
+    the fixed run's is finite but never moves again from there."""
+    nan_run = _run([2.0 - i / 100 for i in range(50)] + [math.nan] * 150, nan_at=50)
+    stuck = _run([2.0 - i / 100 for i in range(50)] + [1.5] * 150)
+    said, why = verdict(Comparison([], [], [], nan_run, stuck, 1.0), "nonfinite")
+    assert said == "did not help"
+    assert why == [
+        "the fixed run's loss did not go on falling past step 50, where the first run's turned "
+        "non-finite: 1.5 there, 1.5 at the end"
+    ]
+    learns = _run([2.0 - i / 100 for i in range(200)])
+    assert verdict(Comparison([], [], [], nan_run, learns, 1.0), "nonfinite") == ("verified", [])

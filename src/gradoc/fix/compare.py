@@ -11,8 +11,9 @@ from pathlib import Path
 from .._util.json_types import JsonObject
 from ..analysis import GuardSummary, Report
 from ..detect.finding import Finding
+from ..detect.measures import measures, trend
 from ..detect.training import COVERED
-from ..store import open_run
+from ..store import RunLog, open_run
 from .patch import Edit
 from .remedy import CodeFix, Remedy
 
@@ -36,6 +37,9 @@ class Side:
     guard: GuardSummary | None
     loss_read: int | None = None
     """The steps whose loss was read, of ``steps`` (a verdict needs half: ``COVERED``)."""
+    measures: dict[str, list[str | float]] = field(default_factory=dict)
+    """The program's own measures with a direction (``detect.measures``): name -> [``up``
+    or ``down``, its end (the median of its last values)]."""
 
     def to_json(self) -> JsonObject:
         return asdict(self)
@@ -66,6 +70,9 @@ class Comparison:
     tried: list[JsonObject] = field(default_factory=list)
     """The re-runs of the same ``gradoc fix`` before this one: what each tried, where, and
     its verdict."""
+    checks: list[JsonObject] = field(default_factory=list)
+    """What :func:`verdict` checked: each check's name, whether it held, and in the runs'
+    numbers what it saw (``fix.json``'s ``checks``)."""
 
     def left(self) -> set[tuple[str, str | None]]:
         """The (kind, layer) of the findings the fix did not cure."""
@@ -100,12 +107,27 @@ class Comparison:
             out["why_not"] = list(self.why_not)
         if self.tried:
             out["tried"] = list(self.tried)
+        if self.checks:
+            out["checks"] = list(self.checks)
         return out
+
+
+def _measures(log: RunLog) -> dict[str, list[str | float]]:
+    """The program's own measures with a direction, and where each ended."""
+    logged = {name: (source, log.metric(name)) for name, source in log.metrics().items()}
+    declared = (log.meta.logged or {}).get("declared")
+    found: dict[str, list[str | float]] = {}
+    for m in measures(logged, declared if isinstance(declared, dict) else None):
+        t = trend(m)
+        if t is not None and m.direction is not None and math.isfinite(t.end):
+            found[m.name] = [m.direction, t.end]
+    return found
 
 
 def _side(run_dir: Path, report: Report) -> Side:
     with open_run(run_dir) as log:
         loss, times = log.scalar("loss"), log.scalar("time").values
+        said = _measures(log)
     finite = [v for v in loss.values if math.isfinite(v)]
     tail = finite[-max(1, len(finite) // 10) :] if finite else []
     if loss.values and not math.isfinite(loss.values[-1]):
@@ -124,6 +146,7 @@ def _side(run_dir: Path, report: Report) -> Side:
         loss=loss.values,
         guard=report.run.guard,
         loss_read=len(loss.values),
+        measures=said,
     )
 
 
@@ -160,35 +183,129 @@ def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str
     """Whether an edit made against a finding of ``kind`` worked, and why not: "not judged"
     when either run's loss was read on fewer than half its steps (``COVERED``); "verified" when
     the finding is gone, no new warning or error came, the loss ended at least as good (within
-    :data:`LOSS_NOISE`) and the fixed run exited as the first did or cleanly; else "did not
-    help", with each of those that failed, in the run's numbers. An edit that changes what
+    :data:`LOSS_NOISE`), each of the program's own measures that both runs logged ended no
+    worse (within :data:`MEASURE_NOISE`), a first run's NaN is not replaced by a loss that
+    stopped moving where it was (:func:`_past_the_nan`), and the fixed run exited as the first
+    did or cleanly; else "did not help", with each of those that failed, in the run's numbers.
+    Each check made is kept in ``result.checks`` (``fix.json``). An edit that changes what
     the loss computes (``objective``: a log-probability for a probability) has its loss
     checked for a finite value only: the two runs' losses are not the same quantity; nor is
     the loss of an objective not expected to fall (a policy gradient's, a GAN's)."""
     b, a = result.before, result.after
+    checks: list[JsonObject] = result.checks
+    checks.clear()
+
+    def check(name: str, failed: str | None, saw: str) -> None:
+        checks.append({"check": name, "held": failed is None, "saw": failed or saw})
+
     unread = [
         f"the {which} run's loss was read on {side.loss_read} of its {side.steps} steps"
         for which, side in (("first", b), ("fixed", a))
         if side.loss_read is not None and side.steps and side.loss_read < COVERED * side.steps
     ]
+    check("both losses read on half their steps or more", "; ".join(unread) or None, "yes")
     if unread:  # no verdict from what was not seen
         return NOT_JUDGED, [*unread, "fewer than half: the fix cannot be judged by its loss"]
     why = []
     if any(f.kind == kind for f in result.remaining):
         why.append(f"{kind} is still found")
-    why += [f"new: {f.kind} ({f.summary})" for f in result.new]
+    check("the finding is gone", why[0] if why else None, f"no {kind} in the fixed run")
+    new = [f"new: {f.kind} ({f.summary})" for f in result.new]
+    why += new
+    check("nothing new", "; ".join(new) or None, "no new warning or error")
+    ended = _loss_ended(result, objective)
+    if ended is not None:
+        why.append(ended)
+    check("the loss ended finite and at least as good", ended, _final(a))
+    worse = _measures_worse(b, a)
+    why += worse
+    if set(b.measures) & set(a.measures):
+        check("the program's own measures no worse", "; ".join(worse) or None, _ends(a))
+    past = _past_the_nan(b, a) if not objective and result.falls else None
+    if b.first_nonfinite_loss is not None and not objective and result.falls:
+        check("the loss goes on falling past the first run's NaN", past, "yes")
+        if past is not None:
+            why.append(past)
+    exited = (
+        f"the fixed run exited {a.exit_code} (the first: {b.exit_code})"
+        if a.exit_code not in (0, b.exit_code)
+        else None
+    )
+    if exited:
+        why.append(exited)
+    check("it exited as the first run did, or cleanly", exited, f"exit {a.exit_code}")
+    return ("did not help" if why else "verified"), why
+
+
+def _final(side: Side) -> str:
+    return "no finite loss" if side.final_loss is None else f"{side.final_loss:.4g}"
+
+
+def _loss_ended(result: Comparison, objective: bool) -> str | None:
+    """Why the fixed run's loss did not end finite and at least as good, else None."""
+    b, a = result.before, result.after
     if a.final_loss is None:
-        why.append("the fixed run logged no finite loss")
-    elif not math.isfinite(a.final_loss):
-        why.append("the fixed run's loss ended non-finite")
-    elif (
+        return "the fixed run logged no finite loss"
+    if not math.isfinite(a.final_loss):
+        return "the fixed run's loss ended non-finite"
+    if (
         not objective
         and result.falls
         and b.final_loss is not None
         and math.isfinite(b.final_loss)
         and a.final_loss > b.final_loss + LOSS_NOISE * abs(b.final_loss) + 1e-12
     ):
-        why.append(f"the loss ended worse: {a.final_loss:.4g} against {b.final_loss:.4g}")
-    if a.exit_code not in (0, b.exit_code):
-        why.append(f"the fixed run exited {a.exit_code} (the first: {b.exit_code})")
-    return ("did not help" if why else "verified"), why
+        return f"the loss ended worse: {a.final_loss:.4g} against {b.final_loss:.4g}"
+    return None
+
+
+MEASURE_NOISE = 0.05
+"""How much worse a measure of the program's may end in the fixed run (a share of the first
+run's end, at least 1e-12) and still be "no worse"."""
+
+
+def _ends(side: Side) -> str:
+    return ", ".join(f"{name} {float(said[1]):.4g}" for name, said in side.measures.items())
+
+
+def _measures_worse(b: Side, a: Side) -> list[str]:
+    """The program's own measures both runs logged that ended worse in the fixed run."""
+    worse = []
+    for name, (way, end) in a.measures.items():
+        if name not in b.measures:
+            continue
+        first = float(b.measures[name][1])
+        sign = 1.0 if way == "up" else -1.0
+        if sign * (float(end) - first) < -(MEASURE_NOISE * abs(first) + 1e-12):
+            worse.append(f"the program's {name} ended worse: {float(end):.4g} against {first:.4g}")
+    return worse
+
+
+PAST_SHARE = 0.2
+"""The share of the run that must lie past the first run's NaN for its loss to be judged
+there."""
+STILL = 0.02
+"""Past the NaN the fixed run's loss must fall by at least this share (from the median of the
+tenth of the run after the NaN's step to the median of its last tenth)."""
+
+
+def _past_the_nan(b: Side, a: Side) -> str | None:
+    """Why the fixed run's loss did not go on falling past the step where the first run's
+    turned non-finite (a clamp that froze what it guarded: the loss stops there), else None;
+    None too where too little of the run lies past it to say."""
+    at = b.first_nonfinite_loss
+    n = len(a.loss)
+    if at is None or n < 20 or n - at < PAST_SHARE * n:
+        return None
+    k = max(1, n // 10)
+    there = [v for v in a.loss[at : at + k] if math.isfinite(v)]
+    last = [v for v in a.loss[-k:] if math.isfinite(v)]
+    if not there or not last:
+        return None
+    begin, end = statistics.median(there), statistics.median(last)
+    if end <= begin - STILL * abs(begin):
+        return None
+    return (
+        f"the fixed run's loss did not go on falling past step {at}, where the first run's "
+        f"turned non-finite: {begin:.4g} there, {end:.4g} at the end"
+    )
