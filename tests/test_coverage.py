@@ -233,8 +233,11 @@ def test_a_nan_fix_whose_loss_stops_where_the_nan_was_did_not_help() -> None:
     said, why = verdict(Comparison([], [], [], nan_run, stuck, 1.0), "nonfinite")
     assert said == "did not help"
     assert why == [
-        "the fixed run's loss did not go on falling past step 50, where the first run's turned "
-        "non-finite: 1.5 there, 1.5 at the end"
+        "the fixed run's loss stood still at 1.5 from step 50, where the first run's turned "
+        "non-finite: nothing trained past it"
     ]
+    rising = _run([2.0 - i / 100 for i in range(50)] + [1.5 + i / 100 for i in range(150)])
+    said, why = verdict(Comparison([], [], [], nan_run, rising, 1.0), "nonfinite")
+    assert "did not go on past step 50" in why[-1]
     learns = _run([2.0 - i / 100 for i in range(200)])
     assert verdict(Comparison([], [], [], nan_run, learns, 1.0), "nonfinite") == ("verified", [])

@@ -284,15 +284,14 @@ def _measures_worse(b: Side, a: Side) -> list[str]:
 PAST_SHARE = 0.2
 """The share of the run that must lie past the first run's NaN for its loss to be judged
 there."""
-STILL = 0.02
-"""Past the NaN the fixed run's loss must fall by at least this share (from the median of the
-tenth of the run after the NaN's step to the median of its last tenth)."""
 
 
 def _past_the_nan(b: Side, a: Side) -> str | None:
-    """Why the fixed run's loss did not go on falling past the step where the first run's
-    turned non-finite (a clamp that froze what it guarded: the loss stops there), else None;
-    None too where too little of the run lies past it to say."""
+    """Why the fixed run's loss did not go on past the step where the first run's turned
+    non-finite: it stood still from there (a clamp that froze what it guarded), or ended
+    higher than it was there (beyond :data:`LOSS_NOISE`; the medians of the tenth of the run
+    after that step and of its last tenth); else None, and None where too little of the run
+    lies past it to say."""
     at = b.first_nonfinite_loss
     n = len(a.loss)
     if at is None or n < 20 or n - at < PAST_SHARE * n:
@@ -303,9 +302,15 @@ def _past_the_nan(b: Side, a: Side) -> str | None:
     if not there or not last:
         return None
     begin, end = statistics.median(there), statistics.median(last)
-    if end <= begin - STILL * abs(begin):
-        return None
-    return (
-        f"the fixed run's loss did not go on falling past step {at}, where the first run's "
-        f"turned non-finite: {begin:.4g} there, {end:.4g} at the end"
-    )
+    past = [v for v in a.loss[at:] if math.isfinite(v)]
+    if max(past) - min(past) <= 1e-12 * max(1.0, abs(begin)):
+        return (
+            f"the fixed run's loss stood still at {begin:.4g} from step {at}, where the first "
+            "run's turned non-finite: nothing trained past it"
+        )
+    if end > begin + LOSS_NOISE * abs(begin):
+        return (
+            f"the fixed run's loss did not go on past step {at}, where the first run's turned "
+            f"non-finite: {begin:.4g} there, {end:.4g} at the end"
+        )
+    return None
