@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from .grads import WatchedOptimizer
     from .layers import WatchedModule
     from .locating import Locator
-    from .objectives import Objectives
 
 
 class StepsView(Protocol):
@@ -94,10 +93,6 @@ class InternalActivations(Protocol):
 
 
 class InternalSteps(StepsView, Protocol):
-    several: bool
-    """Several optimizers train (or will)."""
-    objectives: Objectives
-
     @property
     def activations(self) -> InternalActivations: ...
 

@@ -52,10 +52,11 @@ class LossReader:
         """Losses a GradScaler scaled, by the scaled tensor's node (see ``losses.read``)."""
         self.policy = PolicyReader()
         self.facts: mechanics.Facts | None = None
-        """What the step's losses show of its kind of training (``collect.mechanics``), for
-        the run's first ``mechanics.READS`` losses."""
+        """What the step's losses show of its kind of training (``collect.mechanics``), read
+        until each objective's first step was (``_facts_done``), ``mechanics.READS_AT_MOST``
+        losses at most: no step after pays for the walk."""
         self._facts_read = 0
-        self._facts_told = False
+        self._facts_done = False
         self.penalties = mechanics.Penalties()
         self.entropies: list[tuple[int, int, Tensor]] = []
         """(step, objective id, entropy on the device) of the policies read, waiting for the
@@ -93,9 +94,7 @@ class LossReader:
         a non-scalar ``root`` stands for (``root.backward(g)``: ``(root * g).sum()``)."""
         micro = losses.read(root, self._scaled, value)
         micro.entropy = self.policy.read(root.grad_fn)
-        if self._facts_read < mechanics.READS or (
-            self._facts_read < mechanics.READS_AT_MOST and self._unseen_objective()
-        ):
+        if not self._facts_done and self._facts_read < mechanics.READS_AT_MOST:
             self._facts_read += 1
             self.facts = self.facts or mechanics.Facts()
             mechanics.reads(root.grad_fn, self.facts)
@@ -206,14 +205,6 @@ class LossReader:
         taken, self.entropies = self.entropies, []
         return taken
 
-    def _unseen_objective(self) -> bool:
-        """An optimizer has not stepped yet with a loss of its own (a generator trained
-        after a hundred critic iterations): its first step's losses are still to be read."""
-        steps = self.run.steps
-        if not steps.several:
-            return False
-        return sum(len(o.optimizers) for o in steps.objectives.all) < len(steps.targets)
-
     def step_ended(
         self, target: WatchedOptimizer, micros: list[losses.Micro], steps: Stepping
     ) -> list[losses.Micro]:
@@ -225,9 +216,15 @@ class LossReader:
         objectives = steps.objectives
         if steps.several:
             micros = objectives.credit(target, micros, steps, facts)
-        elif facts is not None and not self._facts_told and facts.to_json():
-            self._facts_told = True  # one objective: what its first step showed, once
-            self.say(None, kind=dict(self._said.get("kind") or {}) | facts.to_json())
+            # read on until every optimizer stepped with a loss of its own (a generator
+            # trained after a hundred critic iterations)
+            made = max(len(steps.targets), len(taps.live_optimizers()))
+            self._facts_done = not objectives.unseen(made)
+        elif facts is not None:
+            self._facts_done = True  # one objective: what its first step showed, once
+            said = facts.to_json()
+            if said:
+                self.say(None, kind=dict(self._said.get("kind") or {}) | said)
         if self.penalties.open:
             told = self.penalties.step_ended(objectives.id_of(target.optimizer))
             if told is not None:

@@ -20,8 +20,9 @@ A loss's graph shows how its objective learns, whatever the program calls things
 
 Several ``backward()`` calls before one optimizer step (a critic's real, fake and penalty
 terms) are one objective: their facts are read apart and joined (:func:`join`). Read at a
-loss's ``backward()`` (its saved tensors still held), for the first ``READS`` of a run; each
-walk stops after ``NODES`` nodes. Nothing is read from the device.
+loss's ``backward()`` (its saved tensors still held), until each objective's first step was
+read (``READS_AT_MOST`` losses at most: no later step pays for a walk); each walk stops after
+``NODES`` nodes. Nothing is read from the device.
 """
 
 from __future__ import annotations
@@ -29,16 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._util import entry
 from .._util.json_types import JsonObject
 from .policy import LOG_PROBS
 
 NODES = 1024
 """Autograd nodes walked at most per loss."""
-READS = 64
-"""Losses read per run: enough for each objective's first step."""
 READS_AT_MOST = 512
-"""... and while an optimizer has not stepped yet with a loss of its own (a generator trained
-after a hundred critic iterations of three ``backward()`` calls), at most this many."""
+"""Losses read at most a run: each objective's first step's (a generator trained after a
+hundred critic iterations of three ``backward()`` calls comes after 300)."""
 SCORES = ("AddmmBackward0", "MmBackward0", "BmmBackward0", "ConvolutionBackward0")
 """A network's raw outputs: a linear layer's or a convolution's."""
 _REGRESSION = {
@@ -335,7 +335,7 @@ class Penalties:
     def __init__(self) -> None:
         self.made = 0
         self.open: list[list[Any]] = []
-        """[where it was made, reached] of the step's gradients."""
+        """[where it was made, what reached it] of the step's gradients."""
         self.unbacked: JsonObject | None = None
 
     WATCHED = 64
@@ -348,19 +348,15 @@ class Penalties:
         first = next((t for t in tensors if getattr(t, "requires_grad", False)), None)
         if first is None:
             return
-        entry: list[Any] = [at, False]
-
-        def reached(_: Any) -> None:
-            entry[1] = True
-
-        first.register_hook(reached)
+        reached: list[Any] = []  # a gradient through it appends it: backpropagated
+        entry.tensor_hook(first, reached.append)
         self.made += 1
-        self.open.append(entry)
+        self.open.append([at, reached])
 
     def step_ended(self, objective: int) -> JsonObject | None:
         """The step ended: the first penalty of a step that no ``backward()`` reached, once
         a run (``meta['penalties']``), else None."""
-        entries, self.open = self.open, []
+        entries, self.open = self.open, []  # (the gradients appended go with them)
         if self.unbacked is not None or not entries or any(reached for _, reached in entries):
             return None
         self.unbacked = {**(entries[0][0] or {}), "objective": objective}

@@ -173,6 +173,10 @@ class Objectives:
     def several(self) -> bool:
         return len(self.all) > 1
 
+    def unseen(self, optimizers: int) -> bool:
+        """Fewer than ``optimizers`` stepped with a loss (their own or one they share)."""
+        return sum(len(o.optimizers) for o in self.all) < optimizers
+
     def describe(self, index_of: IdMap[Optimizer, int]) -> list[JsonObject]:
         """``meta['objectives']``: each objective's id, name, optimizers (their watched
         index), loss function, and the other objectives whose parameters its loss reaches."""
