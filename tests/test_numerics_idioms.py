@@ -6,7 +6,8 @@ log-sum-exp, the log of a softmax, a product of probabilities, a sigmoid rounded
 ``log`` and under a division by ``1 - p``), a tanh rounded to 1 (before ``log(1 - t**2)`` and
 ``atanh``), an ``exp`` and a matrix product under float16 autocast past the dtype's largest value, a norm, a standard deviation, a one-sample std, a
 length minus one and a mask's count of 0, a square root's backward at 0, E[x²] - E[x]², an
-``acos`` past 1 and a fractional power of a negative. Each runs unchanged under ``gradoc
+``acos`` past 1, a fractional power of a negative, and a causal mask that hides a whole
+row (its comparison inverted, its diagonal hidden too). Each runs unchanged under ``gradoc
 run``: the root cause names the mechanism in the run's numbers, the fix names the idiom, and
 ``gradoc fix`` writes the idiom's edit and verifies it by a re-run.
 """
@@ -65,6 +66,8 @@ CASES: dict[str, tuple[str, str, str]] = {
     "cosine_module": ("cosine_past_one", "past ±1", "dot.clamp(-1 + 1e-7, 1 - 1e-7)"),
     "power_gamma": ("fractional_power", "fractional power 0.45", "dec(z).clamp_min(1e-6) ** 0.45"),
     "power_function": ("fractional_power", "fractional power 1.5", "(1 - score).clamp_min(1e-6)"),
+    "mask_inverted": ("masked_row", "held -inf at every position", "masked_fill(~self.allowed[:n, :n]"),
+    "mask_diagonal": ("masked_row", "0/0 is NaN", "torch.ones(LENGTH, LENGTH).triu(diagonal=1).bool()"),
 }
 # fmt: on
 

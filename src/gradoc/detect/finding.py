@@ -335,7 +335,7 @@ class Mechanism:
     catalogue lists every ``name``."""
 
     kind: str
-    """underflow | saturation | overflow | zero | domain | inherited"""
+    """underflow | saturation | overflow | zero | domain | masking | inherited"""
     name: str
     """The mechanism (``exp_sum_underflow``, ``sigmoid_rounded``, ...)."""
     said: str

@@ -27,6 +27,8 @@ removes the cause where the program computes it, keeping its variable names and 
 ``overflow`` (``@``, f16)   ``a @ b`` -> ``a.float() @ b.float()`` under ``torch.autocast(...,
                             enabled=False)``
 ``zero_length``             ``pos / (n - 1)`` -> ``pos / (n - 1).clamp_min(1)``
+``masked_row``              ``masked_fill(tril == 1, -inf)`` -> ``masked_fill(tril == 0,
+                            -inf)``, ``triu(ones, diagonal=0)`` -> ``diagonal=1`` (``fix.causal``)
 ==========================  ==========================================================
 
 An expression the line does not hold in one of these shapes gets no edit (the fix stays the
@@ -40,9 +42,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ..detect.finding import Finding, Origin
 from ..locate.mechanism import low_precision
+from .causal import unmask
 from .edit import Edit
 
 Replace = tuple[ast.expr | ast.stmt, str]
@@ -86,10 +90,12 @@ class Source:
         line = self.lines[node.lineno - 1]  # type: ignore[attr-defined]
         return line[: len(line) - len(line.lstrip())]
 
-    def fresh(self, base: str) -> str:
-        """``base``, or ``base`` numbered, as a name the file does not use yet."""
-        used = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)}
-        used |= {n.arg for n in ast.walk(self.tree) if isinstance(n, ast.arg)}
+    def fresh(self, base: str, within: ast.AST | None = None) -> str:
+        """``base``, or ``base`` numbered, as a name the file (or the function ``within``,
+        for a local of it) does not use yet."""
+        scope = self.tree if within is None else within
+        used = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name)}
+        used |= {n.arg for n in ast.walk(scope) if isinstance(n, ast.arg)}
         name, i = base, 2
         while name in used:
             name, i = f"{base}{i}", i + 1
@@ -153,9 +159,14 @@ def idiom_edit(f: Finding, origin: Origin) -> Edit | None:
         return None
     if not changes:
         return None
-    return _edit(
+    return edit_of(
         f, src, origin.file, changes, f"write {m.name.replace('_', ' ')} in its stable form"
     )
+
+
+def parsed(path: Path) -> Source | None:
+    """A user's file, parsed, with no located line (an edit of what it makes)."""
+    return _source(Origin(phase="", step=0, file=str(path), line=1))
 
 
 def _source(origin: Origin) -> Source | None:
@@ -180,8 +191,11 @@ def _source(origin: Origin) -> Source | None:
     return Source(text, lines, tree, line, functional)
 
 
-def _edit(f: Finding, src: Source, file: str, changes: list[Replace], action: str) -> Edit | None:
-    """The lines the changes touch, rewritten; one edit spanning them."""
+def edit_of(
+    f: Finding, src: Source, file: str, changes: list[Replace], action: str, **more: Any
+) -> Edit | None:
+    """The lines the changes touch, rewritten; one edit spanning them (``more``: the edit's
+    other fields, ``objective``)."""
     first = min(n.lineno for n, _ in changes)
     last = max(n.end_lineno or n.lineno for n, _ in changes)
     stmt = src.statement(first)
@@ -201,6 +215,7 @@ def _edit(f: Finding, src: Source, file: str, changes: list[Replace], action: st
         tuple(after),
         action,
         end=last if last > first else None,
+        **more,
     )
 
 
@@ -725,5 +740,6 @@ WRITERS: dict[str, Callable[[Source, Origin], list[Replace]]] = {
     "fractional_power": _power,
     "overflow": _overflow,
     "zero_length": _length,
+    "masked_row": unmask,
 }
 """The mechanisms whose idiom is written as an edit."""

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ from ..locate.replay import NUMBER_DENOMINATOR
 from ..store.meta import RunMeta
 from .edit import Edit, EditFailed
 from .idiom import idiom_edit
+from .made import collated_mask, init_scaled, labels_where_made, unfrozen
 
 __all__ = ["Edit", "EditFailed", "edit_for", "lr_edit"]
 
@@ -68,6 +69,8 @@ class Seen:
 
     meta: RunMeta
     sources: tuple[Path, ...] = ()
+    why: list[str] = field(default_factory=list)
+    """Why a writer wrote no edit, where it can say (``fix.made``): for the terminal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,16 +582,29 @@ def _eps_lowered(f: Finding, seen: Seen) -> Edit | None:
     return where.becomes(f, new, f"eps={SMALL_EPS} where the optimizer is made")
 
 
-WRITERS: dict[str, Callable[[Finding, Seen], Edit | None]] = {
+Writer = Callable[[Finding, Seen], Edit | None]
+
+
+def _first(*writers: Writer) -> Writer:
+    """The edit of the first writer that writes one (where the run called the model, then
+    where the value was made)."""
+
+    def write(f: Finding, seen: Seen) -> Edit | None:
+        return next((e for w in writers if (e := w(f, seen)) is not None), None)
+
+    return write
+
+
+WRITERS: dict[str, Writer] = {
     "nonfinite": _nonfinite,
     "zero_clip": _zero_clip,
     "accumulating_gradients": _zero_grad,
     "eval_mode": _train_mode,
     "loss_on_probabilities": _unsquashed,
-    "loss_includes_padding": _masked_labels,
-    "padding_leak": _mask_given,
+    "loss_includes_padding": _first(_masked_labels, labels_where_made),
+    "padding_leak": _first(_mask_given, collated_mask),
     "loss_unbounded": _term_sign,
-    "frozen_parameters": _all_parameters,
+    "frozen_parameters": _first(_all_parameters, unfrozen),
     "weight_decay_dominates": _decay_lowered,
     "adam_epsilon": _eps_lowered,
 }
@@ -667,15 +683,21 @@ def _second(call: ast.Call, keyword: str) -> ast.expr | None:
 
 
 def edit_for(
-    findings: list[Finding], meta: RunMeta | None = None, sources: Sequence[Path] = ()
+    findings: list[Finding],
+    meta: RunMeta | None = None,
+    sources: Sequence[Path] = (),
+    why: list[str] | None = None,
 ) -> Edit | None:
     """The edit for the most serious finding that has one written, else None (``meta``: the
     run log's, where the lines the writers edit were recorded; ``sources``: the user's files,
-    where a line the run did not locate is looked for)."""
-    seen = Seen(meta if meta is not None else RunMeta(), tuple(sources))
+    where a line the run did not locate is looked for; ``why``: where the reasons a writer
+    gave for writing no edit are added)."""
+    said = why if why is not None else []
+    seen = Seen(meta if meta is not None else RunMeta(), tuple(sources), said)
     for f in findings:
         writer = WRITERS.get(f.kind)
         edit = writer(f, seen) if writer is not None else None
+        edit = edit if edit is not None else init_scaled(f, seen)
         edit = edit if edit is not None else _lr_scaled(f, seen)
         if edit is not None:
             return edit

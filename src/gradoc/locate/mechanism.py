@@ -434,6 +434,16 @@ CATALOGUE: dict[str, Kind] = {
         "no idiom: find why the argument is 0 (a probability that underflowed, a count); "
         "`x.clamp_min(eps)` changes the result by orders of magnitude where it was 0",
     ),
+    "masked_row": Kind(
+        "masking",
+        "every score of a row masked to -inf before `softmax`: exp(-inf) is 0 everywhere, the "
+        "row's sum 0, and 0/0 is NaN (a causal mask inverted or masking its diagonal too, a "
+        "row that is all padding)",
+        "the rows whose scores were all -inf, of how many",
+        "a mask that leaves each row at least one position: a causal mask hides the future "
+        "only (`scores.masked_fill(torch.tril(ones) == 0, -inf)`, or `torch.triu(ones, "
+        "diagonal=1)` as the positions hidden); a row of padding only gets a finite fill",
+    ),
     "inherited": Kind(
         "inherited",
         "an input, a weight or a buffer was already NaN/Inf when the op took it",
@@ -893,6 +903,24 @@ _OVERFLOWS = {"exp", "exp2", "expm1", "pow", "cosh", "sinh", "mul", "matmul", "s
               "softplus", "square", "linear", "conv2d", "convolution", "mean", "norm"}  # fmt: skip
 
 
+def _masked_row(b: Op, f: Failing) -> Mechanism | None:
+    """A softmax whose input has a row of -inf only (the row it normalises over)."""
+    x = b.input(0)
+    if b.name != "softmax" or x is None or x.dim() == 0:
+        return None
+    dim = int(b.numbers[0]) if b.numbers else -1
+    rows = torch.isneginf(x).all(dim)
+    masked = _count(rows)
+    if not masked:
+        return None
+    said = (
+        f"{masked:,} of the {rows.numel():,} rows softmax normalised held -inf at every "
+        f"position ({x.shape[dim]} of {x.shape[dim]}): their exp summed to 0 and 0/0 is NaN"
+    )
+    ev = [Reading("rows of -inf only", masked, {"of": rows.numel()})]
+    return _said("masked_row", said, None, *ev)
+
+
 def _overflow(b: Op, f: Failing) -> Mechanism | None:
     if b.name not in _OVERFLOWS:
         return None
@@ -1010,6 +1038,7 @@ _RULES: tuple[Callable[[Op, Failing], Mechanism | None], ...] = (
     _cosine,
     _power,
     _overflow,
+    _masked_row,
 )
 
 

@@ -60,6 +60,9 @@ _FILE_EVENTS = {
     "sqlite3.connect": "opened the database",
 }
 _NET_EVENTS = {"socket.connect", "socket.sendto", "socket.sendmsg", "socket.bind"}
+_PROCESS_PIPE = "/pymp-"
+"""A Unix socket in the temporary folder multiprocessing makes (``/tmp/pymp-xxxx/listener-...``):
+its workers talking to the parent, not the network."""
 _PROC_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn"}
 _EVENTS = frozenset({"open", *_FILE_EVENTS, *_NET_EVENTS, *_PROC_EVENTS})
 _READ_ONLY = {
@@ -315,6 +318,8 @@ class SideEffects:
                 self._file(p, _FILE_EVENTS[event])
         elif event in _NET_EVENTS:
             address = one_line(args[1] if len(args) > 1 else "?")
+            if _PROCESS_PIPE in address:
+                return  # multiprocessing's own socket between processes (DataLoader workers)
             self._note(f"net:{address}", f"used the network ({address})")
         else:
             argv = _argv(event, args)

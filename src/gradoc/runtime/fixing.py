@@ -58,13 +58,20 @@ class Try:
         return same_edit or same_remedy
 
 
-def plan(report: Report, meta: Any, sources: list[Path], args: Sequence[str] = ()) -> list[Try]:
+def plan(
+    report: Report,
+    meta: Any,
+    sources: list[Path],
+    args: Sequence[str] = (),
+    why: list[str] | None = None,
+) -> list[Try]:
     """The fixes to try, in order: for each serious finding, most serious first, its edit
     where gradoc writes one, then each fix it applies without a code change (a learning
     rate's paired with its edit where the optimizer is made); a fix already planned is not
     planned again. In a program that steps no ``torch.optim`` optimizer (a hand-written
     update), gradoc's own scale, clip and skip (made at the optimizer's step) reach nothing:
-    they are planned only where a flag of the command (``args``) sets that knob."""
+    they are planned only where a flag of the command (``args``) sets that knob. ``why``:
+    where the reasons a writer gave for writing no edit are added."""
     from ..fix.patch import edit_for, lr_edit
     from ..fix.remedy import clip_flags, remedies, scaled_lr_flags
 
@@ -75,7 +82,7 @@ def plan(report: Report, meta: Any, sources: list[Path], args: Sequence[str] = (
     stepped = bool(meta.optimizers) or "backward()" not in meta.steps_counted_by
     tries: list[Try] = []
     for f in report.serious:
-        edit = edit_for([f], meta, sources)
+        edit = edit_for([f], meta, sources, why)
         if edit is not None and edit.remedy is None:
             tries.append(Try(f.kind, edit))
         for remedy in remedies(f):
@@ -115,7 +122,8 @@ def fix(
     sources = user_sources(script)
     meta = _meta(before)
     fixes = code_fixes(report, sources)
-    tries = plan(report, meta, sources, script_args)
+    why: list[str] = []
+    tries = plan(report, meta, sources, script_args, why)
     if not tries:
         unreached = any(remedies(f) for f in report.serious)  # gradoc's, made at opt.step()
         console.print(
@@ -126,7 +134,9 @@ def fix(
             else "gradoc fix: every fix of this diagnosis needs a code change:"
         )
         print_comparison(None, None, fixes, console)
-        return 0
+        for reason in dict.fromkeys(why):
+            console.print(f"gradoc fix: no edit written: {reason}")
+        return 1  # nothing was verified
     rerun = Rerun(before, report, meta, script, script_args, json_path, fixes, console, out)
     code, last = 0, None
     for n, t in enumerate(tries[:MAX_FIXES]):
@@ -221,6 +231,7 @@ raised 100x needs more than the tenth the diagnosis asks for first)."""
 
 _STILL_TOO_HIGH = frozenset(
     {"loss_blowup", "loss_divergence", "loss_spike", "large_updates", "exploding_gradients"}
+    | {"attention_logit_growth", "output_logit_divergence"}  # the precursors of a rate too high
 )
 
 
@@ -331,7 +342,7 @@ class Rerun:
         limit = _rerun_limit(self.report)
         if limit is not None:
             console.print(
-                Text(f"gradoc fix: the re-run is interrupted after {limit:.0f} s")
+                Text(f"gradoc fix: the re-run will be interrupted if it runs past {limit:.0f} s")
                 + Text(_why(self.report))
             )
         guard, scale = (remedy.guard, remedy.lr_scale) if remedy is not None else (None, 1.0)

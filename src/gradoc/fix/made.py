@@ -1,0 +1,449 @@
+"""Edits where a value is made, not where the run used it: the batch's mask in the collator, the
+labels where they are built, the loop that froze the model, the scale the weights start at.
+
+The located line of these causes is not where their fix belongs: the model is called by a
+``Trainer`` (no line of the user's calls it), the labels were copied from the ids in a
+dataset's ``__init__``, the freeze ran once before the optimizer was made. Each writer here
+reads the user's files (``Seen.sources``) for the one place the cause is written, and writes
+its edit there only where exactly one place reads as the run saw it:
+
+- ``padding_leak`` (seen in the inputs, a model that takes a mask and got none): the function
+  that builds the batch's dict (``return {"input_ids": pad_sequence(...), "labels": y}``)
+  given the mask from the pad token: ``batch["attention_mask"] = (batch["input_ids"] !=
+  pad).long()``;
+- ``loss_includes_padding`` (labels that score the pads): the labels where they are copied
+  from the ids, -100 at the pads (``enc["labels"] = list(enc["input_ids"])`` -> ``[-100 if t
+  == pad else t for t in enc["input_ids"]]``, a tensor's ``masked_fill``);
+- ``frozen_parameters`` (never a gradient, though the optimizer holds them): the loop that set
+  ``requires_grad = False`` on the whole model removed (or its ``False`` made ``True``);
+- weights initialised at the wrong scale (``poor_initialization``, or a finding whose first
+  hypothesis is the initialisation): ``normal_(w, std=1.0)`` -> ``std=w[0].numel() ** -0.5``
+  (1/sqrt(fan in)), a weight's ``zeros_`` -> ``normal_(w, mean=0.0, std=...)`` at that
+  scale, a ``w.data *= 10`` after the init removed.
+
+Where no place, or more than one, reads so, :data:`WHY` says why, for the terminal.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..detect.finding import Family, Finding
+from .edit import Edit
+from .idiom import Replace, Source, edit_of, parsed
+
+if TYPE_CHECKING:
+    from .patch import Seen
+
+T = TypeVar("T", bound=tuple[Any, ...])
+
+PAD_LABEL = -100
+"""The label a Hugging Face model's loss (and ``F.cross_entropy``'s default) ignores."""
+
+TOO_WIDE = 0.2
+"""A normal init's std (written as a number) above this is too wide for any layer of the width
+of a model's hidden size (64 and more): 1/sqrt(64) = 0.125."""
+
+
+def _files(seen: Seen) -> Iterator[tuple[Path, Source]]:
+    for path in seen.sources:
+        src = parsed(path)
+        if src is not None:
+            yield path, src
+
+
+def _details(f: Finding) -> dict[str, Any]:
+    return f.details if isinstance(f.details, dict) else f.details.to_json()
+
+
+def _key(node: ast.expr | None, key: str) -> bool:
+    return isinstance(node, ast.Constant) and node.value == key
+
+
+def _in_script(seen: Seen, found: list[T]) -> list[T]:
+    """Of several places found (each a tuple whose first item is its file), those in the
+    script itself where there are any: a file beside it may be another program."""
+    script = seen.sources[0] if seen.sources else None
+    mine = [x for x in found if x[0] == script]  # type: ignore[index]
+    return mine if len(found) > 1 and mine else found
+
+
+def _one(seen: Seen, found: list[T], none: str, many: str) -> T | None:
+    """The one place found, else None with why said: ``none`` where there is none, ``many``
+    (its ``{n}`` the count) where there are several."""
+    if len(found) == 1:
+        return found[0]
+    _why(seen, many.format(n=len(found)) if found else none)
+    return None
+
+
+def _why(seen: Seen, reason: str) -> None:
+    seen.why.append(reason)
+
+
+# -- the batch's mask ----------------------------------------------------------------------------
+Batch = tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.stmt, ast.expr, ast.expr, str | None]
+
+
+def _batch_dicts(src: Source) -> Iterator[Batch]:
+    """The statements of a function that make its batch's dict (a ``return {...}`` or ``x =
+    {...}`` returned later): the function, the statement, the dict, the ``input_ids`` value in
+    it, and the variable (None for a ``return``)."""
+    for fn in ast.walk(src.tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        returned = {
+            r.value.id
+            for r in ast.walk(fn)
+            if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)
+        }
+        for stmt in ast.walk(fn):
+            if isinstance(stmt, ast.Return) and stmt.value is not None:
+                value, name = stmt.value, None
+            elif (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id in returned
+            ):
+                value, name = stmt.value, stmt.targets[0].id
+            else:
+                continue
+            ids = _entry(value, "input_ids")
+            if ids is not None:
+                yield fn, stmt, value, ids, name
+
+
+def _entry(value: ast.expr, key: str) -> ast.expr | None:
+    """The value of ``key`` in a dict display or a ``dict(...)`` call."""
+    if isinstance(value, ast.Dict):
+        pairs = zip(value.keys, value.values, strict=True)
+        return next((v for k, v in pairs if _key(k, key)), None)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+        return next((k.value for k in value.keywords if k.arg == key), None)
+    return None
+
+
+def collated_mask(f: Finding, seen: Seen) -> Edit | None:
+    """The mask the model takes, added to the dict the collator returns, from the pad token
+    (the padding value its ``input_ids`` were padded with, where it names one)."""
+    d = _details(f)
+    param, pad = d.get("mask_param"), (seen.meta.lengths or {}).get("pad_id")
+    if d.get("seen") != "inputs" or not isinstance(pad, int) or not isinstance(param, str):
+        return None
+    if param == "attention_mask":  # Hugging Face's: 1 at a real token
+        sense = "!="
+    elif param.endswith("key_padding_mask"):  # nn.MultiheadAttention's: True at a pad
+        sense = "=="
+    else:
+        _why(seen, f"{param}: its sense (1 at a token or at a pad) is not known")
+        return None
+    found = [
+        (path, src, fn, stmt, made, ids, name)
+        for path, src in _files(seen)
+        for fn, stmt, made, ids, name in _batch_dicts(src)
+        if _entry(made, param) is None
+    ]
+    one = _one(
+        seen,
+        _in_script(seen, found),
+        "no function of your files returns the batch's dict with input_ids",
+        "{n} functions return a batch's dict with input_ids: which one the model is fed, the "
+        "files do not say",
+    )
+    if one is None:
+        return None
+    path, src, fn, stmt, made, ids, name = one
+    given = next((k.value for k in getattr(ids, "keywords", []) if k.arg == "padding_value"), None)
+    pad_text = src.seg(given) if given is not None else str(pad)
+    indent = src.indent(stmt)
+    batch = name or src.fresh("batch", within=fn)
+    mask = f'({batch}["input_ids"] {sense} {pad_text})' + (".long()" if sense == "!=" else "")
+    added = f'{indent}{batch}["{param}"] = {mask}'
+    if name is None:  # return {...}: the dict named, the mask added, then returned
+        text = f"{batch} = {src.seg(made)}\n{added}\n{indent}return {batch}"
+    else:
+        text = f"{src.seg(stmt)}\n{added}"
+    at = "0 at the pads" if sense == "!=" else "True at the pads"
+    action = f"return {param} from the collator, {at} (token {pad})"
+    return edit_of(f, src, str(path), [(stmt, text)], action)
+
+
+# -- the labels ----------------------------------------------------------------------------------
+def _labels_made(src: Source) -> Iterator[tuple[ast.expr, ast.expr | None]]:
+    """The values labels are given that copy the token ids (``x["labels"] = ...``, ``labels =
+    ...``, ``{"labels": ...}``, ``dict(labels=...)``, where the value reads ``ids``), and the
+    ``attention_mask`` given beside them in the same dict, if any."""
+    for n in ast.walk(src.tree):
+        found: list[tuple[ast.expr, ast.expr | None]] = []
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if (isinstance(t, ast.Subscript) and _key(t.slice, "labels")) or (
+                    isinstance(t, ast.Name) and t.id == "labels"
+                ):
+                    found.append((n.value, None))
+        elif isinstance(n, ast.expr):
+            entry = _entry(n, "labels")
+            if entry is not None:
+                found.append((entry, _entry(n, "attention_mask")))
+        yield from ((v, m) for v, m in found if "ids" in src.seg(v))
+
+
+def _pads(src: Source, pad: int | None, mask: ast.expr | None) -> tuple[str, str] | None:
+    """How the pads are told: (the pad token, as code; or None) and (the mask, as code), from
+    the run's pad token, else from the mask beside the labels (``(ids != PAD).long()`` names
+    the token; a mask by name is used as it is)."""
+    if isinstance(pad, int):
+        return str(pad), ""
+    inner = mask
+    while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and not inner.args:
+        inner = inner.func.value  # (ids != PAD).long()
+    if (
+        isinstance(inner, ast.Compare)
+        and len(inner.ops) == 1
+        and isinstance(inner.ops[0], ast.NotEq)
+    ):
+        return src.seg(inner.comparators[0]), ""
+    if isinstance(mask, ast.Name | ast.Attribute | ast.Subscript):
+        return "", src.seg(mask)
+    return None
+
+
+def _without_pads(src: Source, value: ast.expr, pad: str, mask: str) -> str | None:
+    """``value`` with -100 at the pads, as its kind reads: a list's comprehension, a tensor's
+    ``masked_fill`` (at the pad token, or where the mask is 0)."""
+    inner = value
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "list"
+        and len(value.args) == 1
+        and pad
+    ):
+        inner = value.args[0]
+        t = src.fresh("t")
+        return f"[{PAD_LABEL} if {t} == {pad} else {t} for {t} in {src.seg(inner)}]"
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in ("clone", "detach")
+        and not value.args
+    ):
+        inner = value.func.value
+    if not isinstance(inner, ast.Name | ast.Attribute | ast.Subscript):
+        return None  # a value computed there: masked, it would be computed twice
+    text = src.seg(inner)
+    where = f"{text} == {pad}" if pad else f"{mask} == 0"
+    return f"{text}.masked_fill({where}, {PAD_LABEL})"
+
+
+def labels_where_made(f: Finding, seen: Seen) -> Edit | None:
+    """-100 at the pads where the labels are copied from the ids."""
+    if not _details(f).get("model_loss"):
+        return None
+    pad = (seen.meta.lengths or {}).get("pad_id")
+    found = [(path, src, v, m) for path, src in _files(seen) for v, m in _labels_made(src)]
+    one = _one(
+        seen,
+        _in_script(seen, found),
+        "no line of your files makes the labels from the ids",
+        "{n} lines make labels from the ids: which one the model is fed, the files do not say",
+    )
+    if one is None:
+        return None
+    path, src, value, mask = one
+    told = _pads(src, pad, mask)
+    new = _without_pads(src, value, *told) if told is not None else None
+    if new is None:
+        _why(seen, f"where the pads are in {src.seg(value)}, the run and the line do not say")
+        return None
+    return edit_of(
+        f, src, str(path), [(value, new)],
+        "labels -100 at the pads where they are made, which the model's loss ignores",
+        objective=True,
+    )  # fmt: skip
+
+
+# -- the freeze ----------------------------------------------------------------------------------
+def _freezes(src: Source) -> Iterator[tuple[ast.stmt, ast.For | None, bool]]:
+    """The statements that set ``requires_grad`` False (``p.requires_grad = False``,
+    ``p.requires_grad_(False)``), the ``for`` over parameters holding each, and whether that
+    loop (or the call) takes a whole model (``model.parameters()``, not ``model.head``'s)."""
+    loops = {id(s): n for n in ast.walk(src.tree) if isinstance(n, ast.For) for s in n.body}
+    for n in ast.walk(src.tree):
+        if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in n.targets
+        ):
+            off = isinstance(n.value, ast.Constant) and n.value.value is False
+        elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call):
+            call = n.value
+            off = (
+                isinstance(call.func, ast.Attribute)
+                and call.func.attr == "requires_grad_"
+                and bool(call.args)
+                and isinstance(call.args[0], ast.Constant)
+                and call.args[0].value is False
+            )
+        else:
+            continue
+        if not off:
+            continue
+        loop = loops.get(id(n))
+        over = loop.iter if loop is not None else None
+        if loop is None and isinstance(n, ast.Expr):  # model.requires_grad_(False)
+            yield (
+                n,
+                None,
+                isinstance(getattr(n.value, "func", None), ast.Attribute)
+                and (
+                    isinstance(n.value.func.value, ast.Name)  # type: ignore[attr-defined]
+                ),
+            )
+            continue
+        whole = (
+            isinstance(over, ast.Call)
+            and isinstance(over.func, ast.Attribute)
+            and over.func.attr in ("parameters", "named_parameters")
+            and isinstance(over.func.value, ast.Name)
+        )
+        yield n, loop, whole
+
+
+def unfrozen(f: Finding, seen: Seen) -> Edit | None:
+    """The loop that froze the whole model removed, where its only statement is the freeze;
+    else the freeze's ``False`` made ``True``."""
+    d = _details(f)
+    if d.get("left_out") and not d.get("idle"):
+        return None  # a gradient that no optimizer applies: the optimizer's edit
+    found = [(path, src, *x) for path, src in _files(seen) for x in _freezes(src)]
+    found = _in_script(seen, found)
+    found = [x for x in found if x[4]] if len(found) > 1 else found
+    one = _one(
+        seen,
+        found,
+        "no line of your files sets requires_grad to False: the graph is cut before them",
+        "{n} lines set requires_grad to False: which one froze what must train, the files do "
+        "not say",
+    )
+    if one is None:
+        return None
+    path, src, stmt, loop, _ = one
+    if loop is not None and loop.body == [stmt] and not loop.orelse and _removable(src, loop):
+        return _removed(f, path, src, loop, f"remove the loop that froze {src.seg(loop.iter)}")
+    if loop is None and isinstance(stmt, ast.Expr) and _removable(src, stmt):
+        return _removed(f, path, src, stmt, f"remove the freeze ({src.seg(stmt)})")
+    off = stmt.value.args[0] if isinstance(stmt, ast.Expr) else stmt.value  # type: ignore[attr-defined]
+    return edit_of(f, src, str(path), [(off, "True")], "requires_grad restored (True)")
+
+
+def _removable(src: Source, stmt: ast.stmt) -> bool:
+    """``stmt`` has its lines to itself and a sibling in its block: removed, the code stands."""
+    first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+    rest = src.lines[last - 1].encode()[stmt.end_col_offset or 0 :].decode().strip()
+    alone = not src.lines[first - 1][: stmt.col_offset].strip()
+    alone = alone and (not rest or rest.startswith("#"))
+    bodies = (
+        getattr(n, field)
+        for n in ast.walk(src.tree)
+        for field in ("body", "orelse", "finalbody")
+        if isinstance(getattr(n, field, None), list)
+    )
+    return alone and any(stmt in body and len(body) > 1 for body in bodies)
+
+
+def _removed(f: Finding, path: Path, src: Source, stmt: ast.stmt, action: str) -> Edit:
+    first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+    before = "\n".join(src.lines[first - 1 : last])
+    return Edit(f.kind, str(path), first, before, (), action, end=last if last > first else None)
+
+
+# -- the init scale -----------------------------------------------------------------------------
+_NORMALS = {"normal_", "trunc_normal_"}
+_ZEROS = {"zeros_", "zero_"}
+
+
+def _scale_changes(src: Source) -> list[Replace]:
+    """The inits of ``src`` at a scale no layer of a trained model starts at: a normal's std
+    written as a number above :data:`TOO_WIDE`, a weight set to 0 (``zeros_(m.weight)``), a
+    weight multiplied after its init (``w.data *= 10``)."""
+    changes: list[Replace] = []
+    for n in ast.walk(src.tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute | ast.Name):
+            name = n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id
+            if name in _NORMALS:
+                method = isinstance(n.func, ast.Attribute) and "init" not in src.seg(n.func)
+                std = next((k.value for k in n.keywords if k.arg == "std"), None)
+                positional = n.args[1:] if method else n.args[2:]
+                std = std if std is not None else (positional[0] if positional else None)
+                wide = _number(std)
+                weight = n.args[0] if n.args and not method else getattr(n.func, "value", None)
+                if std is not None and wide is not None and wide > TOO_WIDE and weight:
+                    changes.append((std, _fan_in_std(src, weight)))
+            elif name in _ZEROS and _weight(n, src):
+                of = n.args[0] if n.args else getattr(n.func, "value", n.func)
+                target = src.seg(of)
+                func = src.seg(n.func)
+                std_text = _fan_in_std(src, of)
+                if n.args:
+                    prefix = func[: len(func) - len(name)]
+                    call = f"{prefix}normal_({target}, mean=0.0, std={std_text})"
+                else:
+                    call = f"{target}.normal_(mean=0.0, std={std_text})"
+                changes.append((n, call))
+        elif isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Mult):
+            k = _number(n.value)
+            if k is not None and k >= 2 and "weight" in src.seg(n.target):
+                changes.append((n, ""))  # removed: the weights keep their init's scale
+    return changes
+
+
+def _fan_in_std(src: Source, weight: ast.expr) -> str:
+    """1/sqrt(fan in) of ``weight``, as code: its first row's size is its fan in for a linear
+    layer's (out, in), a convolution's (out, in, k, k) and an embedding's (rows, width) alike
+    (LeCun's normal init, the scale that keeps a layer's output at its input's)."""
+    w = src.seg(weight)
+    if w.endswith(".data"):
+        w = w[: -len(".data")]
+    return f"{w}[0].numel() ** -0.5"
+
+
+def _number(e: ast.expr | None) -> float | None:
+    value = e.value if isinstance(e, ast.Constant) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _weight(call: ast.Call, src: Source) -> bool:
+    """The call sets a weight (not a bias) to 0."""
+    target = call.args[0] if call.args else getattr(call.func, "value", None)
+    return target is not None and "weight" in src.seg(target)
+
+
+def init_scaled(f: Finding, seen: Seen) -> Edit | None:
+    """The weights' init at a trainable scale, where the user's files init them at one no
+    model trains from (a finding of a poor initialisation, or whose first hypothesis is the
+    initialisation)."""
+    first = f.hypotheses[0].family if f.hypotheses else None
+    if f.kind != "poor_initialization" and first is not Family.INITIALIZATION:
+        return None
+    found = [(path, src, c) for path, src in _files(seen) if (c := _scale_changes(src))]
+    one = _one(
+        seen,
+        _in_script(seen, found),
+        "no init in your files writes a scale too wide (a normal's std above 0.2, a weight set "
+        "to 0, a weight multiplied after its init)",
+        "inits too wide in {n} files: which one made the model, the files do not say",
+    )
+    if one is None:
+        return None
+    path, src, changes = one
+    edit = edit_of(f, src, str(path), changes, "initialise the weights at a trainable scale")
+    if edit is None:
+        return None
+    kept = tuple(t for t in edit.after if t.strip() or not t)  # a statement removed: its line too
+    return replace(edit, after=kept)

@@ -1,0 +1,93 @@
+"""Repairs written where the cause is, in programs shaped as real ones are (issue 60).
+
+``tests/repairs/`` holds programs of our own, each with one bug whose fix belongs somewhere the
+run did not locate: a collator (a class's ``__call__`` returning ``dict(...)``) that pads and
+returns no mask, labels copied from the ids in a dataset's ``__getitem__``, a model frozen by
+``requires_grad_(False)`` before its head is unfrozen, weights drawn from N(0, 1). Each runs
+under ``gradoc run``; ``gradoc fix --write`` writes the edit where the cause is, verifies it by
+a re-run, and leaves the file exactly as the diff it showed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import gradoc_cli
+
+PROGRAMS = Path(__file__).parent / "repairs"
+
+CASES: dict[str, tuple[str, str, str]] = {
+    # program: (the finding fixed, the line before, the lines after; "" where it is removed)
+    "collator_mask.py": (
+        "padding_leak",
+        "        return dict(\n",
+        "        batch = dict(\n",
+    ),
+    "labels_from_ids.py": (
+        "loss_includes_padding",
+        '"labels": ids.clone()}',
+        '"labels": ids.masked_fill(ids == PAD, -100)}',
+    ),
+    "freeze_named.py": (
+        "frozen_parameters",
+        "net.requires_grad_(False)  # fine-tune the head only\n",
+        "",
+    ),
+    "init_wide.py": (
+        "poor_initialization",
+        "nn.init.normal_(m.weight, 0.0, 1.0)",
+        "nn.init.normal_(m.weight, 0.0, m.weight[0].numel() ** -0.5)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_cause_is_repaired_where_it_is_written(name: str, tmp_path: Path) -> None:
+    kind, old, new = CASES[name]
+    shutil.copy(PROGRAMS / name, tmp_path)
+    done = gradoc_cli("run", "--out", "run", name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert kind in {f["kind"] for f in report["findings"] if f["severity"] != "info"}
+
+    fixed = gradoc_cli("fix", "--write", "--json", "fix.json", "run", name, cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    result = json.loads((tmp_path / "fix.json").read_text())
+    assert result["verdict"] == "verified", result.get("why_not")
+    assert result["patch"]["finding"] == kind
+    original = (PROGRAMS / name).read_text()
+    assert original.count(old) == 1
+    written = (tmp_path / name).read_text()
+    if name == "collator_mask.py":  # the dict named, the mask added, the name returned
+        expected = original.replace(old, new).replace(
+            "        )\n\n\ndef word",
+            '        )\n        batch["attention_mask"] = (batch["input_ids"] != PAD).long()\n'
+            "        return batch\n\n\ndef word",
+        )
+    else:
+        expected = original.replace(old, new)
+    assert written == expected  # --write made exactly the edit, nothing more
+    assert (tmp_path / "run-fixed" / "report.json").is_file()
+
+
+def test_a_shape_with_no_edit_says_why(tmp_path: Path) -> None:
+    """Two functions that return a batch's dict without a mask: which one the model is fed,
+    the files do not say; gradoc writes no edit, says so and exits 1."""
+    text = (PROGRAMS / "collator_mask.py").read_text()
+    twin = text.replace(
+        "def word(g):",
+        "def other_batch(pairs):\n"
+        '    return {"input_ids": torch.zeros(2, 3, dtype=torch.long)}\n\n\ndef word(g):',
+    )
+    (tmp_path / "collator_mask.py").write_text(twin)
+    done = gradoc_cli("run", "--out", "run", "collator_mask.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    fixed = gradoc_cli("fix", "run", "collator_mask.py", cwd=tmp_path)
+    said = " ".join(fixed.stderr.split())
+    assert "2 functions return a batch's dict with input_ids" in said, said
+    assert fixed.returncode == 1
+    assert (tmp_path / "collator_mask.py").read_text() == twin
