@@ -3,7 +3,9 @@
 ``tests/repairs/`` holds programs of our own, each with one bug whose fix belongs somewhere the
 run did not locate: a collator (a class's ``__call__`` returning ``dict(...)``) that pads and
 returns no mask, labels copied from the ids in a dataset's ``__getitem__``, a model frozen by
-``requires_grad_(False)`` before its head is unfrozen, weights drawn from N(0, 1). Each runs
+``requires_grad_(False)`` before its head is unfrozen, weights drawn from N(0, 1), a VAE's KL
+term written with its sign flipped on a line of its own (``(1 + lv - mu**2 - lv.exp()).sum(1)
+.mean() * 0.5``). Each runs
 under ``gradoc run``; ``gradoc fix --write`` writes the edit where the cause is, verifies it by
 a re-run, and leaves the file exactly as the diff it showed.
 """
@@ -36,6 +38,11 @@ CASES: dict[str, tuple[str, str, str]] = {
         "frozen_parameters",
         "net.requires_grad_(False)  # fine-tune the head only\n",
         "",
+    ),
+    "vae_kl_sign.py": (
+        "loss_unbounded",
+        "sum(1).mean() * 0.5",
+        "sum(1).mean() * -0.5",
     ),
     "init_wide.py": (
         "poor_initialization",

@@ -447,3 +447,153 @@ def init_scaled(f: Finding, seen: Seen) -> Edit | None:
         return None
     kept = tuple(t for t in edit.after if t.strip() or not t)  # a statement removed: its line too
     return replace(edit, after=kept)
+
+
+# -- a term's sign -------------------------------------------------------------------------------
+def _terms(e: ast.expr, sign: int = 1) -> Iterator[tuple[int, ast.expr]]:
+    """The additive terms of ``e`` with their signs: ``1 + a - b`` -> (+1, 1), (+1, a), (-1, b)."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add | ast.Sub):
+        yield from _terms(e.left, sign)
+        yield from _terms(e.right, sign if isinstance(e.op, ast.Add) else -sign)
+    elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        yield from _terms(e.operand, -sign)
+    else:
+        yield sign, e
+
+
+def _exp_of(e: ast.expr) -> ast.expr | None:
+    """``x`` of ``torch.exp(x)`` or ``x.exp()``."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "exp":
+        return e.args[0] if e.args else e.func.value
+    return None
+
+
+def _reduced(call: ast.Call) -> ast.expr | None:
+    """What a ``sum``/``mean`` reduces: ``x`` of ``torch.sum(x, 1)`` and of ``x.sum(1)``."""
+    if _called(call) not in ("sum", "mean"):
+        return None
+    func = call.func
+    if isinstance(func, ast.Attribute) and not (
+        isinstance(func.value, ast.Name) and func.value.id in ("torch", "np", "numpy")
+    ):
+        return func.value
+    return call.args[0] if call.args else None
+
+
+def _gaussian_kl(e: ast.expr) -> bool:
+    """``1 + logvar - mu**2 - exp(logvar)``, in any order: the terms of a Gaussian's KL
+    divergence from N(0, 1), which is ``-0.5 *`` their sum (never below 0)."""
+    terms = list(_terms(e))
+    exps = [x for sign, t in terms if sign < 0 and (x := _exp_of(t)) is not None]
+    plain = {ast.dump(t) for sign, t in terms if sign > 0}
+    one = any(sign > 0 and isinstance(t, ast.Constant) and t.value == 1 for sign, t in terms)
+    negative = sum(sign < 0 for sign, _ in terms)
+    return (
+        len(terms) == 4
+        and one
+        and negative == 2
+        and len(exps) == 1
+        and (ast.dump(exps[0]) in plain)
+    )
+
+
+def _factors(e: ast.expr) -> Iterator[ast.expr]:
+    """The factors of a product: ``beta * 0.5 * x`` -> beta, 0.5, x."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+        yield from _factors(e.left)
+        yield from _factors(e.right)
+    else:
+        yield e
+
+
+def _signed(k: ast.expr) -> float | None:
+    """A number written in the code, its minus sign included (``-0.5``)."""
+    if isinstance(k, ast.UnaryOp) and isinstance(k.op, ast.USub):
+        inner = _number(k.operand)
+        return -inner if inner is not None else None
+    return _number(k)
+
+
+_SCALED = "scaled"
+"""The KL term is divided by a number: negated itself, its scale kept."""
+
+
+def _kl_flipped(src: Source) -> list[Replace]:
+    """Each Gaussian KL term the file writes with its sign flipped (``0.5 * torch.sum(1 +
+    logvar - mu.pow(2) - logvar.exp())``, by the numbers and minus signs around it): the
+    nearest number it is multiplied by negated, the term negated where it is divided by one,
+    ``-0.5 *`` put before it where there is neither."""
+    changes: list[Replace] = []
+
+    def visit(e: ast.AST, sign: int, near: ast.expr | str | None) -> None:
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            visit(e.operand, -sign, near)
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+            factors = list(_factors(e))
+            numbers = [k for k in factors if _signed(k)]
+            for k in numbers:
+                sign = -sign if (_signed(k) or 0) < 0 else sign
+            for other in factors:
+                if other not in numbers:
+                    visit(other, sign, numbers[-1] if numbers else near)
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, ast.Sub):
+            visit(e.left, sign, None)
+            visit(e.right, -sign, None)
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div) and _signed(e.right):
+            visit(e.left, -sign if (_signed(e.right) or 0) < 0 else sign, _SCALED)
+            visit(e.right, sign, None)
+        elif isinstance(e, ast.Call) and (reduced := _reduced(e)) is not None:
+            if _gaussian_kl(reduced):
+                if sign > 0 and isinstance(near, ast.expr):
+                    changes.append((near, f"-{src.seg(near)}"))
+                elif sign > 0:
+                    minus = "-" if near == _SCALED else "-0.5 * "
+                    changes.append((e, f"{minus}{src.seg(e)}"))
+                return
+            for child in ast.iter_child_nodes(e):  # x.sum(1).mean(): the scale reaches x
+                visit(child, sign, near)
+        else:
+            keep = isinstance(e, ast.Attribute)  # the receiver of a reduction
+            for child in ast.iter_child_nodes(e):
+                visit(child, sign, near if keep else None)
+
+    visit(src.tree, 1, None)
+    subtracted = {  # kl = 0.5 * sum(...); loss = rec - kl: the sign is given where it is used
+        n.id
+        for e in ast.walk(src.tree)
+        if isinstance(e, ast.BinOp | ast.UnaryOp) and isinstance(e.op, ast.Sub | ast.USub)
+        for n in ast.walk(e.right if isinstance(e, ast.BinOp) else e.operand)
+        if isinstance(n, ast.Name)
+    }
+    held = {
+        id(x): {t.id for t in a.targets if isinstance(t, ast.Name)}
+        for a in ast.walk(src.tree)
+        if isinstance(a, ast.Assign)
+        for x in ast.walk(a.value)
+    }
+    return [(n, t) for n, t in changes if not held.get(id(n), set()) & subtracted]
+
+
+def kl_sign(f: Finding, seen: Seen) -> Edit | None:
+    """A loss with no minimum, in a program whose files write a Gaussian's KL term with its
+    sign flipped: the sign restored (``0.5 * torch.sum(...)`` -> ``-0.5 * torch.sum(...)``)."""
+    found = [(path, src, c) for path, src in _files(seen) if (c := _kl_flipped(src))]
+    one = _one(
+        seen,
+        _in_script(seen, found),
+        "no term of the loss reads as one written with its sign flipped",
+        "KL terms with their sign flipped in {n} files: which one the loss is, the files do not "
+        "say",
+    )
+    if one is None:
+        return None
+    path, src, changes = one
+    return edit_of(
+        f, src, str(path), changes, "the KL term's sign: -0.5 * sum(1 + logvar - mu² - e^logvar)",
+        objective=True,
+    )  # fmt: skip
+
+
+def _called(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")

@@ -50,13 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from .._util.json_types import JsonObject
-from ..detect.finding import CodeLine, Finding
+from ..detect.finding import CodeLine, Family, Finding
 from ..locate.mechanism import NO_IDIOM
 from ..locate.replay import NUMBER_DENOMINATOR
 from ..store.meta import RunMeta
 from .edit import Edit, EditFailed
 from .idiom import idiom_edit
-from .made import collated_mask, init_scaled, labels_where_made, unfrozen
+from .made import collated_mask, init_scaled, kl_sign, labels_where_made, unfrozen
 
 __all__ = ["Edit", "EditFailed", "edit_for", "lr_edit"]
 
@@ -333,6 +333,32 @@ def _unsquashed(f: Finding, seen: Seen) -> Edit | None:
     return where.becomes(f, new, action, objective=True)
 
 
+_ON_PROBABILITIES = {
+    "BCEWithLogitsLoss": "BCELoss",
+    "binary_cross_entropy_with_logits": "binary_cross_entropy",
+}
+"""A loss on logits and the same loss on probabilities."""
+
+
+def _loss_on_what_it_gets(f: Finding, seen: Seen) -> Edit | None:
+    """A sigmoid the model applies more than once (an activation it uses in every layer, the
+    last included), its output given to a loss on logits: the loss on probabilities instead
+    (``nn.BCEWithLogitsLoss()`` -> ``nn.BCELoss()``), where the user's files make exactly one
+    such loss."""
+    if str(_details(f).get("fed")) != "sigmoid":
+        return None
+    found = [(n, x) for n in _ON_PROBABILITIES for x in _calls_in(seen.sources, n.lower())]
+    if len(found) != 1:
+        return None
+    name, (where, call) = found[0]
+    func = ast.get_source_segment(where.stripped, call.func) or ""
+    new = _replaced(
+        where.stripped, call.func, func[: len(func) - len(name)] + _ON_PROBABILITIES[name]
+    )
+    action = f"{_ON_PROBABILITIES[name]}, the loss on the probabilities the model outputs"
+    return where.becomes(f, new, action, objective=True)
+
+
 _FUNCTIONS = frozenset({"torch", "F", "nn", "functional", "special"})
 """Names a softmax is called on as a function (``F.softmax(x)``), not as a method
 (``x.softmax()``)."""
@@ -582,6 +608,32 @@ def _eps_lowered(f: Finding, seen: Seen) -> Edit | None:
     return where.becomes(f, new, f"eps={SMALL_EPS} where the optimizer is made")
 
 
+GAME_RATIO = 10
+"""Two optimizers of a game whose rates differ this much or more: the faster one's is lowered
+to the slower one's (``game_stopped``: a discriminator at 100x its generator's rate)."""
+
+
+def _rates_evened(f: Finding, seen: Seen) -> Edit | None:
+    """A game that stopped, its first hypothesis a rate too high, in a program with two
+    optimizers whose rates differ :data:`GAME_RATIO` times or more: the faster one's rate
+    scaled to the slower one's where it is made (``lr=d_lr`` -> ``lr=d_lr * 0.01``)."""
+    first = f.hypotheses[0].family if f.hypotheses else None
+    rated = [o for o in seen.meta.optimizers if isinstance(o.get("lr"), (int, float))]
+    if first is not Family.LEARNING_RATE or len(rated) != 2:
+        return None
+    slow, fast = sorted(rated, key=lambda o: float(o["lr"]))
+    factor = float(slow["lr"]) / float(fast["lr"])
+    made = _optimizer_call(seen.meta, fast)
+    if factor > 1 / GAME_RATIO or made is None:
+        return None
+    where, call = made
+    rate = _rate(call)
+    assert rate is not None
+    new = _replaced(where.stripped, rate, _times(where.stripped, rate, factor))
+    action = f"the faster optimizer's learning rate x{factor:.3g}, to the other's"
+    return where.becomes(f, new, action)
+
+
 Writer = Callable[[Finding, Seen], Edit | None]
 
 
@@ -600,13 +652,14 @@ WRITERS: dict[str, Writer] = {
     "zero_clip": _zero_clip,
     "accumulating_gradients": _zero_grad,
     "eval_mode": _train_mode,
-    "loss_on_probabilities": _unsquashed,
+    "loss_on_probabilities": _first(_unsquashed, _loss_on_what_it_gets),
     "loss_includes_padding": _first(_masked_labels, labels_where_made),
     "padding_leak": _first(_mask_given, collated_mask),
-    "loss_unbounded": _term_sign,
+    "loss_unbounded": _first(_term_sign, kl_sign),
     "frozen_parameters": _first(_all_parameters, unfrozen),
     "weight_decay_dominates": _decay_lowered,
     "adam_epsilon": _eps_lowered,
+    "game_stopped": _rates_evened,
 }
 """The finding kinds whose code fix gradoc writes as an edit."""
 
@@ -638,18 +691,21 @@ def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | No
     )
 
 
-def _made_at(meta: RunMeta) -> Located | None:
+def _made_at(meta: RunMeta, which: JsonObject | None = None) -> Located | None:
     """The line that constructs the program's optimizer (``meta.optimizers[i].at``, seen by
-    ``gradoc run``), as the file holds it now."""
-    return _located(
-        next((CodeLine.from_json(o.get("at")) for o in meta.optimizers if o.get("at")), None)
-    )
+    ``gradoc run``; ``which``: that optimizer's, else the first's), as the file holds it
+    now."""
+    made = [which] if which is not None else meta.optimizers
+    return _located(next((CodeLine.from_json(o.get("at")) for o in made if o.get("at")), None))
 
 
-def _optimizer_call(meta: RunMeta) -> tuple[Located, ast.Call] | None:
-    """The line that constructs the program's optimizer and its constructor's call, where the
-    line holds exactly one (``opt = AdamW(ps, lr=1e-3)``); None elsewhere."""
-    where = _made_at(meta)
+def _optimizer_call(
+    meta: RunMeta, which: JsonObject | None = None
+) -> tuple[Located, ast.Call] | None:
+    """The line that constructs the program's optimizer (``which``, else the first) and its
+    constructor's call, where the line holds exactly one (``opt = AdamW(ps, lr=1e-3)``); None
+    elsewhere."""
+    where = _made_at(meta, which)
     calls = _constructors(where) if where is not None else []
     return (where, calls[0]) if where is not None and len(calls) == 1 else None
 
