@@ -56,6 +56,7 @@ CASES: dict[str, tuple[str, str, str]] = {
     "std_function": ("zero_std", "constant rows", "torch.sqrt(h.var(dim=0) + 1e-5)"),
     "onesample_advantage": ("one_sample", "n - 1 = 0", "ret.std(correction=0)"),
     "onesample_loader": ("one_sample", "n - 1 = 0", "torch.std(pred, correction=0)"),
+    "onesample_minibatch": ("one_sample", "n - 1 = 0", "/ (g.std(correction=0) + 1e-8)"),
     "length_position": ("zero_length", "length minus one", "(lengths[:, None] - 1).clamp_min(1)"),
     "length_masked_mean": ("zero_length", "all padding", "mask.sum(1, keepdim=True).clamp_min(1)"),
     "sqrt_triplet": ("sqrt_at_zero", "1 / (2 sqrt(0))", "torch.sqrt(((ea - ep) ** 2).sum(-1) + 1e-12)"),

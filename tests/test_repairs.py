@@ -4,7 +4,8 @@
 run did not locate: a collator (a class's ``__call__`` returning ``dict(...)``) that pads and
 returns no mask, labels copied from the ids in a dataset's ``__getitem__``, a model frozen by
 ``requires_grad_(False)`` before its head is unfrozen, weights drawn from N(0, 1), a VAE's KL
-term written with its sign flipped on a line of its own (``(1 + lv - mu**2 - lv.exp()).sum(1)
+term written with its sign flipped on a line of its own, a hand-written update whose rate's
+flag defaults 100x too high (``(1 + lv - mu**2 - lv.exp()).sum(1)
 .mean() * 0.5``). Each runs
 under ``gradoc run``; ``gradoc fix --write`` writes the edit where the cause is, verifies it by
 a re-run, and leaves the file exactly as the diff it showed.
@@ -44,6 +45,7 @@ CASES: dict[str, tuple[str, str, str]] = {
         "sum(1).mean() * 0.5",
         "sum(1).mean() * -0.5",
     ),
+    "manual_sgd_flag.py": ("loss_blowup", "default=8.0,", "default=0.08,"),
     "init_wide.py": (
         "poor_initialization",
         "nn.init.normal_(m.weight, 0.0, 1.0)",

@@ -16,7 +16,8 @@ removes the cause where the program computes it, keeping its variable names and 
 ``product_underflow``       ``torch.log(torch.prod(p, 1))`` -> ``torch.log(p).sum(1)``
 ``zero_norm``               ``x / x.norm(dim=1, keepdim=True)`` -> ``F.normalize(x, dim=1)``
 ``zero_std``                ``x.std(1)`` under a division -> ``torch.sqrt(x.var(1) + 1e-5)``
-``one_sample``              ``x.std()`` -> ``x.std(correction=0)``
+``one_sample``              ``x.std()`` -> ``x.std(correction=0)``, under a division ``(x.std(
+                            correction=0) + 1e-8)``
 ``sqrt_at_zero``            ``torch.sqrt(d)`` -> ``torch.sqrt(d + 1e-12)``
 ``variance_cancellation``   ``torch.mean(x**2, 1) - torch.mean(x, 1)**2`` -> ``torch.var(x, 1,
                             correction=0)``
@@ -426,9 +427,18 @@ def _one_sample(src: Source, origin: Origin) -> list[Replace]:
         kept += [src.seg(k) for k in call.keywords if k.arg not in ("unbiased", "correction")]
         args = ", ".join([*kept, "correction=0"])
         if _is_method(call):
-            return [(call, f"{_wrapped(src, x)}.{_name(call)}({args})")]
-        return [(call, f"torch.{_name(call)}({src.seg(x)}, {args})")]
+            text = f"{_wrapped(src, x)}.{_name(call)}({args})"
+        else:
+            text = f"torch.{_name(call)}({src.seg(x)}, {args})"
+        if any(d.right is call for d in _divisions(src)):  # (a - a.mean()) / a.std(): 0/0
+            text = f"({text} + {ONE_SAMPLE_EPS})"
+        return [(call, text)]
     return []
+
+
+ONE_SAMPLE_EPS = "1e-8"
+"""Added to a one-sample-safe std under a division: the std of one value is 0, and so is what
+it divides (``x - x.mean()``); 0 / 1e-8 is 0 (PPO's advantage normalisation)."""
 
 
 def _inside_root(src: Source, root: str, eps: str) -> list[Replace]:

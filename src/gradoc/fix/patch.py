@@ -55,7 +55,7 @@ from ..locate.mechanism import NO_IDIOM
 from ..locate.replay import NUMBER_DENOMINATOR
 from ..store.meta import RunMeta
 from .edit import Edit, EditFailed
-from .idiom import idiom_edit
+from .idiom import edit_of, idiom_edit, parsed
 from .made import collated_mask, init_scaled, kl_sign, labels_where_made, unfrozen
 
 __all__ = ["Edit", "EditFailed", "edit_for", "lr_edit"]
@@ -677,8 +677,10 @@ def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | No
     asked = next((x.apply["lr_scale"] for x in f.fixes if x.apply and "lr_scale" in x.apply), None)
     factor = factor if factor is not None and asked is not None else asked
     made = _optimizer_call(meta)
-    if not isinstance(factor, (int, float)) or made is None:
+    if not isinstance(factor, (int, float)):
         return None
+    if made is None:
+        return _default_scaled(f, meta, factor)
     where, call = made
     rate = _rate(call)
     assert rate is not None
@@ -689,6 +691,41 @@ def lr_edit(f: Finding, meta: RunMeta, factor: float | None = None) -> Edit | No
         remedy="lr_scale",
         scale=factor,
     )
+
+
+_RATES = {"lr", "learning_rate", "learning-rate", "learningrate"}
+"""The names of a flag that sets the learning rate itself (not a bound of its schedule)."""
+
+
+def _default_scaled(f: Finding, meta: RunMeta, factor: float) -> Edit | None:
+    """A program that makes no ``torch.optim`` optimizer (an update written by hand): the
+    default of its learning-rate flag scaled, where the script declares it
+    (``parser.add_argument("--lr", type=float, default=20)`` -> ``default=2``), the one
+    flag of a learning rate it declares with a number for a default."""
+    script = Path(meta.script).resolve() if meta.script else None  # as gradoc run was given it
+    src = parsed(script) if script is not None else None
+    if src is None:
+        return None
+    found = [
+        d
+        for n in ast.walk(src.tree)
+        if isinstance(n, ast.Call)
+        and _name(n.func) == "add_argument"
+        and any(isinstance(a, ast.Constant) and str(a.value).lstrip("-") in _RATES for a in n.args)
+        and isinstance(d := _keyword(n, "default"), ast.Constant)
+        and isinstance(d.value, (int, float))
+    ]
+    if len(found) != 1:
+        return None
+    (default,) = found
+    value = default.value
+    assert isinstance(value, (int, float))
+    new = f"{value * factor:.3g}"
+    return edit_of(
+        f, src, str(script), [(default, new)],
+        f"the learning rate's default x{factor:g} where the script declares its flag",
+        remedy="lr_scale", scale=factor,
+    )  # fmt: skip
 
 
 def _made_at(meta: RunMeta, which: JsonObject | None = None) -> Located | None:

@@ -87,7 +87,9 @@ def plan(
             tries.append(Try(f.kind, edit))
         for remedy in remedies(f):
             rate = lr_edit(f, meta) if remedy.kind == "lr_scale" else None
-            if stepped or rate is not None or flagged.get(remedy.kind):
+            if not stepped and rate is not None and not flagged["lr_scale"]:
+                tries.append(Try(f.kind, rate))  # gradoc's scale reaches no update: the code's
+            elif stepped or rate is not None or flagged.get(remedy.kind):
                 tries.append(Try(f.kind, rate, remedy))
     out: list[Try] = []
     for t in tries:
@@ -232,6 +234,7 @@ raised 100x needs more than the tenth the diagnosis asks for first)."""
 _STILL_TOO_HIGH = frozenset(
     {"loss_blowup", "loss_divergence", "loss_spike", "large_updates", "exploding_gradients"}
     | {"attention_logit_growth", "output_logit_divergence"}  # the precursors of a rate too high
+    | {"dead_units", "policy_collapse", "measure_worsened"}  # what a rate still too high leaves
 )
 
 
