@@ -185,8 +185,21 @@ def _made(src: Source, root: ast.expr) -> ast.expr | None:
         name = root.id
     else:
         return None
+    values = _values(src.tree, name)
+    if len(values) > 1:  # one per class: the class of the located line's
+        cls = [
+            c
+            for c in ast.walk(src.tree)
+            if isinstance(c, ast.ClassDef) and c.lineno <= src.line <= (c.end_lineno or c.lineno)
+        ]
+        values = _values(cls[-1], name) if cls else values
+    return values[0] if len(values) == 1 else None
+
+
+def _values(within: ast.AST, name: str) -> list[ast.expr]:
+    """The values ``name`` is given under ``within``: assigned, or registered as a buffer."""
     values = []
-    for n in ast.walk(src.tree):
+    for n in ast.walk(within):
         if isinstance(n, ast.Assign) and any(_names(t, name) for t in n.targets):
             values.append(n.value)
         elif (
@@ -198,7 +211,7 @@ def _made(src: Source, root: ast.expr) -> ast.expr | None:
             and n.args[0].value == name
         ):
             values.append(n.args[1])
-    return values[0] if len(values) == 1 else None
+    return values
 
 
 def _names(target: ast.expr, name: str) -> bool:
