@@ -881,3 +881,27 @@ def test_the_next_re_runs_go_beside_the_first(tmp_path: Path) -> None:
 
     assert dirs(str(tmp_path / "fixed")) == ["fixed", "fixed-2", "fixed-3"]
     assert dirs(None)[0] == "run-fixed"  # -2 once RUN_DIR-fixed holds a run log
+
+
+def test_two_fixes_tried_alone_are_tried_together_once() -> None:
+    """A rate lowered through the command's flag and the command's clip restored, each tried
+    alone without a verdict of verified: one re-run makes both (the rate's lowest try, the
+    clip set in its arguments), said as two fixes together; a rate alone gives no pair."""
+    from gradoc.fix.remedy import Remedy
+    from gradoc.runtime.fixing import Rerun, _together
+
+    args = ["--lr", "20", "--clip", "inf"]
+    rerun = Rerun(Path("run"), None, RunMeta(), Path("train.py"), args, None, [], None)  # type: ignore[arg-type]
+    lower = Remedy("lr_flags", 0.1, "loss_blowup", "--lr 2")
+    rerun.calls.append((None, lower, ["--lr", "2", "--clip", "inf"]))
+    assert _together(rerun) is None  # no clip tried
+    clip = Remedy("clip_flags", 1.0, "loss_blowup", "--clip 1")
+    rerun.calls.append((None, clip, ["--lr", "20", "--clip", "1"]))
+    pair = _together(rerun)
+    assert pair is not None
+    edit, remedy, both, together = pair
+    assert edit is None and remedy is clip
+    assert both == ["--lr", "2", "--clip", "1"]
+    assert together.finding == "loss_blowup"
+    assert together.describe().startswith("two fixes together: the learning-rate flags x0.1")
+    assert "gradient-clip flags set to 1" in together.describe()

@@ -73,6 +73,8 @@ class Comparison:
     checks: list[JsonObject] = field(default_factory=list)
     """What :func:`verdict` checked: each check's name, whether it held, and in the runs'
     numbers what it saw (``fix.json``'s ``checks``)."""
+    together: str | None = None
+    """Two fixes made in the one re-run, each of which alone did not verify: said so."""
 
     def left(self) -> set[tuple[str, str | None]]:
         """The (kind, layer) of the findings the fix did not cure."""
@@ -109,6 +111,8 @@ class Comparison:
             out["tried"] = list(self.tried)
         if self.checks:
             out["checks"] = list(self.checks)
+        if self.together is not None:
+            out["together"] = self.together
         return out
 
 

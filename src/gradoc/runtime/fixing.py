@@ -151,9 +151,57 @@ def fix(
         last = result if result is not None else last
         if result is not None and result.verdict in ("verified", NOT_JUDGED):
             break  # a fix that cannot be judged by its loss: neither can the next
+    pair = _together(rerun) if last is not None and last.verdict == "did not help" else None
+    if pair is not None:
+        console.print("gradoc fix: neither fix verified alone; both were indicated, together once:")
+        code, result = rerun(*pair)
+        last = result if result is not None else last
     if last is None:
         return code
     return _said_verdict(last, rerun.tried, write, console)
+
+
+@dataclass(frozen=True, slots=True)
+class Together:
+    """Two fixes made in one re-run (a learning rate lowered and the clip restored), where
+    each alone did not verify: what the re-run says it tried."""
+
+    finding: str
+    said: str
+
+    def describe(self) -> str:
+        return self.said
+
+
+Call = tuple[Edit | None, Remedy | None, list[str] | None]
+
+
+def _together(rerun: Rerun) -> tuple[Edit | None, Remedy | None, list[str] | None, Together] | None:
+    """A learning rate lowered (its lowest try: an edit or the command's flags) and the
+    gradient clipped (gradoc's clip or the command's clip flag) in one re-run, where both were
+    tried alone and neither verified; None where they were not both tried."""
+    from ..fix.remedy import clip_flags, flag_clip
+
+    rates = [
+        c for c in rerun.calls
+        if (c[0] is not None and c[0].remedy == "lr_scale")
+        or (c[1] is not None and c[1].kind == "lr_flags")
+    ]  # fmt: skip
+    clips = [c for c in rerun.calls if c[1] is not None and c[1].kind in ("clip", "clip_flags")]
+    if not rates or not clips:
+        return None
+    (edit, rate, rate_args), (_, clip, clip_args) = rates[-1], clips[-1]
+    assert clip is not None
+    args = rate_args
+    if clip.kind == "clip_flags":  # the clip in the command: set in the rate's arguments too
+        flagged = clip_flags(list(rate_args or rerun.args), flag_clip(clip.value))
+        if flagged is None:
+            return None
+        args = flagged[0]
+    first = edit.describe() if edit is not None else rate.describe() if rate is not None else ""
+    said = f"two fixes together: {first}; and {clip.describe()}"
+    finding = edit.finding if edit is not None else rate.finding if rate is not None else ""
+    return edit, clip, args or clip_args, Together(finding, said)
 
 
 def _try(rerun: Rerun, t: Try) -> tuple[int, Comparison | None]:
@@ -294,6 +342,8 @@ class Rerun:
     """``--out``: the first re-run's directory; the next go to ``OUT-2``, ``OUT-3``, ..."""
     tried: list[JsonObject] = field(default_factory=list)
     """Each re-run so far: what it tried, where it ran, its verdict."""
+    calls: list[Call] = field(default_factory=list)
+    """Each re-run so far: its edit, remedy and arguments."""
 
     def next_dir(self) -> Path:
         """Where the next re-run goes: ``--out``, then ``OUT-2``, ...; without it
@@ -308,10 +358,12 @@ class Rerun:
         edit: Edit | None,
         remedy: Remedy | None,
         args: list[str] | None = None,
+        together: Together | None = None,
     ) -> tuple[int, Comparison | None]:
-        """One re-run with ``edit`` made or ``remedy`` applied (``args``: other arguments),
-        judged, ``fix.json`` and ``fix.html`` written, printed; the exit code and the
-        comparison (None when the re-run left no report)."""
+        """One re-run with ``edit`` made or ``remedy`` applied (``args``: other arguments;
+        ``together``: what a re-run of two fixes says it tried), judged, ``fix.json`` and
+        ``fix.html`` written, printed; the exit code and the comparison (None when the re-run
+        left no report)."""
         from rich.text import Text
 
         from ..collect import prepare_run_dir
@@ -326,7 +378,8 @@ class Rerun:
         console = self.console
         shown = edit.diff() if edit is not None else None  # EditFailed: the file changed
         after = prepare_run_dir(self.next_dir(), self.script.stem)
-        what: Any = edit if edit is not None else remedy
+        what: Any = together or (edit if edit is not None else remedy)
+        self.calls.append((edit, remedy, args))
         root = copy_root(self.script, Path.cwd())
         console.print(
             Text(f"gradoc fix: re-running {one_line(self.script.name)} with {what.describe()}, ")
@@ -388,6 +441,7 @@ class Rerun:
             console.print(Text(f"gradoc: could not write {after / 'fix.html'}: {exc}"))
         if self.json_path:
             write_text_file(self.json_path, text)
+        result.together = together.said if together is not None else None
         print_comparison(result, what, result.code_fixes, console)
         if result.verdict != "verified":
             said = "cannot tell" if result.verdict == NOT_JUDGED else "did not help"
@@ -481,6 +535,17 @@ def _said_verdict(result: Comparison, tried: list[JsonObject], write: bool, cons
         )
         return 1
     edit, remedy = result.edit, result.remedy
+    if result.together is not None:
+        assert remedy is not None
+        console.print(Text(f"gradoc fix: verified: {result.together}"))
+        if write and edit is not None:
+            edit.apply()
+            console.print(Text(f"gradoc fix: the edit written to {one_line(edit.file)}"))
+        console.print(
+            Text(f"gradoc fix: {remedy.describe()} is no edit of your code: make it too")
+            + Text(" (the command's flag)" if remedy.kind == "clip_flags" else "")
+        )
+        return 0
     if edit is None:
         assert remedy is not None
         console.print(
