@@ -218,6 +218,30 @@ def test_a_python_number_denominator_is_floored_with_max(tmp_path: Path) -> None
     ]
 
 
+def test_a_clamp_far_from_the_values_seen_is_refused_with_why(tmp_path: Path) -> None:
+    """A divisor of 0 whose other values were 0.5 and more: a floor of 1e-6 would make the
+    quotient there 500,000x anything the program computed, so no clamp is written and the
+    reason is said; where its smallest non-zero value was near the floor, the clamp is."""
+    from gradoc.detect.finding import Mechanism
+
+    path = _file(tmp_path, "rel = err / scale\n")
+
+    def origin(smallest: float) -> Origin:
+        read = [Reading("divisor values of exactly 0", 3)]
+        read.append(Reading("smallest non-zero |divisor|", smallest))
+        m = Mechanism("zero", "zero_divisor", "the divisor was exactly 0", "no idiom", read)
+        return Origin(
+            phase="forward", step=0, op="aten.div.Tensor", file=str(path), line=1,
+            code="rel = err / scale", mechanism=m,
+        )  # fmt: skip
+
+    why: list[str] = []
+    assert edit_for([_finding("nonfinite", origin=origin(0.5))], why=why) is None
+    assert "would move the result where it was 0 5e+05x past anything" in why[0]
+    near = edit_for([_finding("nonfinite", origin=origin(1e-4))])
+    assert _after(near) == ["rel = err / scale.clamp_min(1e-6)"]
+
+
 def test_the_working_copy_leaves_out_sockets_and_other_copies(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()

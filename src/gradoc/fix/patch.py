@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from .._util.json_types import JsonObject
-from ..detect.finding import CodeLine, Family, Finding
-from ..locate.mechanism import NO_IDIOM
+from ..detect.finding import CodeLine, Family, Finding, Origin
+from ..locate.mechanism import NO_IDIOM, SMALLEST
 from ..locate.replay import NUMBER_DENOMINATOR
 from ..store.meta import RunMeta
 from .edit import Edit, EditFailed
@@ -288,11 +288,34 @@ def _nonfinite(f: Finding, seen: Seen) -> Edit | None:
     seg = ast.get_source_segment(stripped, operand)
     if seg is None:
         return None
+    far = _far_from_seen(origin)
+    if far is not None:
+        seen.why.append(
+            f"a floor of {EPS} under {seg}, whose smallest non-zero size was {far:.3g}, would "
+            f"move the result where it was 0 {far / float(EPS):.0e}x past anything the program "
+            "computed: no repair; find why it is 0"
+        )
+        return None
     if any(r.signal == NUMBER_DENOMINATOR for r in origin.evidence):
         clamped = f"max({seg}, {EPS})"  # a Python number: no tensor method
     else:
         clamped = f"{_operand(stripped, operand)}.clamp_min({EPS})"
     return where.becomes(f, _replaced(stripped, operand, clamped), f"clamp {seg} to at least {EPS}")
+
+
+FAR = 1e3
+"""A clamp whose floor is this many times below the operand's smallest non-zero size is too
+far from the values the program saw to be a repair (a divisor of 0.5 or 0 floored at 1e-6: the
+result where it was 0 is 500,000x anything computed)."""
+
+
+def _far_from_seen(origin: Origin) -> float | None:
+    """The operand's smallest non-zero size, where the mechanism read it and the clamp's floor
+    is :data:`FAR` times below it; else None."""
+    readings = origin.mechanism.evidence if origin.mechanism is not None else []
+    smallest = [r.value for r in readings if r.signal.startswith(SMALLEST.split("{")[0])]
+    value = smallest[0] if smallest and isinstance(smallest[0], (int, float)) else None
+    return float(value) if value is not None and value > FAR * float(EPS) else None
 
 
 _SQUASH = {"probabilities": "softmax", "softmax": "softmax", "sigmoid": "sigmoid"}

@@ -526,6 +526,7 @@ def _log_zero(b: Op, f: Failing) -> Mechanism | None:
         f"{b.name}(0) = -inf",
         None,
         Reading(f"{b.name} arguments of exactly 0.0", zeros, {"of": a.numel()}),
+        *_smallest(a, "argument"),
     )
 
 
@@ -708,7 +709,18 @@ def _div_zero(b: Op, f: Failing) -> Mechanism | None:
             *ev,
         )
     made = f" (made by {name})" if name else ""
+    ev += _smallest(d, "divisor")
     return _said("zero_divisor", f"the divisor{made} was exactly 0{rows}", None, *ev)
+
+
+SMALLEST = "smallest non-zero |{}|"
+"""The reading of the smallest non-zero size an operand took, beside its zeros: how far a
+clamp of it (``gradoc fix``'s floor) would be from the values the program saw."""
+
+
+def _smallest(t: Tensor, what: str) -> list[Reading]:
+    nonzero = t[t != 0].abs()
+    return [Reading(SMALLEST.format(what), float(nonzero.min()))] if nonzero.numel() else []
 
 
 def _counts(d: Tensor) -> bool:
