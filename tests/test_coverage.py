@@ -225,6 +225,23 @@ def test_a_fix_is_checked_in_the_programs_own_measure_and_each_check_is_said() -
     assert verdict(same, "loss_blowup") == ("verified", [])  # within its noise
 
 
+def test_an_edit_of_the_objective_is_not_judged_by_the_losses_the_program_logs() -> None:
+    """Labels -100 at the pads: the Trainer's logged ``train_loss`` is the new objective's, a
+    different quantity (0.65 with the pads scored, 2.2 without); its accuracy is still read."""
+    falling = [2.0 - i / 200 for i in range(200)]
+    before = _run(falling, **{"train_loss": ["down", 0.65], "accuracy": ["up", 0.8]})
+    masked = _run(falling, **{"train_loss": ["down", 2.2], "accuracy": ["up", 0.8]})
+    assert verdict(Comparison([], [], [], before, masked, 1.0), "x", objective=True)[0] == (
+        "verified"
+    )
+    assert "the program's train_loss ended worse" in " ".join(
+        verdict(Comparison([], [], [], before, masked, 1.0), "x")[1]
+    )
+    fell = _run(falling, **{"train_loss": ["down", 2.2], "accuracy": ["up", 0.5]})
+    said, why = verdict(Comparison([], [], [], before, fell, 1.0), "x", objective=True)
+    assert said == "did not help" and why == ["the program's accuracy ended worse: 0.5 against 0.8"]
+
+
 def test_a_nan_fix_whose_loss_stops_where_the_nan_was_did_not_help() -> None:
     """A clamp that froze what it guarded: the first run's loss turned NaN at step 50 of 200;
     the fixed run's is finite but never moves again from there."""

@@ -739,3 +739,28 @@ def test_a_process_a_library_starts_only_to_read_is_no_side_effect(tmp_path: Pat
     with SideEffects([tmp_path / "run"]) as fx:
         subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
     assert any(s.startswith("started a process") for s in fx.seen), fx.seen
+
+
+def test_a_forward_that_raises_leaves_the_early_calls_whole() -> None:
+    """torch calls a global forward hook with ``always_call`` without its kwargs when the
+    forward raised (``Module._call_impl``): gradoc's hook takes that call, so no warning is
+    raised into the program and the next outermost call is still recorded."""
+    import warnings
+
+    from gradoc.collect.auto import EarlyCalls
+
+    class Boom(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("a batch the program skips")
+
+    early = EarlyCalls()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a program whose filters make warnings errors
+            with pytest.raises(ValueError, match="skips"):
+                Boom()(torch.ones(2))
+            torch.nn.Linear(2, 2)(torch.ones(2))
+        assert early._depth == 0
+        assert [type(c[0]).__name__ for c in early.calls] == ["Boom", "Linear"]
+    finally:
+        early.remove()

@@ -56,7 +56,10 @@ class EarlyCalls:
             self._rng = rng_state()
         self._depth += 1
 
-    def _leave(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+    def _leave(self, module: nn.Module, args: Any, *rest: Any) -> None:
+        # (kwargs, output); a forward that raised calls a global hook without the kwargs
+        # even where it asked for them (torch's Module._call_impl): (output,)
+        kwargs, output = rest if len(rest) == 2 else ({}, rest[-1])
         if traced() or self._depth == 0:
             return
         self._depth -= 1

@@ -221,7 +221,7 @@ def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str
     if ended is not None:
         why.append(ended)
     check("the loss ended finite and at least as good", ended, _final(a))
-    worse = _measures_worse(b, a)
+    worse = _measures_worse(b, a, objective)
     why += worse
     if set(b.measures) & set(a.measures):
         check("the program's own measures no worse", "; ".join(worse) or None, _ends(a))
@@ -272,11 +272,13 @@ def _ends(side: Side) -> str:
     return ", ".join(f"{name} {float(said[1]):.4g}" for name, said in side.measures.items())
 
 
-def _measures_worse(b: Side, a: Side) -> list[str]:
-    """The program's own measures both runs logged that ended worse in the fixed run."""
+def _measures_worse(b: Side, a: Side, objective: bool = False) -> list[str]:
+    """The program's own measures both runs logged that ended worse in the fixed run; after an
+    edit that changes what the loss computes (``objective``), not the losses it logs (a
+    Trainer's ``loss``, an ``eval_loss``: the same different quantities)."""
     worse = []
     for name, (way, end) in a.measures.items():
-        if name not in b.measures:
+        if name not in b.measures or (objective and "loss" in name.lower()):
             continue
         first = float(b.measures[name][1])
         sign = 1.0 if way == "up" else -1.0
