@@ -131,9 +131,12 @@ def _entry(value: ast.expr, key: str) -> ast.expr | None:
 def collated_mask(f: Finding, seen: Seen) -> Edit | None:
     """The mask the model takes, added to the dict the collator returns, from the pad token
     (the padding value its ``input_ids`` were padded with, where it names one)."""
-    d = _details(f)
-    param, pad = d.get("mask_param"), (seen.meta.lengths or {}).get("pad_id")
-    if d.get("seen") != "inputs" or not isinstance(pad, int) or not isinstance(param, str):
+    d, lengths = _details(f), seen.meta.lengths or {}
+    pad = lengths.get("pad_id")
+    # seen in the inputs, or found by the audit (--check padding) in a run whose inputs had
+    # pads and no mask although the model takes one
+    param = d.get("mask_param") or (lengths.get("mask_param") if lengths.get("unmasked") else None)
+    if not isinstance(pad, int) or not isinstance(param, str):
         return None
     if param == "attention_mask":  # Hugging Face's: 1 at a real token
         sense = "!="
