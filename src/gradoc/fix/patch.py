@@ -36,6 +36,18 @@ what they write is what a person would write there:
   it was given a part (``Adam(net.head.parameters())`` -> ``Adam(net.parameters())``).
 
 - ``weight_decay_dominates``: the weight decay scaled where the optimizer is made.
+- ``game_stopped``: the faster of a game's two optimizers given the other's rate, where it is
+  made (``lr=d_lr`` -> ``lr=d_lr * 0.01``).
+- ``loss_on_probabilities`` with a sigmoid the model applies in every layer: the loss on
+  probabilities (``nn.BCEWithLogitsLoss()`` -> ``nn.BCELoss()``).
+- a learning rate too high in a program that makes no optimizer: its flag's default, where
+  the script declares it.
+- a ``nonfinite`` clamp whose floor is far below the operand's smallest non-zero size is not
+  written (:data:`FAR`): it would move the result by orders of magnitude, no repair.
+
+Where the cause is written elsewhere than the line the run located (a collator's dict, labels
+made from the ids, a freeze loop, an init, a KL term), ``fix.made`` writes the edit there; a
+causal mask that hides a whole row is turned round by ``fix.causal``.
 
 An edit that changes what the loss computes (``Edit.objective``) is judged without comparing
 the two runs' losses, which are different quantities.
