@@ -5,7 +5,8 @@ run did not locate: a collator (a class's ``__call__`` returning ``dict(...)``) 
 returns no mask, labels copied from the ids in a dataset's ``__getitem__``, a model frozen by
 ``requires_grad_(False)`` before its head is unfrozen, weights drawn from N(0, 1), a VAE's KL
 term written with its sign flipped on a line of its own, a hand-written update whose rate's
-flag defaults 100x too high (``(1 + lv - mu**2 - lv.exp()).sum(1)
+flag defaults 100x too high, a causal mask built by ``tril`` and compared the wrong way
+(``!= 0``) (``(1 + lv - mu**2 - lv.exp()).sum(1)
 .mean() * 0.5``). Each runs
 under ``gradoc run``; ``gradoc fix --write`` writes the edit where the cause is, verifies it by
 a re-run, and leaves the file exactly as the diff it showed.
@@ -44,6 +45,11 @@ CASES: dict[str, tuple[str, str, str]] = {
         "loss_unbounded",
         "sum(1).mean() * 0.5",
         "sum(1).mean() * -0.5",
+    ),
+    "causal_ne.py": (
+        "nonfinite",
+        "self.causal[:, :, :t, :t] != 0,",
+        "self.causal[:, :, :t, :t] == 0,",
     ),
     "manual_sgd_flag.py": ("loss_blowup", "default=8.0,", "default=0.08,"),
     "init_wide.py": (
