@@ -29,7 +29,7 @@ class Block(nn.Module):
 embed, block, head = nn.Embedding(VOCAB, WIDTH), Block(), nn.Linear(WIDTH, VOCAB)
 params = [*embed.parameters(), *block.parameters(), *head.parameters()]
 opt = torch.optim.Adam(params, lr=3e-3)
-for step in range(150):
+for _ in range(150):
     start, stride = torch.randint(0, 4, (16, 1)), torch.randint(1, 3, (16, 1))
     seq = (start + stride * torch.arange(SPAN + 1)) % VOCAB
     logits = head(block(embed(seq[:, :-1])))
