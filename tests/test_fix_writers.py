@@ -330,3 +330,40 @@ def test_adams_epsilon_is_set_small_where_the_optimizer_is_made(
     meta = RunMeta(optimizers=[{"type": "AdamW", "eps": 1e-8, "at": _at(path, 1)}])
     edit = edit_for([_finding("adam_epsilon")], meta, [path])
     assert _after(edit) == ([after] if after else None)
+
+
+def test_a_python_length_minus_one_is_floored_with_max(tmp_path: Path) -> None:
+    """``log(10000) / (half - 1)`` with ``half`` a Python int of 1: no tensor method to call,
+    so the divisor is ``max(half - 1, 1)``."""
+    from gradoc.detect.finding import Mechanism
+    from gradoc.locate.mechanism import PYTHON_DIVISOR
+
+    line = "emb = math.log(10000.0) / (half - 1)"
+    path = _file(tmp_path, line + "\n")
+    said = [Reading(PYTHON_DIVISOR, 0)]
+    m = Mechanism("zero", "zero_length", "the divisor, a Python number, was 0", "max", said)
+    origin = Origin(
+        phase="forward", step=0, op="aten.div.Tensor", file=str(path), line=1, code=line,
+        mechanism=m,
+    )  # fmt: skip
+    edit = edit_for([_finding("nonfinite", origin=origin)])
+    assert _after(edit) == ["emb = math.log(10000.0) / (max(half - 1, 1))"]
+
+
+def test_a_second_script_run_in_the_same_process_imports_its_own_modules(tmp_path: Path) -> None:
+    """``gradoc fix`` re-runs each fix in its own copy, in one process: a module of the
+    script's folder imported by one copy's run is not the one the next copy's run gets."""
+    from gradoc.runtime.runner import exec_script
+
+    seen = []
+    for n, value in enumerate(("first", "second")):
+        folder = tmp_path / f"copy{n}"
+        folder.mkdir()
+        (folder / "helper_mod_for_test.py").write_text(f"VALUE = {value!r}\n")
+        out = folder / "seen.txt"
+        script = folder / "train.py"
+        write = f"open({str(out)!r}, 'w').write(helper_mod_for_test.VALUE)"
+        script.write_text(f"import helper_mod_for_test\n{write}\n")
+        assert exec_script(script, []) == 0
+        seen.append(out.read_text())
+    assert seen == ["first", "second"]

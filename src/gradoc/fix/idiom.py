@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..detect.finding import Finding, Origin
-from ..locate.mechanism import low_precision
+from ..locate.mechanism import PYTHON_DIVISOR, low_precision
 from .causal import unmask
 from .edit import Edit
 
@@ -724,9 +724,13 @@ def _autocast_device(src: Source, operand: ast.expr) -> str | None:
 
 
 def _length(src: Source, origin: Origin) -> list[Replace]:
+    m = origin.mechanism
+    number = m is not None and any(r.signal == PYTHON_DIVISOR for r in m.evidence)
     for div in _divisions(src):
         d = div.right
         if isinstance(d, ast.BinOp) and isinstance(d.op, ast.Sub):
+            if number:  # a Python int: no tensor method
+                return [(d, f"max({src.seg(d)}, 1)")]
             return [(d, f"({src.seg(d)}).clamp_min(1)")]
         if isinstance(d, ast.Call) and _name(d) == "sum":
             return [(d, f"{src.seg(d)}.clamp_min(1)")]

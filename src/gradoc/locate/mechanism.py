@@ -745,6 +745,10 @@ def _hand_norm(p: Op) -> bool:
     return s is not None and s.name in MEANS
 
 
+PYTHON_DIVISOR = "the Python divisor"
+"""The reading of a divisor that was a Python number (``gradoc fix`` floors it with ``max``)."""
+
+
 def _number_div(b: Op, f: Failing) -> Mechanism | None:
     if b.name != "div" or b.input(1) is not None or b.numbers[-1:] != [0.0]:
         return None
@@ -753,7 +757,7 @@ def _number_div(b: Op, f: Failing) -> Mechanism | None:
         "the divisor, a Python number, was 0 (a length minus one of a sequence of length 1, "
         "an empty count)",
         "a divisor that cannot be 0: `max(n - 1, 1)`",
-        Reading("the Python divisor", 0),
+        Reading(PYTHON_DIVISOR, 0),
     )
 
 

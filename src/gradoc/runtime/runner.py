@@ -111,7 +111,8 @@ def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> 
     by an exception (``sys.exit`` included), what suggests a non-finite value made it stop
     is appended to ``clues`` (see :func:`nonfinite_clues`).
     """
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, loaded = sys.argv[:], sys.path[:], set(sys.modules)
+    roots = {str(path.resolve().parent), os.getcwd()}
     full = _enter(path, args)
     try:
         run_main(full)
@@ -131,7 +132,31 @@ def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> 
         return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        _forget(loaded, roots)
         sys.stdout.flush()
+
+
+def _forget(loaded: set[str], roots: set[str]) -> None:
+    """The script's own modules imported by this run (files under its folder or the working
+    directory) taken out of ``sys.modules``: a second script run in the same process (``gradoc
+    fix``'s next re-run, in another copy) imports its own files, not the first copy's."""
+    installed = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, _GRADOC)}
+    for name in set(sys.modules) - loaded:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not isinstance(file, str) or "site-packages" in file:
+            continue  # a library's (a virtual environment inside the project included)
+        full = os.path.abspath(file)
+        if any(_under(full, root) for root in roots) and not any(
+            _under(full, p) for p in installed
+        ):
+            del sys.modules[name]
+
+
+_GRADOC = str(Path(__file__).resolve().parents[1])
+
+
+def _under(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root
 
 
 _NONFINITE = re.compile(r"\b(nan|[+-]?inf|infinity|infinite|non-?finite|not finite)\b", re.I)
@@ -281,7 +306,8 @@ def run_until(path: Path, args: list[str]) -> object | None:
     payload (None when the script ended first). When the script raises, its traceback is
     printed as ``python`` prints it and :class:`ScriptFailed` says so in one line: the
     user's error is not gradoc's."""
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, loaded = sys.argv[:], sys.path[:], set(sys.modules)
+    roots = {str(path.resolve().parent), os.getcwd()}
     full = _enter(path, args)
     try:
         run_main(full)
@@ -299,3 +325,4 @@ def run_until(path: Path, args: list[str]) -> object | None:
         ) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        _forget(loaded, roots)
