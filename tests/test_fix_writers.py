@@ -367,3 +367,23 @@ def test_a_second_script_run_in_the_same_process_imports_its_own_modules(tmp_pat
         assert exec_script(script, []) == 0
         seen.append(out.read_text())
     assert seen == ["first", "second"]
+
+
+def test_a_weight_multiplied_after_its_init_loses_the_line_unless_it_is_alone(
+    tmp_path: Path,
+) -> None:
+    """``w.data *= 10`` after the init: its line removed, comment and all; where it is the only
+    statement of its block, removing it would break the code, and there is no edit."""
+    from gradoc.fix.made import init_scaled
+    from gradoc.fix.patch import Seen
+
+    head = "import torch\nnet = torch.nn.Linear(4, 4)\n"
+    path = _file(tmp_path, head + 'net.weight.data *= 10  # "sharper"\nprint(net)\n')
+    f = _finding("poor_initialization", {})
+    edit = init_scaled(f, Seen(RunMeta(), (path,)))
+    assert edit is not None and edit.after == ()
+    assert edit.before == 'net.weight.data *= 10  # "sharper"'
+    alone = _file(tmp_path, head + "if True:\n    net.weight.data *= 10\n", "alone.py")
+    why: list[str] = []
+    assert init_scaled(f, Seen(RunMeta(), (alone,), why)) is None
+    assert why and "no init in your files" in why[0]

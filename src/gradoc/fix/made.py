@@ -228,7 +228,8 @@ def _without_pads(src: Source, value: ast.expr, pad: str, mask: str) -> str | No
         and pad
     ):
         inner = value.args[0]
-        t = src.fresh("t")
+        used = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)} | {pad}
+        t = next(name for name in ("t", "tok", "token", "t_") if name not in used)  # its own
         return f"[{PAD_LABEL} if {t} == {pad} else {t} for {t} in {src.seg(inner)}]"
     if (
         isinstance(value, ast.Call)
@@ -399,8 +400,8 @@ def _scale_changes(src: Source) -> list[Replace]:
                 changes.append((n, call))
         elif isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Mult):
             k = _number(n.value)
-            if k is not None and k >= 2 and "weight" in src.seg(n.target):
-                changes.append((n, ""))  # removed: the weights keep their init's scale
+            if k is not None and k >= 2 and "weight" in src.seg(n.target) and _removable(src, n):
+                changes.append((n, _GONE))  # its line removed: the weights keep their init's
     return changes
 
 
@@ -412,6 +413,10 @@ def _fan_in_std(src: Source, weight: ast.expr) -> str:
     if w.endswith(".data"):
         w = w[: -len(".data")]
     return f"{w}[0].numel() ** -0.5"
+
+
+_GONE = "\x00gone\x00"
+"""Put in place of a statement whose line is removed whole (its comment with it)."""
 
 
 def _number(e: ast.expr | None) -> float | None:
@@ -448,7 +453,7 @@ def init_scaled(f: Finding, seen: Seen) -> Edit | None:
     edit = edit_of(f, src, str(path), changes, "initialise the weights at a trainable scale")
     if edit is None:
         return None
-    kept = tuple(t for t in edit.after if t.strip() or not t)  # a statement removed: its line too
+    kept = tuple(t for t in edit.after if _GONE not in t)  # a statement removed: its line too
     return replace(edit, after=kept)
 
 
