@@ -158,6 +158,9 @@ def fix(
         last = result if result is not None else last
     if last is None:
         return code
+    if last.verdict != "verified":
+        for reason in dict.fromkeys(why):
+            console.print(f"gradoc fix: no edit written: {reason}")
     return _said_verdict(last, rerun.tried, write, console)
 
 
