@@ -494,6 +494,40 @@ def test_the_zero_grad_edit_is_written_after_the_line_that_steps(
         assert edit.after[1].split("  #")[0] == after
 
 
+def test_in_a_game_zero_grad_goes_where_the_steps_loop_begins(tmp_path: Path) -> None:
+    """Two optimizers (a GAN): the generator's backward reaches the discriminator's
+    parameters, so the discriminator's gradients are cleared as its loop begins, where the
+    program would have cleared them, not after its step (they would come back before the
+    next one)."""
+    from gradoc.fix.patch import edit_for
+
+    path = tmp_path / "gan.py"
+    path.write_text(
+        "for epoch in range(3):\n"
+        "    for _ in range(2):\n"
+        "        real = d(x)\n"
+        "        (real.mean() - d(g(z).detach()).mean()).backward()\n"
+        "        d_opt.step()\n"
+        "    g_opt.zero_grad()\n"
+        "    (-d(g(z)).mean()).backward()\n"
+        "    g_opt.step()\n"
+    )
+    fix = Fix(Horizon.IMMEDIATE, "zero_grad", code=CodeLine(str(path), 5, "d_opt.step()"))
+    finding = Finding(
+        kind="accumulating_gradients", severity="error", step=0, layer=None, summary="",
+        fixes=[fix], details={"optimizer": "d_opt"},
+    )  # fmt: skip
+    game = RunMeta(optimizers=[{"type": "Adam"}, {"type": "Adam"}])
+    edit = edit_for([finding], game)
+    assert edit is not None and edit.line == 3
+    assert [t.split("  #")[0] for t in edit.after] == [
+        "        d_opt.zero_grad()",
+        "        real = d(x)",
+    ]
+    alone = edit_for([finding], RunMeta(optimizers=[{"type": "Adam"}]))
+    assert alone is not None and alone.line == 5  # one optimizer: after its step
+
+
 @pytest.mark.parametrize(
     ("line", "op", "after"),
     [

@@ -208,9 +208,35 @@ def _zero_grad(f: Finding, seen: Seen) -> Edit | None:
         if len(receivers) != 1:
             return None
         (name,) = receivers
+    top = _loop_top(where) if len(seen.meta.optimizers) > 1 else None
+    if top is not None:  # a game: the other optimizer's backward reaches these parameters too
+        added = f"{top.indent}{name}.zero_grad()  # this step's backward() starts from no gradient"
+        return top.edit(f, (added, top.text), f"clear {name}'s gradients as its step's loop begins")
     indent = where.indent
     added = f"{indent}{name}.zero_grad()  # the next backward() starts from no gradient"
     return where.edit(f, (text, added), f"clear {name}'s gradients after its step")
+
+
+def _loop_top(where: Located) -> Located | None:
+    """The first statement of the innermost loop around ``where`` (the step's line), where it
+    is on a line of its own. In a program of two optimizers (a GAN) the generator's backward
+    leaves gradients in the discriminator's parameters: cleared after the discriminator's step,
+    they come back before its next one; cleared as its loop begins, they do not."""
+    try:
+        tree = ast.parse(Path(where.file).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    loops = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.For | ast.While) and n.lineno < where.line <= (n.end_lineno or 0)
+    ]
+    if not loops:
+        return None
+    first = max(loops, key=lambda n: n.lineno).body[0]
+    if first.lineno == where.line or (first.end_lineno or first.lineno) != first.lineno:
+        return None
+    return _located(CodeLine(where.file, first.lineno, None))
 
 
 def _simple(tree: ast.Module) -> bool:
