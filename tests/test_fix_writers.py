@@ -364,7 +364,7 @@ def test_a_second_script_run_in_the_same_process_imports_its_own_modules(tmp_pat
         script = folder / "train.py"
         write = f"open({str(out)!r}, 'w').write(helper_mod_for_test.VALUE)"
         script.write_text(f"import helper_mod_for_test\n{write}\n")
-        assert exec_script(script, []) == 0
+        assert exec_script(script, [], forget=True) == 0
         seen.append(out.read_text())
     assert seen == ["first", "second"]
 

@@ -412,7 +412,14 @@ class Rerun:
                     _edit_copy(edit, copied)
                 began = time.monotonic()
                 code, after_report = execute(
-                    copied.script, args or self.args, after, None, guard, scale, limit_s=limit
+                    copied.script,
+                    args or self.args,
+                    after,
+                    None,
+                    guard,
+                    scale,
+                    limit_s=limit,
+                    rerun=True,
                 )
         except CopyRefused as exc:  # said in fix.json too, then as gradoc's error
             unrun: JsonObject = {"schema": "gradoc.fix/1", "verdict": "could not run"}

@@ -102,14 +102,17 @@ def run_main(full: str) -> None:
         sys.modules["__main__"] = saved
 
 
-def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> int:
+def exec_script(
+    path: Path, args: list[str], clues: list[str] | None = None, forget: bool = False
+) -> int:
     """Run the script as ``__main__``; return the exit code ``python`` would have returned
     (-2: it ended by an uncaught KeyboardInterrupt, of which python dies by SIGINT).
 
     Exceptions from the script are printed as Python prints them (without gradoc's own
     frames) and turned into exit code 1; ``sys.exit`` keeps its code. When the script ends
     by an exception (``sys.exit`` included), what suggests a non-finite value made it stop
-    is appended to ``clues`` (see :func:`nonfinite_clues`).
+    is appended to ``clues`` (see :func:`nonfinite_clues`). ``forget``: the script's own
+    modules it imported are taken out of ``sys.modules`` after it (:func:`_forget`).
     """
     saved_argv, saved_path, loaded = sys.argv[:], sys.path[:], set(sys.modules)
     roots = {str(path.resolve().parent), os.getcwd()}
@@ -132,7 +135,8 @@ def exec_script(path: Path, args: list[str], clues: list[str] | None = None) -> 
         return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        _forget(loaded, roots)
+        if forget:
+            _forget(loaded, roots)
         sys.stdout.flush()
 
 
@@ -306,8 +310,7 @@ def run_until(path: Path, args: list[str]) -> object | None:
     payload (None when the script ended first). When the script raises, its traceback is
     printed as ``python`` prints it and :class:`ScriptFailed` says so in one line: the
     user's error is not gradoc's."""
-    saved_argv, saved_path, loaded = sys.argv[:], sys.path[:], set(sys.modules)
-    roots = {str(path.resolve().parent), os.getcwd()}
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
     full = _enter(path, args)
     try:
         run_main(full)
@@ -325,4 +328,3 @@ def run_until(path: Path, args: list[str]) -> object | None:
         ) from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        _forget(loaded, roots)

@@ -56,12 +56,15 @@ def execute(
     resume: bool = False,
     grads_every: int | None = None,
     limit_s: float | None = None,
+    rerun: bool = False,
 ) -> tuple[int, Report | None]:
     """Run the script watched into ``out``; return its exit code and the report.
     ``checks``: ``gradoc run --check`` names; ``sample_every``: ``--sample-every`` (None:
     the budgeted default); ``grads_every``: ``--grads-every`` (None: every step, or the
     lean cadence on short steps); ``resume``: continue the log in ``out`` (``--resume``);
     ``limit_s``: interrupt the script after that long, as Ctrl-C would (a fix's re-run);
+    ``rerun``: a fix's re-run, one of several in this process (its own modules are imported
+    afresh by the next);
     ``replay``: whether and how long to re-run
     the script to locate a NaN that was not located (None: never)."""
     from ..collect.auto import AutoAttach
@@ -103,7 +106,7 @@ def execute(
     seed_everything()  # so that a replay can repeat the run exactly (the script's seeds win)
     scan = scan_output(printed, printed_at, step=lambda: run.step)
     with effects, _numerics(run, "numerics" in checks), scan, _interrupted_after(limit_s):
-        code = exec_script(script, script_args, clues)
+        code = exec_script(script, script_args, clues, forget=rerun)
     auto.remove()
     root = copy_root(script, Path(cwd))  # what a re-run in a copy could not reach
     status = "finished" if code == 0 else ("interrupted" if code == -SIGINT else "failed")
