@@ -387,3 +387,19 @@ def test_a_weight_multiplied_after_its_init_loses_the_line_unless_it_is_alone(
     why: list[str] = []
     assert init_scaled(f, Seen(RunMeta(), (alone,), why)) is None
     assert why and "no init in your files" in why[0]
+
+
+def test_two_edits_of_one_file_are_merged_only_where_they_do_not_overlap(tmp_path: Path) -> None:
+    from gradoc.fix.edit import Edit, merged
+
+    path = _file(tmp_path, "a = 1\nb = 2\nc = 3\nd = 4\n")
+    one = Edit("x", str(path), 1, "a = 1", ("a = 10",), "a")
+    three = Edit("y", str(path), 3, "c = 3", ("c = 30", "e = 5"), "c", objective=True)
+    both = merged(three, one)
+    assert both is not None and (both.line, both.end) == (1, 3)
+    assert both.after == ("a = 10", "b = 2", "c = 30", "e = 5") and both.objective
+    assert both.action == "a; and c"
+    over = Edit("z", str(path), 1, "a = 1\nb = 2", ("ab = 3",), "ab", end=2)
+    assert merged(over, Edit("w", str(path), 2, "b = 2", ("b = 20",), "b")) is None
+    other = _file(tmp_path, "a = 1\n", "other.py")
+    assert merged(one, Edit("v", str(other), 1, "a = 1", ("a = 2",), "v")) is None

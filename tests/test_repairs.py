@@ -106,3 +106,29 @@ def test_a_shape_with_no_edit_says_why(tmp_path: Path) -> None:
     assert "2 functions return a batch's dict with input_ids" in said, said
     assert fixed.returncode == 1
     assert (tmp_path / "collator_mask.py").read_text() == twin
+
+
+def test_a_mask_and_pad_labels_are_made_together_and_said_so(tmp_path: Path) -> None:
+    """A collator that pads ids and targets with the pad token and returns no mask: the mask
+    alone is verified for ``padding_leak`` but leaves ``loss_includes_padding``; its edit (the
+    targets padded with -100) is made with the first, once, verified, said as two fixes
+    together, and ``--write`` makes exactly both."""
+    name = "mask_and_labels.py"
+    shutil.copy(PROGRAMS / name, tmp_path)
+    assert gradoc_cli("run", "--out", "run", name, cwd=tmp_path).returncode == 0
+    fixed = gradoc_cli("fix", "--write", "--json", "fix.json", "run", name, cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    result = json.loads((tmp_path / "fix.json").read_text())
+    assert result["verdict"] == "verified" and result["together"].startswith("two fixes")
+    assert {f["kind"] for f in result["disappeared"]} >= {"padding_leak", "loss_includes_padding"}
+    original = (PROGRAMS / name).read_text()
+    expected = original.replace(
+        "targets = pad_sequence(rows, batch_first=True, padding_value=PAD)",
+        "targets = pad_sequence(rows, batch_first=True, padding_value=-100)",
+    ).replace(
+        '        return {"input_ids": ids, "labels": targets}\n',
+        '        batch = {"input_ids": ids, "labels": targets}\n'
+        '        batch["attention_mask"] = (batch["input_ids"] != 0).long()\n'
+        "        return batch\n",
+    )
+    assert (tmp_path / name).read_text() == expected

@@ -86,3 +86,31 @@ def _lines(path: Path) -> list[str]:
         return path.read_text().splitlines(keepends=True)
     except OSError as exc:
         raise EditFailed(f"cannot read {path} to edit it: {exc}") from exc
+
+
+def merged(a: Edit, b: Edit) -> Edit | None:
+    """Two edits of one file made as one (the lines between them kept as they are), where
+    their lines do not overlap; None otherwise. The file must read as both were written."""
+    if a.file != b.file:
+        return None
+    first, second = sorted((a, b), key=lambda e: e.line)
+    last = second.end or second.line
+    if (first.end or first.line) >= second.line:
+        return None
+    lines = _lines(Path(a.file))
+    try:
+        new = first.applied(second.applied(lines))  # the later lines first: no shift
+    except EditFailed:
+        return None
+    grown = sum(len(e.after) - ((e.end or e.line) - e.line + 1) for e in (first, second))
+    cut = [t.rstrip("\r\n") for t in new[first.line - 1 : last + grown]]
+    return Edit(
+        first.finding,
+        a.file,
+        first.line,
+        "\n".join(t.rstrip("\r\n") for t in lines[first.line - 1 : last]),
+        tuple(cut),
+        f"{first.action}; and {second.action}",
+        objective=a.objective or b.objective,
+        end=last if last > first.line else None,
+    )

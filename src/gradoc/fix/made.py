@@ -196,6 +196,26 @@ def _labels_made(src: Source) -> Iterator[tuple[ast.expr, ast.expr | None]]:
         yield from ((v, m) for v, m in found if "ids" in src.seg(v))
 
 
+def _padded_labels(src: Source) -> Iterator[ast.expr]:
+    """The padding value the labels of a batch's dict are padded with, where it is not -100:
+    ``{"labels": pad_sequence(ys, batch_first=True, padding_value=PAD)}``."""
+    assigned = {
+        t.id: n.value
+        for n in ast.walk(src.tree)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }  # the last value each name is given (targets = pad_sequence(...); {"labels": targets})
+    for n in ast.walk(src.tree):
+        entry = _entry(n, "labels") if isinstance(n, ast.expr) else None
+        if isinstance(entry, ast.Name):
+            entry = assigned.get(entry.id)
+        if isinstance(entry, ast.Call) and _called(entry) == "pad_sequence":
+            given = next((k.value for k in entry.keywords if k.arg == "padding_value"), None)
+            if given is not None and _signed(given) != PAD_LABEL:
+                yield given
+
+
 def _pads(src: Source, pad: int | None, mask: ast.expr | None) -> tuple[str, str] | None:
     """How the pads are told: (the pad token, as code; or None) and (the mask, as code), from
     the run's pad token, else from the mask beside the labels (``(ids != PAD).long()`` names
@@ -249,6 +269,14 @@ def labels_where_made(f: Finding, seen: Seen) -> Edit | None:
     """-100 at the pads where the labels are copied from the ids."""
     if not _details(f).get("model_loss"):
         return None
+    padded = [(path, src, k) for path, src in _files(seen) for k in _padded_labels(src)]
+    if len(padded) == 1:  # "labels": pad_sequence(ys, padding_value=PAD): padded with -100
+        path, src, given = padded[0]
+        return edit_of(
+            f, src, str(path), [(given, str(PAD_LABEL))],
+            "labels padded with -100, which the model's loss ignores",
+            objective=True,
+        )  # fmt: skip
     pad = (seen.meta.lengths or {}).get("pad_id")
     found = [(path, src, v, m) for path, src in _files(seen) for v, m in _labels_made(src)]
     one = _one(

@@ -156,12 +156,59 @@ def fix(
         console.print("gradoc fix: neither fix verified alone; both were indicated, together once:")
         code, result = rerun(*pair)
         last = result if result is not None else last
+    elif last is not None and last.verdict == "verified":
+        last = _with_the_rest(rerun, last, tries)
     if last is None:
         return code
     if last.verdict != "verified":
         for reason in dict.fromkeys(why):
             console.print(f"gradoc fix: no edit written: {reason}")
     return _said_verdict(last, rerun.tried, write, console)
+
+
+def _with_the_rest(rerun: Rerun, done: Comparison, tries: list[Try]) -> Comparison:
+    """A verified edit that left another serious finding whose own edit is in the same file
+    (a mask returned, the pad labels still scored): both made together, once; kept where
+    that is verified too, else the first edit alone stands (its ``fix.json`` written again)."""
+    from ..fix.edit import merged
+    from ..report import to_json_text
+    from ..report.json import write_text_file
+
+    left = {f.kind for f in done.remaining}
+    if done.edit is None or done.edit.remedy is not None:
+        return done
+    rest = [t.edit for t in tries if t.finding in left and t.edit is not None and not t.remedy]
+    both = merged(done.edit, rest[0]) if rest else None
+    if both is None:
+        return done
+    said = f"two fixes together: {done.edit.describe()}; and {rest[0].describe()}"
+    rerun.console.print(
+        f"gradoc fix: {rest[0].finding} is still there; its fix made with this one, once:"
+    )
+    _, result = rerun(both, None, None, Together(done.edit.finding, said))
+    if result is not None and result.verdict == "verified":
+        return result
+    if rerun.json_path:  # the first edit alone stands
+        write_text_file(rerun.json_path, to_json_text(done.to_json()))
+    rerun.console.print("gradoc fix: together they were not verified; the first edit alone is")
+    return done
+
+
+def _two_edits(
+    rerun: Rerun,
+) -> tuple[Edit | None, Remedy | None, list[str] | None, Together] | None:
+    """The last two edits tried alone, for two findings (a mask and pad labels), made as one
+    where they are in one file and do not overlap."""
+    from ..fix.edit import merged
+
+    edits = [c[0] for c in rerun.calls if c[0] is not None and c[0].remedy is None and not c[1]]
+    if len(edits) < 2 or edits[-1].finding == edits[-2].finding:
+        return None
+    both = merged(edits[-2], edits[-1])
+    if both is None:
+        return None
+    said = f"two fixes together: {edits[-2].describe()}; and {edits[-1].describe()}"
+    return both, None, None, Together(edits[-2].finding, said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +232,9 @@ def _together(rerun: Rerun) -> tuple[Edit | None, Remedy | None, list[str] | Non
     tried alone and neither verified; None where they were not both tried."""
     from ..fix.remedy import clip_flags, flag_clip
 
+    both = _two_edits(rerun)
+    if both is not None:
+        return both
     rates = [
         c for c in rerun.calls
         if (c[0] is not None and c[0].remedy == "lr_scale")
@@ -442,6 +492,7 @@ class Rerun:
         objective = edit.objective if edit is not None else False
         result.verdict, result.why_not = verdict(result, what.finding, objective)
         result.tried = list(self.tried)
+        result.together = together.said if together is not None else None
         self.tried.append({"fix": what.describe(), "dir": str(after), "verdict": result.verdict})
         text = to_json_text(result.to_json())
         write_text_file(after / "fix.json", text)
@@ -451,7 +502,6 @@ class Rerun:
             console.print(Text(f"gradoc: could not write {after / 'fix.html'}: {exc}"))
         if self.json_path:
             write_text_file(self.json_path, text)
-        result.together = together.said if together is not None else None
         print_comparison(result, what, result.code_fixes, console)
         if result.verdict != "verified":
             said = "cannot tell" if result.verdict == NOT_JUDGED else "did not help"
@@ -546,15 +596,17 @@ def _said_verdict(result: Comparison, tried: list[JsonObject], write: bool, cons
         return 1
     edit, remedy = result.edit, result.remedy
     if result.together is not None:
-        assert remedy is not None
         console.print(Text(f"gradoc fix: verified: {result.together}"))
         if write and edit is not None:
             edit.apply()
             console.print(Text(f"gradoc fix: the edit written to {one_line(edit.file)}"))
-        console.print(
-            Text(f"gradoc fix: {remedy.describe()} is no edit of your code: make it too")
-            + Text(" (the command's flag)" if remedy.kind == "clip_flags" else "")
-        )
+        elif edit is not None:
+            console.print("gradoc fix: gradoc fix --write makes the edit in your file")
+        if remedy is not None:
+            console.print(
+                Text(f"gradoc fix: {remedy.describe()} is no edit of your code: make it too")
+                + Text(" (the command's flag)" if remedy.kind == "clip_flags" else "")
+            )
         return 0
     if edit is None:
         assert remedy is not None
