@@ -11,17 +11,21 @@ its edit there only where exactly one place reads as the run saw it:
   that builds the batch's dict (``return {"input_ids": pad_sequence(...), "labels": y}``)
   given the mask from the pad token: ``batch["attention_mask"] = (batch["input_ids"] !=
   pad).long()``;
-- ``loss_includes_padding`` (labels that score the pads): the labels where they are copied
-  from the ids, -100 at the pads (``enc["labels"] = list(enc["input_ids"])`` -> ``[-100 if t
-  == pad else t for t in enc["input_ids"]]``, a tensor's ``masked_fill``);
+- ``loss_includes_padding`` (labels that score the pads): the labels padded with -100
+  (``pad_sequence(ys, padding_value=PAD)`` -> ``padding_value=-100``), else where they are
+  copied from the ids, -100 at the pads (``enc["labels"] = list(enc["input_ids"])`` ->
+  ``[-100 if t == pad else t for t in enc["input_ids"]]``, a tensor's ``masked_fill``);
 - ``frozen_parameters`` (never a gradient, though the optimizer holds them): the loop that set
   ``requires_grad = False`` on the whole model removed (or its ``False`` made ``True``);
 - weights initialised at the wrong scale (``poor_initialization``, or a finding whose first
   hypothesis is the initialisation): ``normal_(w, std=1.0)`` -> ``std=w[0].numel() ** -0.5``
   (1/sqrt(fan in)), a weight's ``zeros_`` -> ``normal_(w, mean=0.0, std=...)`` at that
-  scale, a ``w.data *= 10`` after the init removed.
+  scale, a ``w.data *= 10`` after the init removed;
+- ``loss_unbounded`` with a Gaussian KL term written with its sign flipped (``0.5 *
+  torch.sum(1 + logvar - mu.pow(2) - logvar.exp())``): its sign restored.
 
-Where no place, or more than one, reads so, :data:`WHY` says why, for the terminal.
+Where no place, or more than one, reads so, the writer says why in ``Seen.why``, for the
+terminal.
 """
 
 from __future__ import annotations
