@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..detect.finding import Origin
-    from .idiom import Replace, Source
+    from .source import Replace, Source
 
 _FILLS = {"masked_fill", "masked_fill_"}
 

@@ -34,14 +34,11 @@ import ast
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..detect.finding import Family, Finding
 from .edit import Edit
-from .idiom import Replace, Source, edit_of, parsed
-
-if TYPE_CHECKING:
-    from .patch import Seen
+from .source import Replace, Seen, Source, edit_of, parsed
 
 T = TypeVar("T", bound=tuple[Any, ...])
 

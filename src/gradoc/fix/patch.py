@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,22 +67,11 @@ from ..locate.mechanism import NO_IDIOM, SMALLEST
 from ..locate.replay import NUMBER_DENOMINATOR
 from ..store.meta import RunMeta
 from .edit import Edit, EditFailed
-from .idiom import edit_of, idiom_edit, parsed
+from .idiom import idiom_edit
 from .made import collated_mask, init_scaled, kl_sign, labels_where_made, unfrozen
+from .source import Seen, edit_of, parsed
 
-__all__ = ["Edit", "EditFailed", "edit_for", "lr_edit"]
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """What a writer reads besides its finding: the run log's ``meta`` (the lines the run
-    recorded: ``forward_at``, ``optimizers[i].at``, ``loss_fn.at``) and the user's source
-    files (the script, then the files next to it)."""
-
-    meta: RunMeta
-    sources: tuple[Path, ...] = ()
-    why: list[str] = field(default_factory=list)
-    """Why a writer wrote no edit, where it can say (``fix.made``): for the terminal."""
+__all__ = ["Edit", "EditFailed", "Seen", "edit_for", "lr_edit"]
 
 
 @dataclass(frozen=True, slots=True)
