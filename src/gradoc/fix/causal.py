@@ -19,6 +19,8 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .source import name_of
+
 if TYPE_CHECKING:
     from ..detect.finding import Origin
     from .source import Replace, Source
@@ -223,7 +225,7 @@ def _names(target: ast.expr, name: str) -> bool:
 def _triangles(e: ast.expr) -> list[Triangle]:
     found = []
     for n in ast.walk(e):
-        if not (isinstance(n, ast.Call) and _called(n) in ("tril", "triu")):
+        if not (isinstance(n, ast.Call) and name_of(n) in ("tril", "triu")):
             continue
         method = isinstance(n.func, ast.Attribute) and not _is_module(n.func.value)
         positional = n.args[0 if method else 1 :]
@@ -232,13 +234,8 @@ def _triangles(e: ast.expr) -> list[Triangle]:
         diagonal = 0 if given is None else _int(given)
         if diagonal is None:
             continue
-        found.append(Triangle(n, _called(n) == "tril", diagonal, given))
+        found.append(Triangle(n, name_of(n) == "tril", diagonal, given))
     return found
-
-
-def _called(call: ast.Call) -> str:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
 
 
 def _is_module(e: ast.expr) -> bool:

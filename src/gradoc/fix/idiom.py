@@ -47,6 +47,7 @@ from ..locate.mechanism import PYTHON_DIVISOR, low_precision
 from .causal import unmask
 from .edit import Edit
 from .source import Replace, Source, edit_of, located_source, parsed
+from .source import name_of as _name
 
 __all__ = ["Replace", "Source", "edit_of", "idiom_edit", "parsed"]
 
@@ -72,14 +73,6 @@ def idiom_edit(f: Finding, origin: Origin) -> Edit | None:
 
 
 # -- shapes ---------------------------------------------------------------------------------
-def _name(n: ast.AST) -> str:
-    if isinstance(n, ast.Call):
-        n = n.func
-    if isinstance(n, ast.Attribute):
-        return n.attr
-    return n.id if isinstance(n, ast.Name) else ""
-
-
 def _is_method(call: ast.Call) -> bool:
     """``x.log()`` (the tensor's method), not ``torch.log(x)`` / ``F.softmax(x)``."""
     func = call.func

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from ..detect.finding import Family, Finding
 from .edit import Edit
-from .source import Replace, Seen, Source, edit_of, parsed
+from .source import Replace, Seen, Source, details_of, edit_of, name_of, parsed
 
 T = TypeVar("T", bound=tuple[Any, ...])
 
@@ -55,10 +55,6 @@ def _files(seen: Seen) -> Iterator[tuple[Path, Source]]:
         src = parsed(path)
         if src is not None:
             yield path, src
-
-
-def _details(f: Finding) -> dict[str, Any]:
-    return f.details if isinstance(f.details, dict) else f.details.to_json()
 
 
 def _key(node: ast.expr | None, key: str) -> bool:
@@ -132,7 +128,7 @@ def _entry(value: ast.expr, key: str) -> ast.expr | None:
 def collated_mask(f: Finding, seen: Seen) -> Edit | None:
     """The mask the model takes, added to the dict the collator returns, from the pad token
     (the padding value its ``input_ids`` were padded with, where it names one)."""
-    d, lengths = _details(f), seen.meta.lengths or {}
+    d, lengths = details_of(f), seen.meta.lengths or {}
     pad = lengths.get("pad_id")
     # seen in the inputs, or found by the audit (--check padding) in a run whose inputs had
     # pads and no mask although the model takes one
@@ -211,7 +207,7 @@ def _padded_labels(src: Source) -> Iterator[ast.expr]:
         entry = _entry(n, "labels") if isinstance(n, ast.expr) else None
         if isinstance(entry, ast.Name):
             entry = assigned.get(entry.id)
-        if isinstance(entry, ast.Call) and _called(entry) == "pad_sequence":
+        if isinstance(entry, ast.Call) and name_of(entry) == "pad_sequence":
             given = next((k.value for k in entry.keywords if k.arg == "padding_value"), None)
             if given is not None and _signed(given) != PAD_LABEL:
                 yield given
@@ -268,7 +264,7 @@ def _without_pads(src: Source, value: ast.expr, pad: str, mask: str) -> str | No
 
 def labels_where_made(f: Finding, seen: Seen) -> Edit | None:
     """-100 at the pads where the labels are copied from the ids."""
-    if not _details(f).get("model_loss"):
+    if not details_of(f).get("model_loss"):
         return None
     padded = [(path, src, k) for path, src in _files(seen) for k in _padded_labels(src)]
     if len(padded) == 1:  # "labels": pad_sequence(ys, padding_value=PAD): padded with -100
@@ -349,7 +345,7 @@ def _freezes(src: Source) -> Iterator[tuple[ast.stmt, ast.For | None, bool]]:
 def unfrozen(f: Finding, seen: Seen) -> Edit | None:
     """The loop that froze the whole model removed, where its only statement is the freeze;
     else the freeze's ``False`` made ``True``."""
-    d = _details(f)
+    d = details_of(f)
     if d.get("left_out") and not d.get("idle"):
         return None  # a gradient that no optimizer applies: the optimizer's edit
     found = [(path, src, *x) for path, src in _files(seen) for x in _freezes(src)]
@@ -507,7 +503,7 @@ def _exp_of(e: ast.expr) -> ast.expr | None:
 
 def _reduced(call: ast.Call) -> ast.expr | None:
     """What a ``sum``/``mean`` reduces: ``x`` of ``torch.sum(x, 1)`` and of ``x.sum(1)``."""
-    if _called(call) not in ("sum", "mean"):
+    if name_of(call) not in ("sum", "mean"):
         return None
     func = call.func
     if isinstance(func, ast.Attribute) and not (
@@ -629,8 +625,3 @@ def kl_sign(f: Finding, seen: Seen) -> Edit | None:
         f, src, str(path), changes, "the KL term's sign: -0.5 * sum(1 + logvar - mu² - e^logvar)",
         objective=True,
     )  # fmt: skip
-
-
-def _called(call: ast.Call) -> str:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")

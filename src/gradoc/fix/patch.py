@@ -70,6 +70,7 @@ from .edit import Edit, EditFailed
 from .idiom import idiom_edit
 from .made import collated_mask, init_scaled, kl_sign, labels_where_made, unfrozen
 from .source import Seen, edit_of, parsed
+from .source import details_of as _details
 
 __all__ = ["Edit", "EditFailed", "Seen", "edit_for", "lr_edit"]
 
@@ -443,10 +444,6 @@ def _calls_in(sources: Sequence[Path], name: str) -> list[tuple[Located, ast.Cal
                 return []  # a call over several lines: where it is, no edit is sure of
             found.append((where, call))
     return found
-
-
-def _details(f: Finding) -> JsonObject:
-    return f.details if isinstance(f.details, dict) else f.details.to_json()
 
 
 def _model_call(seen: Seen) -> tuple[Located, ast.Call] | None:

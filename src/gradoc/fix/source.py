@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._util.json_types import JsonObject
 from ..detect.finding import Finding, Origin
 from ..store.meta import RunMeta
 from .edit import Edit
@@ -174,3 +175,18 @@ class Seen:
     sources: tuple[Path, ...] = ()
     why: list[str] = field(default_factory=list)
     """Why a writer wrote no edit, where it can say (``fix.made``): for the terminal."""
+
+
+def name_of(n: ast.AST) -> str:
+    """The name a call (or a function expression) calls: ``torch.tril(x)`` -> ``tril``,
+    ``x.sum(1)`` -> ``sum``, ``softmax`` -> ``softmax``; "" for anything else."""
+    if isinstance(n, ast.Call):
+        n = n.func
+    if isinstance(n, ast.Attribute):
+        return n.attr
+    return n.id if isinstance(n, ast.Name) else ""
+
+
+def details_of(f: Finding) -> JsonObject:
+    """A finding's details as JSON (typed details, or those read back from a report)."""
+    return f.details if isinstance(f.details, dict) else f.details.to_json()
