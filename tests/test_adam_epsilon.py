@@ -138,9 +138,9 @@ def test_the_state_is_read_as_adam_divides_by_it(amsgrad: bool) -> None:
     ``exp_avg_sq`` (``max_exp_avg_sq`` with AMSGrad), bias-corrected at the state's step."""
     import torch
 
-    from gradoc.collect.adam_state import eps_shares
-    from gradoc.collect.grads import WatchedOptimizer
-    from gradoc.collect.layers import WatchedParam
+    from gradoc.collect.attach.layers import WatchedParam
+    from gradoc.collect.probes.adam_state import eps_shares
+    from gradoc.collect.probes.grads import WatchedOptimizer
 
     small, large = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
     opt = torch.optim.Adam([*small.parameters(), *large.parameters()], eps=1e-8, amsgrad=amsgrad)

@@ -1,4 +1,4 @@
-"""Attention's sharpness read from the loss's graph (``collect.attention``) and the precursor
+"""Attention's sharpness read from the loss's graph (``collect.graph.attention``) and the precursor
 finding built on it (``findings.attention_logit_growth``)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gradoc.collect import attention
-from gradoc.collect.attention import FIRST, LOOKS, AttentionReader, attention_calls
+from gradoc.collect.graph import attention
+from gradoc.collect.graph.attention import FIRST, LOOKS, AttentionReader, attention_calls
 from gradoc.detect.history import Attention, History
 from gradoc.findings import REGISTRY
 from gradoc.store import Series
@@ -194,7 +194,7 @@ def test_the_memory_efficient_kernels_bias_is_read_as_its_mask() -> None:
     holding what that kernel's saves)."""
     from types import SimpleNamespace
 
-    from gradoc.collect.attention import sdpa_stats
+    from gradoc.collect.graph.attention import sdpa_stats
 
     torch.manual_seed(0)
     q, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)

@@ -1,5 +1,5 @@
 """The sampled statistics' cadence, chosen once per run from its measured step time
-(``collect.cadence``), fixed once chosen, recorded, and overridable by hand."""
+(``collect.step.cadence``), fixed once chosen, recorded, and overridable by hand."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 
 import gradoc
-from gradoc.collect import cadence as cadence_module
-from gradoc.collect.cadence import Cadence
+from gradoc.collect.step import cadence as cadence_module
+from gradoc.collect.step.cadence import Cadence
 from gradoc.schedule import budget, lean
 
 
@@ -154,7 +154,7 @@ def test_statistics_travel_every_flush_every_steps_where_each_step_is_read_at_on
     slow step once made that every step), and every step still reaches the log."""
     import time
 
-    from gradoc.collect.packet import Packet
+    from gradoc.collect.step.packet import Packet
 
     reads = [0]
     read = Packet.read

@@ -1,5 +1,5 @@
 """The collector sees whether gradients are cleared between optimizer steps
-(``collect/cleared.py``): the same ``.grad`` tensor, changed only by the step's backward
+(``collect/probes/cleared.py``): the same ``.grad`` tensor, changed only by the step's backward
 calls, is a gradient kept; ``zero_grad`` either way, and gradient accumulation within a
 step, are not."""
 

@@ -387,8 +387,8 @@ def test_the_reference_run_registers_the_entries_of_every_kind(
     names = program[2]
     for expected in (
         "collect.auto.AutoAttach._pre",
-        "collect.steps.Steps.on_backward",
-        "collect.steps.closure",
+        "collect.step.protocol.Steps.on_backward",
+        "collect.step.protocol.closure",
         "patch of torch.autograd.backward",
         "patch of Tensor.item",
         "patch of GradScaler.unscale_",
@@ -424,7 +424,7 @@ def test_each_entry_that_fails_leaves_the_programs_output_unchanged(
 def test_a_failure_is_told_in_the_report_as_monitoring_stopped(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(PROGRAM)
-    entry.inject("collect.steps.Steps.post_step", "before")
+    entry.inject("collect.step.protocol.Steps.post_step", "before")
     try:
         from gradoc.cli import main
 
@@ -434,12 +434,12 @@ def test_a_failure_is_told_in_the_report_as_monitoring_stopped(tmp_path: Path) -
         ):
             code = main(["run", "--out", str(tmp_path / "run"), str(script)])
     finally:
-        entry.inject("collect.steps.Steps.post_step", None)
+        entry.inject("collect.step.protocol.Steps.post_step", None)
     assert code == 0
     report = Report.from_json(json.loads((tmp_path / "run" / "report.json").read_text()))
     kinds = [f.kind for f in report.findings]
     assert report.status != "healthy" and "monitoring_stopped" in kinds, kinds
-    assert "internal error in collect.steps.Steps.post_step" in err.getvalue()
+    assert "internal error in collect.step.protocol.Steps.post_step" in err.getvalue()
 
 
 def test_the_shadowing_program_of_the_issue_trains_under_gradoc(tmp_path: Path) -> None:

@@ -92,8 +92,8 @@ def test_every_module_imports_only_lower_layers() -> None:
 
 def test_the_walk_reads_every_kind_of_import() -> None:
     """The check itself: a relative import two levels up is read as the unit it names."""
-    assert {"stats", "store"} <= imports(ROOT / "collect" / "activations.py")
-    assert {"detect", "locate"} <= imports(ROOT / "collect" / "locate_probe.py")
+    assert {"stats", "store"} <= imports(ROOT / "collect" / "probes" / "activations.py")
+    assert {"detect", "locate"} <= imports(ROOT / "collect" / "probes" / "locate.py")
     assert "report" not in imports(ROOT / "collect" / "run.py")
     assert "demo" not in imports(ROOT / "cli.py") or "cli" not in imports(
         ROOT / "demo" / "gallery.py"
@@ -119,10 +119,29 @@ def module_imports(path: Path, modules: set[str]) -> set[str]:
                 if f"{target}.{alias.name}" in modules:
                     found.add(f"{target}.{alias.name}")
                 elif target in modules:
-                    found.add(target)
+                    found.add(given_by(target, alias.name, modules))
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name in modules}
     return found - {me}
+
+
+def given_by(package: str, name: str, modules: set[str]) -> str:
+    """The module a package's ``__init__`` takes ``name`` from (a room of ``collect`` gives
+    its modules' names: importing the name depends on that module, not on the whole room),
+    or the package itself."""
+    init = ROOT.joinpath(*package.split(".")[1:], "__init__.py")
+    if not init.is_file():
+        return package
+    for node in ast.parse(init.read_text()).body:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 1
+            and node.module
+            and name in {a.asname or a.name for a in node.names}
+        ):
+            source = f"{package}.{node.module}"
+            return source if source in modules else package
+    return package
 
 
 def test_no_import_circle_between_modules() -> None:
@@ -141,20 +160,22 @@ def test_the_circle_check_sees_deferred_and_type_only_imports() -> None:
     modules = {module_name(p) for p in ROOT.rglob("*.py")}
     # a function-level import and a TYPE_CHECKING one
     assert "gradoc.runtime.replay" in module_imports(ROOT / "tools" / "amp_compare.py", modules)
-    assert "gradoc.collect.context" in module_imports(ROOT / "collect" / "steps.py", modules)
+    assert "gradoc.collect.context" in module_imports(
+        ROOT / "collect" / "step" / "protocol.py", modules
+    )
     assert "gradoc.api" in module_imports(ROOT / "__init__.py", modules)
 
 
 def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
     """The run and its step protocol never ask the configuration what to watch: the probes
     are chosen once (``probes_for``), and each watches what it was made for."""
-    from gradoc.collect.activations import AmpRanges
-    from gradoc.collect.cadence import Cadence
-    from gradoc.collect.lengths import Lengths
-    from gradoc.collect.locate_probe import Locate
-    from gradoc.collect.padding import PaddingAudit
+    from gradoc.collect.probes.activations import AmpRanges
+    from gradoc.collect.probes.lengths import Lengths
+    from gradoc.collect.probes.locate import Locate
+    from gradoc.collect.probes.padding import PaddingAudit
+    from gradoc.collect.probes.setup import SetupCheck
     from gradoc.collect.run import Run
-    from gradoc.collect.setup import SetupCheck
+    from gradoc.collect.step.cadence import Cadence
     from gradoc.config import WatchConfig
 
     chosen = {}
@@ -168,7 +189,7 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
         run.close()
     plain = [Lengths, SetupCheck, Cadence]  # the sampled statistics' budget: the default
     assert chosen == {"plain": plain, "all": [*plain, AmpRanges, PaddingAudit, Locate]}
-    for file in ("run.py", "steps.py"):
+    for file in ("run.py", "step/protocol.py"):
         tree = ast.parse((ROOT / "collect" / file).read_text())
         asked = [
             node.attr
@@ -182,3 +203,69 @@ def test_the_configuration_chooses_the_probes_once(tmp_path: Path) -> None:
         ]
         assert not asked, f"collect/{file} asks config.{asked}: choose a probe in probes_for"
     assert len((ROOT / "collect" / "run.py").read_text().splitlines()) < 250
+
+
+ROOMS = ROOT / "collect"
+"""``collect/``'s rooms: a subfolder each (attach, probes, step, graph), the run's life at the
+top."""
+
+
+def rooms() -> list[Path]:
+    return sorted(p for p in ROOMS.iterdir() if (p / "__init__.py").is_file())
+
+
+def into_rooms(path: Path, source: str | None = None) -> list[str]:
+    """What ``path`` imports of a collect/ room it is not in that the room does not give:
+    a room is imported as a whole (the names its ``__init__`` lists in ``__all__``), never
+    one of its modules."""
+    me = module_name(path)
+    package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = package[: len(package) - node.level + 1] if node.level else []
+        target = base + (node.module.split(".") if node.module else [])
+        if target[:2] != ["gradoc", "collect"] or len(target) < 3:
+            continue
+        room = ROOMS / target[2]
+        if not (room / "__init__.py").is_file() or me.startswith(".".join(target[:3])):
+            continue
+        if len(target) > 3:
+            found.append(".".join(target))
+            continue
+        given = given_names(room)
+        found += [f"{'.'.join(target)}.{a.name}" for a in node.names if a.name not in given]
+    return found
+
+
+def given_names(room: Path) -> set[str]:
+    """The names a room's ``__init__`` lists in ``__all__``."""
+    for node in ast.parse((room / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def test_collect_is_rooms_a_newcomer_reads() -> None:
+    """collect/ is a handful of rooms (none of more than 15 modules), each saying in its
+    docstring what it is and what it may import; a module outside a room imports the room
+    (what its ``__init__`` gives), never one of its modules."""
+    assert {p.name for p in rooms()} == {"attach", "probes", "step", "graph"}
+    for room in rooms():
+        assert len(list(room.glob("*.py"))) <= 15, room
+        doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text())) or ""
+        assert "imports" in doc and len(doc.split()) >= 30, f"{room.name}: say what it is"
+    assert len(list(ROOMS.glob("*.py"))) <= 15
+    files = sorted(ROOT.rglob("*.py"))
+    inside = {str(p.relative_to(ROOT)): found for p in files if (found := into_rooms(p))}
+    assert not inside, f"import the room, not its modules: {inside}"
+
+
+def test_the_rooms_check_sees_a_module_of_another_room() -> None:
+    source = "from ..attach.taps import handed\nfrom ..attach import taps, _hooks\n"
+    source += "from .packet import Packet\nfrom .. import probe\n"
+    found = into_rooms(ROOMS / "step" / "a_module.py", source)
+    assert found == ["gradoc.collect.attach.taps", "gradoc.collect.attach._hooks"]

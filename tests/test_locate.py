@@ -218,7 +218,7 @@ class _Gate(nn.Module):
 def _gated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scaled: bool) -> dict[str, Any]:
     """A NaN born at step 5 on an accelerator: each step's vitals travel with its statistics
     (read every 4 steps here), none is read before its update."""
-    from gradoc.collect.transfers import Transfers
+    from gradoc.collect.step.transfers import Transfers
 
     monkeypatch.setattr(
         Transfers, "checks_now", lambda self: self.synced or self.steps.guard is not None

@@ -1,4 +1,4 @@
-"""The program's own measures, read where it logs them (``collect.logged``, issue 59).
+"""The program's own measures, read where it logs them (``collect.attach.logged``, issue 59).
 
 Each program below logs through a real library (TensorBoard, Lightning, the Hugging Face
 ``Trainer``, W&B offline, MLflow's local store, stable-baselines3, a gymnasium environment)
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import gradoc
-from gradoc.collect import logged
+from gradoc.collect.attach import logged
 from gradoc.detect.measures import direction, measures
 from tests.test_cli import gradoc_cli
 

@@ -1,4 +1,4 @@
-"""The kind of training read from a loss's autograd graph (``collect.mechanics``), whatever
+"""The kind of training read from a loss's autograd graph (``collect.graph.mechanics``), whatever
 its spelling, and the judgement made of it (``detect.training``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from gradoc.collect import mechanics
+from gradoc.collect.graph import mechanics
 from gradoc.detect.training import Returns, Training, judge
 from gradoc.store import Series
 from gradoc.store.meta import RunMeta

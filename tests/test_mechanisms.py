@@ -35,7 +35,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradoc.collect.losses import kind
+from gradoc.collect.graph.losses import kind
 from tests import test_shapes as shapes
 from tests.test_shapes import serious
 
@@ -204,7 +204,7 @@ def test_a_batchnorm_that_counted_a_few_batches_learnt_next_to_nothing(
     eval() it normalises by a mean of 0 and a variance of 1 all but unchanged."""
     import torch.nn as nn
 
-    from gradoc.collect.setup import _fresh
+    from gradoc.collect.probes.setup import _fresh
 
     norm = nn.BatchNorm1d(4, momentum=momentum)
     for _ in range(batches):

@@ -84,7 +84,7 @@ def test_outside_a_notebook_there_is_no_status_and_repr_html_is_the_report(
     import torch
 
     import gradoc
-    from gradoc.collect.notebook import LiveStatus, in_notebook
+    from gradoc.collect.probes.notebook import LiveStatus, in_notebook
 
     assert not in_notebook()
     model = torch.nn.Linear(4, 1)
@@ -108,8 +108,8 @@ def test_the_status_loss_is_the_loss_the_run_log_records(
     import torch
 
     import gradoc
-    from gradoc.collect import steps
-    from gradoc.collect.notebook import LiveStatus
+    from gradoc.collect.probes.notebook import LiveStatus
+    from gradoc.collect.step import protocol as steps
 
     monkeypatch.setattr(steps, "in_notebook", lambda: True)  # IPython's display prints here
     model = torch.nn.Linear(4, 1)

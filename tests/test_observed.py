@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradoc
-from gradoc.collect import losses
+from gradoc.collect.graph import losses
 
 OBSERVED = Path(__file__).parent / "observed"
 

@@ -1,4 +1,4 @@
-"""The output logits' level read from the loss's graph (``collect.output_logits``) and the
+"""The output logits' level read from the loss's graph (``collect.graph.output_logits``) and the
 precursor finding built on it (``findings.output_logit_divergence``)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradoc
-from gradoc.collect import attention
-from gradoc.collect.attention import LOOKS, AttentionReader, output_layer
-from gradoc.collect.output_logits import logits_dtype, output_calls, output_stats
+from gradoc.collect.graph import attention
+from gradoc.collect.graph.attention import LOOKS, AttentionReader, output_layer
+from gradoc.collect.graph.output_logits import logits_dtype, output_calls, output_stats
 from gradoc.detect.history import History, OutputLogits
 from gradoc.findings import REGISTRY
 from gradoc.findings.output_logit_divergence import spacing

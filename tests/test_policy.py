@@ -1,4 +1,4 @@
-"""A categorical policy's entropy read from the loss's autograd graph (``collect.policy``),
+"""A categorical policy's entropy read from the loss's autograd graph (``collect.graph.policy``),
 recorded per objective, and the collapse rule that judges it (``findings.policy_collapse``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch.distributions import Categorical
 
 import gradoc
-from gradoc.collect import policy
-from gradoc.collect.policy import PolicyReader, entropy
+from gradoc.collect.graph import policy
+from gradoc.collect.graph.policy import PolicyReader, entropy
 from gradoc.detect.history import synthetic
 from gradoc.findings import check_all
 from gradoc.store import Series

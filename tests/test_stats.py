@@ -217,7 +217,7 @@ def test_a_module_called_once_writes_the_row_combine_writes(
 ) -> None:
     """The writer's row of a module called once (``combine`` without its merge) is the row
     its merge gives once an empty call is added."""
-    from gradoc.collect.activations import _act_row
+    from gradoc.collect.probes.activations import _act_row
 
     v, a = activation_stats(output, rule, -1 if output.dim() >= 2 else None)
     width = len(a) if a is not None else 0

@@ -193,7 +193,7 @@ def test_one_loss_of_a_policy_and_a_value_regression_is_an_actor_critic() -> Non
     import torch.nn.functional as F
     from torch.distributions import Categorical
 
-    from gradoc.collect.losses import kind
+    from gradoc.collect.graph.losses import kind
 
     logits, value = torch.randn(6, 2, requires_grad=True), torch.randn(6, requires_grad=True)
     ret = torch.rand(6) * 10

@@ -15,8 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradoc
-from gradoc.collect import taps
-from gradoc.collect.transfers import Transfers
+from gradoc.collect.attach import taps
+from gradoc.collect.step.transfers import Transfers
 from tests.models import Net, batch, make, one_step, train
 
 RTOL = 1e-5

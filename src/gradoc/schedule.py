@@ -65,7 +65,7 @@ class budget:
     ``choose_at`` from the program's own measured step time, so that the sampled steps cost
     about ``share`` of the training time (k a round number, at least ``dense``, at most
     1,000). The choice is fixed for the run and recorded in its log (``meta['sampling']``,
-    see :mod:`gradoc.collect.cadence`). Called outside a run, it is the dense cadence.
+    see :mod:`gradoc.collect.step.cadence`). Called outside a run, it is the dense cadence.
 
     >>> [s for s in range(30) if budget()(s)]
     [0, 10, 20]
@@ -122,7 +122,7 @@ class lean:
 
 def lean_reads(step: int, until: int, kg: int | None, every: int | None) -> bool:
     """Whether a lean cadence reads the gradients at ``step``: every step before ``until``,
-    then every ``kg``-th and every sampled (``every``-th) one (``collect.cadence``; the report
+    then every ``kg``-th and every sampled (``every``-th) one (``collect.step.cadence``; the report
     dates a gradient finding by it)."""
     if kg is None or kg <= 1 or step < until:
         return True

@@ -71,7 +71,7 @@ def kept(
     """Within the block the user's model may be run; after it the anomaly flag, the RNG
     states, the ``modules``' buffers and the ``tensors``' gradients are as before. With
     ``start``, the block begins from that RNG state (a replay draws the dropout masks the
-    step drew; an empty one: the forward drew none, see ``collect.watched``)."""
+    step drew; an empty one: the forward drew none, see ``collect.attach.watched``)."""
     anomaly = anomaly_state()
     rng = rng_state()
     buffers = [(m, k, b.detach().clone()) for m in modules for k, b in objects.named_buffers(m)]

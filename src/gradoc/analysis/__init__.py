@@ -184,7 +184,7 @@ def sampling(meta: RunMeta, steps: int) -> str | None:
 
 def _sampled(meta: RunMeta, steps: int) -> str | None:
     """When weights, updates and activations were read: the cadence chosen from the run's
-    step time (``collect.cadence``; its choice only once the run of ``steps`` went past the
+    step time (``collect.step.cadence``; its choice only once the run of ``steps`` went past the
     step it applies from), else the schedules the run was given."""
     chosen = meta.sampling
     if chosen:
@@ -234,7 +234,7 @@ def dated(findings: list[Finding], chosen: JsonObject) -> None:
 
 
 def _reads(chosen: JsonObject, start: int | None) -> str:
-    """The per-step reads' cadence (``collect.cadence``), said after the sampled one;
+    """The per-step reads' cadence (``collect.step.cadence``), said after the sampled one;
     ``start``: the step it applies from, None in a run that never got there."""
     if "grads_every" not in chosen:
         return ""

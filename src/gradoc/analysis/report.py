@@ -123,7 +123,7 @@ class ObjectiveFacts:
     loss_last: float | None
     entropy_first: float | None = None
     """Its categorical policy's entropy, a share of its maximum, at the first and last step
-    it was read (``collect.policy``); None where no policy was seen."""
+    it was read (``collect.graph.policy``); None where no policy was seen."""
     entropy_last: float | None = None
     loss_read: int | None = None
     """The steps whose loss was read, of its ``steps`` (None in reports before it was said)."""

@@ -1,6 +1,6 @@
 """Attach to every optimizer a script creates, with no change to the script (``gradoc run``).
 
-A :class:`~gradoc.collect.models.ModelFinder` remembers which modules ran, and an
+A :class:`~gradoc.collect.attach.models.ModelFinder` remembers which modules ran, and an
 optimizer step pre-hook, on the first step of an optimizer it has not seen, attaches the
 run to the models it trains (the outermost modules that ran and own its parameters).
 From then on the global step hooks route every step to the run.
@@ -23,8 +23,7 @@ from torch.optim import Optimizer
 from .._util import entry
 from .._util.state import RngState, rng_state
 from .._util.wrappers import quiet_compile_warning, traced
-from . import taps
-from .models import ModelFinder
+from .attach import ModelFinder, taps
 from .run import Run
 
 Call = tuple[nn.Module, tuple[Any, ...], dict[str, Any], Any, RngState]

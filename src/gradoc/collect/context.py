@@ -28,9 +28,8 @@ if TYPE_CHECKING:
     from ..locate import Origin
     from ..store import EventKind
     from ..store.writer import Write
-    from .grads import WatchedOptimizer
-    from .layers import WatchedModule
-    from .locating import Locator
+    from .attach import WatchedModule
+    from .probes import Locator, WatchedOptimizer
 
 
 class StepsView(Protocol):

@@ -32,8 +32,8 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from ..guard import Vitals
-    from .grads import Slices, WatchedOptimizer
-    from .layers import WatchedModule
+    from .attach import WatchedModule
+    from .probes import Slices, WatchedOptimizer
 
 from .._util.json_types import JsonObject
 from .._util.state import RngState
@@ -73,3 +73,8 @@ class Probe:
 
     def close(self, step: int) -> JsonObject:
         return {}
+
+
+ROUND = (10, 20, 50, 100, 200, 500, 1000)
+"""The periods a sampled probe or graph reader may take (``step.cadence``'s k, the attention
+reader's every): round numbers, so that the sampled steps read well."""

@@ -27,13 +27,12 @@ from ..guard import Guard, GuardGaveUp, scale_lr
 from ..guard import lr as guard_lr
 from ..store import EventKind, RunWriter, Stopped
 from ..store.writer import insert_rows
-from . import logged, taps, termination
+from . import termination
 from ._safety import finish_safely, forget, remember, sigint_deferred
-from .layers import param_rows
-from .locating import Locator
+from .attach import Watched, logged, param_rows, taps
+from .probes import Locator
 from .resume import Resumption, opening_meta
-from .steps import Steps, probes_for
-from .watched import Watched
+from .step import Steps, probes_for
 
 Finish = Callable[[Path, "str | Path | None", "Stopped | None", dict[str, str]], JsonObject]
 """What writes a closed run's report and sinks (see ``Run(finish=...)``)."""

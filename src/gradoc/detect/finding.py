@@ -418,7 +418,7 @@ class Origin:
     could name anything)."""
     late: bool = False
     """Found a step late: the step's gradients were not read at their step (a lean step,
-    see ``collect.cadence``), so where in its pass the value was born needs a re-run."""
+    see ``collect.step.cadence``), so where in its pass the value was born needs a re-run."""
     mechanism: Mechanism | None = None
     """Why the value was non-finite there, and the idiom that removes it."""
 
@@ -548,7 +548,7 @@ class Finding:
     ``critic``); None for the run's only objective or a finding about the whole run."""
     step_from: int | None = None
     """Where ``step`` is a read of a signal read every k steps (the gradients' norms on a lean
-    stretch, ``collect.cadence``): the earliest step the problem may have begun at."""
+    stretch, ``collect.step.cadence``): the earliest step the problem may have begun at."""
 
     def __post_init__(self) -> None:
         self.evidence = [Evidence.of(e) for e in self.evidence]

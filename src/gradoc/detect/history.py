@@ -18,7 +18,7 @@ _EMPTY = Series([], [])
 
 @dataclass(frozen=True, slots=True)
 class Attention:
-    """One attention call of the model, as read from the loss's graph (``collect.attention``):
+    """One attention call of the model, as read from the loss's graph (``collect.graph.attention``):
     its layer, its largest logit gap (nats) and its rows' mean entropy as a share of
     ``ln(keys)`` at the steps it was read, and per step its heads' (gap, share)."""
 
@@ -31,7 +31,7 @@ class Attention:
 @dataclass(frozen=True, slots=True)
 class OutputLogits:
     """One output layer's logits as the loss's log-softmax read them
-    (``collect.output_logits``): the rows' mean log-sum-exp ``log Z``, largest logit and
+    (``collect.graph.output_logits``): the rows' mean log-sum-exp ``log Z``, largest logit and
     spread (largest less smallest) at the steps read, and the dtype they were computed in."""
 
     layer: str
@@ -71,7 +71,7 @@ class History:
     ``meta.objectives`` id."""
     policy_entropy: dict[int, Series] = field(default_factory=dict)
     """A categorical policy's entropy (a share of its maximum) by objective id, where the
-    loss's graph showed one (``collect.policy``)."""
+    loss's graph showed one (``collect.graph.policy``)."""
     attention: list[Attention] = field(default_factory=list)
     """The model's attention calls in forward order, where the loss's graph showed some."""
     output_logits: list[OutputLogits] = field(default_factory=list)

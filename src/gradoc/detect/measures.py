@@ -1,4 +1,4 @@
-"""The program's own measures (``collect.logged``) and which way each one is better.
+"""The program's own measures (``collect.attach.logged``) and which way each one is better.
 
 A measure's direction is known where the program says it (Lightning's
 ``ModelCheckpoint(monitor=..., mode=...)`` or ``EarlyStopping``, the Hugging Face

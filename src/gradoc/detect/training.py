@@ -1,7 +1,7 @@
 """The kind of training each objective is, observed from what the run shows.
 
 A run is not always one supervised loss that should fall. Each objective (one per group of
-optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one of:
+optimizers that a loss trains, ``gradoc.collect.step.objectives``) is judged as one of:
 
 - **supervised**: its loss is expected to fall (a classifier, a regressor, a language model,
   a generator's reconstruction). The loss-trend rules (spike, blow-up, divergence, plateau)
@@ -10,14 +10,14 @@ optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one o
   its loss runs through parameters another optimizer trains against it (a generator's loss
   through the discriminator; through a discriminator whose ``requires_grad`` the program
   turned off for the generator's step too, by the weights its layers saved:
-  ``collect.mechanics``), and that other objective is the discriminator. A discriminator's
+  ``collect.graph.mechanics``), and that other objective is the discriminator. A discriminator's
   loss rising while the generator improves is the game working, and a Wasserstein critic's
   (the mean of its raw outputs, with its gradient penalty) grows as it sharpens, so the trend
   rules judge neither; what still means harm is a side that wins outright
   (``adversarial_imbalance``), a game that stopped (``game_stopped``), a critic with no
   constraint (``critic_unconstrained``), and non-finite values or gradients beyond any
   healthy run.
-- **reinforcement**: it follows returns. Read from the loss's graph (``collect.mechanics``):
+- **reinforcement**: it follows returns. Read from the loss's graph (``collect.graph.mechanics``):
   a policy objective weighs log-probabilities of the actions taken, or PPO's ratio
   ``exp(logp - logp_old)``, by a weight made without gradient (an advantage, a return); a
   value objective regresses onto targets made without gradient, its prediction picked at the
@@ -33,7 +33,7 @@ optimizers that a loss trains, ``gradoc.collect.objectives``) is judged as one o
   (``findings.exploding_gradients``). What still means harm for a policy is a collapse:
   certain of one action within a few updates of being uncertain, or certain while its return
   never improved (``findings.policy_collapse``, on the entropy read from the loss's graph,
-  ``collect.policy``).
+  ``collect.graph.policy``).
 
 A run with one objective is supervised unless its graph shows a policy, a value function or
 an actor-critic, or its loss is a signed surrogate (one that changes sign all run long, not
@@ -78,7 +78,7 @@ BOTH = (
     "its loss adds a policy's log-probabilities and a value regression (an actor-critic with "
     "one optimizer): it follows the returns"
 )
-"""Why one loss is judged an actor-critic's (``collect.losses``, read from its graph)."""
+"""Why one loss is judged an actor-critic's (``collect.graph.losses``, read from its graph)."""
 
 
 VALUE_HARMED = "value (return fell)"
@@ -183,7 +183,7 @@ def judge(
     ``entropy_of(id)``: its policy's entropy, where one was read; ``counted``: the run's
     steps, the first objective's; ``returns``: what the program's return did. The others'
     losses are kept at the run's step when their optimizer stepped, and an optimizer that
-    steps with no loss of its own shares the last one's (``collect.objectives``): their
+    steps with no loss of its own shares the last one's (``collect.step.objectives``): their
     unread steps are not told apart, and not counted."""
     found = _judge(meta, loss_of, returns)
     return [
@@ -197,7 +197,7 @@ def judge(
 
 
 def _read(fn: JsonObject | None) -> tuple[str | None, str]:
-    """What the graph showed of a loss (``collect.mechanics``): its reading and evidence."""
+    """What the graph showed of a loss (``collect.graph.mechanics``): its reading and evidence."""
     fn = fn or {}
     reads = fn.get("reads")
     if fn.get("fn") == "actor_critic":

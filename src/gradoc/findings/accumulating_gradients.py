@@ -1,7 +1,7 @@
 """accumulating_gradients: each step's gradient is the running sum of all earlier ones.
 
 Needs: ``meta['grads_kept']``, what the collector saw of the gradients between optimizer
-steps (``collect/cleared.py``): on how many steps the ``.grad`` the optimizer applied was
+steps (``collect/probes/cleared.py``): on how many steps the ``.grad`` the optimizer applied was
 the same tensor as the step before, changed by nothing but that step's backward calls;
 and the global gradient norm per step, for the evidence.
 

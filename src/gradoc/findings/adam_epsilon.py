@@ -22,7 +22,7 @@ at least half of the weight matrices, over the run's second half (at least ``MIN
 sampled steps), the median gradient RMS at most ``eps`` (and above 0: a gradient of 0 moves
 no weight whatever eps is) and the median update RMS at most ``DAMPED`` (0.05) of the
 learning rate. Where the optimizer's state was read at the end of the run
-(``collect.adam_state``), the damped matrices' second moments confirm it: the median share
+(``collect.probes.adam_state``), the damped matrices' second moments confirm it: the median share
 of their elements whose bias-corrected ``sqrt(v)`` is at most eps at least ``STATE_SHARE``
 (0.5); the gradient norms are the proxy on the sampled steps, the state the truth at one.
 The update's ratio at the first samples is its own history: where it was far larger (3x),
@@ -75,7 +75,7 @@ class Damped(Details):
 
 def _state_share(h: History, damped: dict[str, tuple[float, float, float]]) -> float | None:
     """The median share of the damped matrices' elements whose ``sqrt(v_hat)`` was at most
-    eps in the optimizer's state at the end (``collect.adam_state``); None where not read."""
+    eps in the optimizer's state at the end (``collect.probes.adam_state``); None where not read."""
     read = (h.meta.adam_state or {}).get("eps_share")
     if not isinstance(read, dict):
         return None

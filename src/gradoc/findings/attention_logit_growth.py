@@ -1,6 +1,6 @@
 """attention_logit_growth: attention logits grow until the softmax is one-hot.
 
-Needs: the attention calls read from the loss's graph (``collect.attention``: every
+Needs: the attention calls read from the loss's graph (``collect.graph.attention``: every
 ``scaled_dot_product_attention``, ``nn.MultiheadAttention`` and explicit
 ``softmax(q @ k^T)``), read on the first 20 steps, then one step in 10 (or fewer, within
 the budget): per layer, the largest

@@ -1,9 +1,9 @@
 """critic_unconstrained: a Wasserstein critic with nothing that bounds its slope.
 
 Needs: a run with a generator and a discriminator (``detect.training``) whose loss is the
-mean of the discriminator's raw outputs (``collect.mechanics``: no log, no sigmoid, a
+mean of the discriminator's raw outputs (``collect.graph.mechanics``: no log, no sigmoid, a
 Wasserstein critic), the gradient penalties the program made and whether a ``backward()``
-reached them (``meta['penalties']``, ``collect.mechanics.Penalties``), the parameters' names
+reached them (``meta['penalties']``, ``collect.graph.mechanics.Penalties``), the parameters' names
 and the critic's per-parameter gradient norms.
 
 A Wasserstein critic estimates a distance only while it is 1-Lipschitz: a gradient penalty

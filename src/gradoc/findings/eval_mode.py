@@ -1,6 +1,6 @@
 """eval_mode: modules left in ``eval()`` while the optimizer trains them.
 
-Needs: ``meta['setup']['in_eval']``, read at early steps by ``collect/setup.py``: the modules
+Needs: ``meta['setup']['in_eval']``, read at early steps by ``collect/probes/setup.py``: the modules
 whose forward differs between training and evaluation (BatchNorm that tracks running
 statistics, dropout with a non-zero rate) that were in eval() at every step read while the
 optimizer stepped.

@@ -12,7 +12,7 @@ from its first 10% of steps to its last 25% (a small GPT whose blocks were left 
 information when it did (fine-tuning a head on a frozen backbone, on purpose).
 
 Parameters **left out of every optimizer** never train either, although they receive a
-gradient each step (``meta['setup']``, read at early steps by ``collect/setup.py``: a model's
+gradient each step (``meta['setup']``, read at early steps by ``collect/probes/setup.py``: a model's
 towers whose optimizer was given only the head). That is the mechanism seen directly, and
 their gradient is computed for nothing: a warning when they hold at least ``SHARE`` of the
 watched models' elements, a whole model is in no optimizer (a generator whose optimizer was

@@ -1,7 +1,7 @@
 """length_anomaly: a batch arrived with sequence lengths outside the range seen before.
 
 Needs: the run's ``length_anomaly`` events, recorded whenever the model's batch lengths can
-be read (``collect/lengths.py``, which holds the rule for an unusual batch).
+be read (``collect/probes/lengths.py``, which holds the rule for an unusual batch).
 
 Rule: reported once, at the first such batch, with the number of them. Unusual lengths are
 news, and a problem only where something broke with them: info, and a warning when one

@@ -9,7 +9,7 @@ audit takes the gradient of the loss (the program's loss function, or the loss t
 computes from ``labels=``) with respect to the model's per-position outputs: any non-zero
 gradient at a padded position means the loss counts it.
 
-Seen in the inputs, by default and at no cost (``meta['lengths']``, ``collect/lengths.py``):
+Seen in the inputs, by default and at no cost (``meta['lengths']``, ``collect/probes/lengths.py``):
 a Hugging Face style call ``model(input_ids, attention_mask=..., labels=...)`` whose labels
 score padded positions (they are not -100 there). The pads are those the mask gives, else
 the model's pad token; the first 3 batches are read with the step statistics. A share of

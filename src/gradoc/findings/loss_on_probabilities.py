@@ -12,10 +12,10 @@ no log-likelihood can go. The graph shows the layer under the loss and the loss'
 0 confirms it: a **warning** then. Two public graph networks do both (``nll_loss`` on a
 softmax, -0.14 to -0.51; on raw scores, -0.001 to -76.9 at 14% accuracy). The walk below the
 loss goes through what leaves the values as they are or drops some: the training rows
-indexed out of all the nodes, a dropout, a view (``collect.losses._SHAPING``).
+indexed out of all the nodes, a dropout, a view (``collect.graph.losses._SHAPING``).
 
 Needs: the loss's own autograd node (``meta['loss_fn']``, read once at the first
-``backward()`` by ``collect/losses.py``): ``fed`` is set when the input of a cross-entropy
+``backward()`` by ``collect/graph/losses.py``): ``fed`` is set when the input of a cross-entropy
 went through a softmax (``F.cross_entropy(model(x), y)`` with an ``nn.Softmax`` ending the
 model) or the input of ``binary_cross_entropy_with_logits`` through a sigmoid.
 

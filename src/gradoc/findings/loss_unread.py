@@ -2,7 +2,7 @@
 
 Needs: each objective's loss series and the steps counted for it (``detect.training``:
 ``Objective.counted``), and why the steps without a loss had none (``meta['loss_unread']``,
-``collect/loss_reading.py``: no ``backward()`` in the step, a ``backward()`` of no loss
+``collect/step/loss_reading.py``: no ``backward()`` in the step, a ``backward()`` of no loss
 gradoc could read, or one that belonged to another run).
 
 gradoc reads the loss every program hands to ``backward()``, whatever method computed it.

@@ -1,6 +1,6 @@
 """measure_worsened: the program's own measure of the run got worse.
 
-Needs: a measure the program logged itself (``collect.logged``) on data it does not train on
+Needs: a measure the program logged itself (``collect.attach.logged``) on data it does not train on
 (a name with ``val``, ``eval``, ``test``, ``dev``) or an agent's reward or return, with a
 direction (``detect.measures``: from the program's checkpoint ``mode``, else from the name),
 at least 5 values, and a last value logged in the run's last quarter.

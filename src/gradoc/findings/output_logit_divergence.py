@@ -1,7 +1,7 @@
 """output_logit_divergence: the output logits' level drifted far from 0 in a dtype that
 cannot resolve the loss there.
 
-Needs: the output layers under the loss's log-softmax (``collect.output_logits``: a
+Needs: the output layers under the loss's log-softmax (``collect.graph.output_logits``: a
 ``cross_entropy`` or ``log_softmax`` over a linear layer's product), read on the first 20
 steps, then one step in 10 (or fewer, within the budget): the rows' mean ``log Z`` (the
 log-sum-exp of the logits), their mean largest logit and spread, and the dtype the layer

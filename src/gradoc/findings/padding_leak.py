@@ -8,7 +8,7 @@ Rule: each audit finding is reported once (per layer), at the first step it was 
 audit names the first module whose real outputs change by more than its tolerance; where
 that module's inputs had changed already, its parent's own code.
 
-Seen in the inputs, by default and at no cost (``meta['lengths']``, ``collect/lengths.py``):
+Seen in the inputs, by default and at no cost (``meta['lengths']``, ``collect/probes/lengths.py``):
 the batch holds the model's pad token (its embedding's ``padding_idx``, or the pad token its
 Hugging Face config names) and the call gives no padding mask, although the model's forward
 takes one (``attention_mask``). A model that takes a mask attends over every position it

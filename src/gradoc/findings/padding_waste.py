@@ -1,7 +1,7 @@
 """padding_waste: much of the compute goes to padded positions.
 
 Needs: ``meta['lengths']``, recorded whenever the model's batch lengths can be read
-(``collect/lengths.py``).
+(``collect/probes/lengths.py``).
 
 Rule: info when more than ``WASTE_INFO`` (a third) of the tokens the model processed were
 padding (above half it suggests bucketing): a cost, not a fault. When the pads were found

@@ -3,7 +3,7 @@ it no longer explores, and its gradient is gone.
 
 Needs: an objective judged a policy (``detect.training``: a policy-gradient surrogate, or an
 actor-critic's one loss) and its entropy, read from the loss's autograd graph at
-``backward()`` (``collect.policy``: a categorical policy's entropy as a share of its
+``backward()`` (``collect.graph.policy``: a categorical policy's entropy as a share of its
 maximum ln(k), the first 20 updates and one in 10 after).
 
 Rule: the entropy fell from at least ``HIGH`` (0.5) of its maximum to at most ``COLLAPSED``

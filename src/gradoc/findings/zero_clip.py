@@ -1,7 +1,7 @@
 """zero_clip: the program's gradient clipping threshold is 0, so every gradient is zeroed.
 
 Needs: the program's own clipping (``clip_grad_norm_`` / ``clip_grad_value_``, recorded by
-``collect/clipping.py``): its threshold and the norm it measured, at every step it ran.
+``collect/attach/clipping.py``): its threshold and the norm it measured, at every step it ran.
 
 ``clip_grad_norm_(params, 0.0)`` scales the gradients by ``0 / (norm + 1e-6)``: by zero. A
 threshold of 0 read from a config where 0 was meant as "no clipping" (a common convention:

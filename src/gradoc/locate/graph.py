@@ -19,7 +19,7 @@ where the values turned non-finite without running anything again:
 
 Weights already non-finite are not a birth here (the optimizer's pass wrote them: see
 ``check_weights``). The walk reads tensors on the host; it runs only for a loss already
-known non-finite, on the CPU (see ``collect.locating``).
+known non-finite, on the CPU (see ``collect.probes.locating``).
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ _BETTER = {"up": "higher is better", "down": "lower is better"}
 
 
 def _measure_figures(log: RunLog, report: Report) -> list[str]:
-    """A chart of each measure the program logged itself (``collect.logged``)."""
+    """A chart of each measure the program logged itself (``collect.attach.logged``)."""
     out = []
     shown = sorted(report.run.metrics, key=lambda m: m.get("direction") is None)
     for k, m in enumerate(shown[:MEASURE_CHARTS]):
@@ -300,7 +300,7 @@ def _measure_figures(log: RunLog, report: Report) -> list[str]:
 
 def _attention_figures(log: RunLog, report: Report) -> list[str]:
     """Each attention layer's largest logit gap and entropy, where the loss's graph showed
-    attention (``collect.attention``)."""
+    attention (``collect.graph.attention``)."""
     layers = report.run.attention
     if not layers:
         return []
@@ -339,7 +339,7 @@ def _attention_figures(log: RunLog, report: Report) -> list[str]:
 
 def _output_logit_figures(log: RunLog, report: Report) -> list[str]:
     """Each output layer's log Z and largest logit, where the loss's log-softmax showed its
-    logits (``collect.output_logits``)."""
+    logits (``collect.graph.output_logits``)."""
     series: dict[str, tuple[list[int], list[float]]] = {}
     for o in report.run.output_logits:
         for key, what in (("log_z", "log Z"), ("top", "largest logit")):

@@ -16,7 +16,7 @@ from .._util.display import register
 from .._util.text import number
 from ..analysis import analyze
 from ..collect import Run
-from ..collect.notebook import status_html
+from ..collect.probes import status_html
 from ..store import RunLog, open_run
 from .html import render
 

@@ -260,7 +260,7 @@ _LARGE = 16384
 def large(tensors: Sequence[Tensor]) -> bool:
     """Few, large tensors (on average over ``_LARGE`` elements): a Python call per tensor
     costs nothing beside a pass over its values. Cached per list of tensors' sizes is the
-    caller's business (:class:`~gradoc.collect.grads.WatchedOptimizer` asks once per
+    caller's business (:class:`~gradoc.collect.probes.grads.WatchedOptimizer` asks once per
     parameter set)."""
     return sum([t.numel() for t in tensors]) >= _LARGE * max(1, len(tensors))
 

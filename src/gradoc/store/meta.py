@@ -61,7 +61,7 @@ class RunMeta(Mapping[str, Any]):
     amp: JsonObject | None = None
     """The mixed-precision check's record (``gradoc.detect.precision``)."""
     lengths: JsonObject | None = None
-    """The batch lengths' summary (``gradoc.collect.lengths``)."""
+    """The batch lengths' summary (``gradoc.collect.probes.lengths``)."""
     launch: JsonObject | None = None
     exit_clues: list[str] = field(default_factory=list)
     printed_nonfinite_last: JsonObject | None = None
@@ -69,7 +69,7 @@ class RunMeta(Mapping[str, Any]):
     loss_read: JsonObject | None = None
     loss_unread: dict[str, int] = field(default_factory=dict)
     """Steps of the primary optimizer whose loss was not read, by the reason
-    (``gradoc.collect.loss_reading``); empty when every step's was."""
+    (``gradoc.collect.step.loss_reading``); empty when every step's was."""
     loss_division: JsonObject | None = None
     loss_fn: JsonObject | None = None
     clipping: JsonObject | None = None
@@ -77,21 +77,21 @@ class RunMeta(Mapping[str, Any]):
     scaler_skipped_steps: int | None = None
     optimizers: list[JsonObject] = field(default_factory=list)
     objectives: list[JsonObject] = field(default_factory=list)
-    """A run with several objectives (``gradoc.collect.objectives``): each one's id, name,
+    """A run with several objectives (``gradoc.collect.step.objectives``): each one's id, name,
     optimizers, loss function and the objectives its loss reaches; empty with one."""
     side_effects: JsonObject | None = None
     functional_activations: dict[str, str] = field(default_factory=dict)
     steps_counted_by: list[str] = field(default_factory=list)
     grads_kept: JsonObject | None = None
     forward_at: JsonObject | None = None
-    """Where the program first called its model with gradients (``gradoc.collect.watched``):
+    """Where the program first called its model with gradients (``gradoc.collect.attach.watched``):
     the file, line, code, and the variable holding the model there."""
     sampling: JsonObject | None = None
     """The sampled statistics' cadence, chosen from the run's step time
-    (``gradoc.collect.cadence``): ``every`` (k) from step ``from``, every ``before`` steps
+    (``gradoc.collect.step.cadence``): ``every`` (k) from step ``from``, every ``before`` steps
     until then, and the step times it was chosen from."""
     setup: JsonObject | None = None
-    """What the program set up (``gradoc.collect.setup``): parameters left out of every
+    """What the program set up (``gradoc.collect.probes.setup``): parameters left out of every
     optimizer, modules left in eval() while it stepped."""
     segments: list[JsonObject] = field(default_factory=list)
     """A resumed run's segments, oldest first (``store.segments``); empty for one."""
@@ -100,25 +100,25 @@ class RunMeta(Mapping[str, Any]):
     heartbeat: float | None = None
     """When the writer last committed (seconds since the epoch; about every second)."""
     attention: JsonObject | None = None
-    """The attention calls read from the loss's graph (``gradoc.collect.attention``): their
+    """The attention calls read from the loss's graph (``gradoc.collect.graph.attention``): their
     layers in forward order (``layers``: the ``attention`` table's ``site`` indexes it) and
     when they are read."""
     adam_state: JsonObject | None = None
     """The first Adam-family optimizer's second moments at the end of the run
-    (``gradoc.collect.adam_state``): the ``step`` read at, its ``eps``, and per weight matrix
+    (``gradoc.collect.probes.adam_state``): the ``step`` read at, its ``eps``, and per weight matrix
     the share of its elements whose bias-corrected ``sqrt(v)`` is at most eps
     (``eps_share``)."""
     output_logits: JsonObject | None = None
     """The output layers whose logits the loss's log-softmaxes read
-    (``gradoc.collect.output_logits``): ``layers`` (the ``output_logits`` table's ``site``
+    (``gradoc.collect.graph.output_logits``): ``layers`` (the ``output_logits`` table's ``site``
     indexes it), the ``dtypes`` they computed their logits in, and when they are read."""
     logged: JsonObject | None = None
-    """The measures the program logged itself (``gradoc.collect.logged``): ``sources`` (each
+    """The measures the program logged itself (``gradoc.collect.attach.logged``): ``sources`` (each
     name's), ``declared`` (a direction the program gave a name: a checkpoint's ``mode``,
     ``greater_is_better``), ``dropped`` (values of names past the limit)."""
     penalties: JsonObject | None = None
     """The gradients the program made to differentiate again (``autograd.grad`` with
-    ``create_graph=True``: a gradient penalty, ``gradoc.collect.mechanics``): ``made`` (how
+    ``create_graph=True``: a gradient penalty, ``gradoc.collect.graph.mechanics``): ``made`` (how
     many), ``unbacked`` (where the first one that no ``backward()`` reached was made: file,
     line, code, and the objective whose step it was in)."""
     compiled: bool = False

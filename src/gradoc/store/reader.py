@@ -515,7 +515,7 @@ class RunLog(Shown):
         return self._per_objective("policy_entropy", "entropy", objective, since=6)
 
     def attention(self, site: int) -> AttentionRows:
-        """One attention call's series (``collect.attention``); empty before schema 7."""
+        """One attention call's series (``collect.graph.attention``); empty before schema 7."""
         return _attention(self._query, site) if self.version >= 7 else (_NONE, _NONE, [])
 
     def output_logits(self, site: int) -> tuple[Series, Series, Series]:
@@ -534,7 +534,7 @@ class RunLog(Shown):
         return Series([_step(r[0]) for r in rows], [_value(r[1]) for r in rows])
 
     def metrics(self) -> dict[str, str]:
-        """The measures the program logged (``collect.logged``), by name, with where each was
+        """The measures the program logged (``collect.attach.logged``), by name, with where each was
         read (``tensorboard``, ``lightning``, ``hf``, ``wandb``, ``mlflow``, ``sb3``,
         ``gym``), in the order they were first logged; empty before schema 9."""
         if self.version < 9:
@@ -816,7 +816,7 @@ def _head_pairs(blob: Any) -> list[tuple[float, float]]:
 
 
 def _attention(query: Any, site: int) -> AttentionRows:
-    """The ``attention`` table's rows of one call (``collect.attention``), by step."""
+    """The ``attention`` table's rows of one call (``collect.graph.attention``), by step."""
     rows = query(
         "SELECT step, logit_gap, entropy, heads FROM attention WHERE site = ? ORDER BY step",
         (site,),
@@ -828,7 +828,7 @@ def _attention(query: Any, site: int) -> AttentionRows:
 
 
 def _output_logits(query: Any, site: int) -> tuple[Series, Series, Series]:
-    """The ``output_logits`` table's rows of one output layer (``collect.output_logits``):
+    """The ``output_logits`` table's rows of one output layer (``collect.graph.output_logits``):
     log Z, the largest logit and the spread by step."""
     rows = query(
         "SELECT step, log_z, top, spread FROM output_logits WHERE site = ? ORDER BY step", (site,)

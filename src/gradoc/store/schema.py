@@ -56,7 +56,7 @@ class EventKind(StrEnum):
 
 
 class Source(StrEnum):
-    """Where a measure in the ``metrics`` table was read (``collect.logged``)."""
+    """Where a measure in the ``metrics`` table was read (``collect.attach.logged``)."""
 
     TENSORBOARD = "tensorboard"
     LIGHTNING = "lightning"
@@ -71,7 +71,7 @@ RAW_SOURCES = frozenset({Source.GYM})
 """Sources whose every value is one draw (an episode's return), not an average a logger made."""
 
 
-"""9: ``metrics`` (the program's own measures, as it logged them: ``collect.logged``);
+"""9: ``metrics`` (the program's own measures, as it logged them: ``collect.attach.logged``);
 8: ``output_logits`` (the output layer's log Z, largest logit and spread, read from the
 loss's graph);
 7: ``attention`` (each attention call's logit gap and entropy, read from the loss's graph);
@@ -154,7 +154,7 @@ CREATE TABLE IF NOT EXISTS output_logits (
 CREATE TABLE IF NOT EXISTS metrics (
     name       TEXT NOT NULL,      -- as the program named it ('val_loss', 'rollout/ep_rew_mean')
     source     TEXT NOT NULL,      -- where it was read: 'tensorboard', 'lightning', 'hf',
-                                   -- 'wandb', 'mlflow', 'sb3', 'gym' (collect.logged)
+                                   -- 'wandb', 'mlflow', 'sb3', 'gym' (collect.attach.logged)
     step       INTEGER NOT NULL,   -- the steps table's step in progress when it was logged
     own_step   INTEGER,            -- the step the program gave it (global_step), if any
     value      REAL                -- 'NaN' for NaN, as in the other tables

@@ -156,7 +156,7 @@ class RunWriter:
     # -- training-thread side -------------------------------------------------------
     def put(self, record: Write, now: bool = False) -> None:
         """Queue a record; blocks while the writer is ``queue_size`` records behind. ``now``:
-        hand it over at once (a record that carries many steps, see ``collect.record``)."""
+        hand it over at once (a record that carries many steps, see ``collect.step.record``)."""
         if self._closed:
             return
         # NOTE: handed over under the lock, so that the writer, which takes staged records

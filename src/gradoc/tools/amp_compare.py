@@ -43,8 +43,7 @@ def _worker(ns: argparse.Namespace) -> int:
     import torch.nn as nn
 
     from .._util import entry, objects
-    from ..collect import taps
-    from ..collect.models import ModelFinder
+    from ..collect.attach import ModelFinder, taps
     from ..errors import GradocError
     from ..runtime.replay import seed_everything
     from ..runtime.runner import Stop, check_script, run_until

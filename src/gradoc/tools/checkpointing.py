@@ -390,7 +390,7 @@ def capture_first_step(
 ) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """Run a training script up to its first optimizer step; return the model that owns the
     optimizer's parameters and the arguments of its last forward call."""
-    from ..collect.models import ModelFinder
+    from ..collect.attach import ModelFinder
     from ..runtime.runner import Stop, run_until
 
     finder = ModelFinder(calls=True)
