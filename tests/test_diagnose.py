@@ -403,3 +403,20 @@ def test_a_decay_is_judged_by_its_own_setting_not_by_the_rate_it_is_multiplied_b
     top = next(f for f in diagnose(run, check_all(run)) if f.kind == "loss_blowup")
     reg = next(x for x in top.hypotheses if x.family.value == "regularization")
     assert state in {s.state.value for s in reg.signs}, [s.claim for s in reg.signs]
+
+
+def test_the_root_cause_is_one_sentence_the_cause_and_its_heaviest_sign() -> None:
+    """The evidence stays under the hypothesis; the root cause says the cause and the one
+    sign that tells most (the first of equals), not every sign again."""
+    from gradoc.detect.finding import Hypothesis
+    from gradoc.diagnose import root_cause
+
+    h = Hypothesis("learning_rate", "learning rate too high", "lower it")
+    h.seen("the loss rose 3x in 10 steps", 1.0)
+    h.seen("the update/weight ratio was 0.4 at step 12", 2.0)
+    h.seen("the gradient norm grew 50x", 2.0)
+    h.against("the data has no NaN", 1.0)
+    assert root_cause(h) == "learning rate too high (the update/weight ratio was 0.4 at step 12)"
+    bare = Hypothesis("data", "a bad batch", "look at it")
+    bare.unseen("a batch of outliers")
+    assert root_cause(bare) == "a bad batch"

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from ..detect.finding import HORIZONS, Finding, Related, State, rank
+from ..detect.finding import HORIZONS, Finding, Hypothesis, Related, State, rank
 from ..detect.history import History
 from ..findings import REGISTRY
 from ..findings.advice import zero_init
@@ -54,8 +54,7 @@ def explain(f: Finding, h: History, facts: Facts) -> None:
         return
     top = f.hypotheses[0]
     f.root_cause_family = top.family
-    support = top.claims(State.SEEN)
-    f.root_cause = top.cause + (f" ({'; '.join(support)})" if support else "")
+    f.root_cause = root_cause(top)
     if not top.confirmed:
         f.root_cause += (
             " (not confirmed: no sign of it, or of another cause, was seen in this run; "
@@ -63,4 +62,13 @@ def explain(f: Finding, h: History, facts: Facts) -> None:
         )
 
 
-__all__ = ["causes", "diagnose", "explain", "merge", "order"]
+def root_cause(top: Hypothesis) -> str:
+    """The root cause in one sentence: the cause, and the one sign seen that tells most
+    (the heaviest; the first of equals). The other signs stay under the hypothesis: the
+    terminal shows them there, not again on the root cause's line."""
+    seen = [s for s in top.signs if s.state is State.SEEN]
+    decisive = max(seen, key=lambda s: s.weight, default=None)  # max keeps the first
+    return top.cause + (f" ({decisive.claim})" if decisive is not None else "")
+
+
+__all__ = ["causes", "diagnose", "explain", "merge", "order", "root_cause"]
