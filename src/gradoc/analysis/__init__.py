@@ -25,12 +25,16 @@ from ..store import EventKind, RunLog, RunMeta, Series, Stopped
 from .report import (
     REPORT_SCHEMA,
     SERIOUS,
+    AttentionSeries,
     Clipping,
+    MeasureSeries,
     ObjectiveFacts,
+    OutputLogitSeries,
     Ranks,
     Report,
     RunFacts,
     Segment,
+    as_floats,
 )
 
 
@@ -89,33 +93,39 @@ SERIES_POINTS = 100
 """Points of a series report.json holds at most (evenly spaced over the reads)."""
 
 
-def attention_series(history: History) -> list[JsonObject]:
+def attention_series(history: History) -> list[AttentionSeries]:
     """Each attention layer's logit gap and entropy share at the steps they were read, at
     most :data:`SERIES_POINTS` of them: report.json's ``run.attention``."""
-    read = (
-        _site_reads({"layer": a.layer}, {"logit_gap": a.gap, "entropy": a.entropy})
-        for a in history.attention
-    )
-    return [r for r in read if r is not None]
+    out = []
+    for a in history.attention:
+        keep = _spaced(len(a.gap.steps))
+        if keep:
+            steps = [a.gap.steps[i] for i in keep]
+            out.append(
+                AttentionSeries(
+                    a.layer, steps, _finite_at(a.gap, keep), _finite_at(a.entropy, keep)
+                )
+            )
+    return out
 
 
-def output_logit_series(history: History) -> list[JsonObject]:
+def output_logit_series(history: History) -> list[OutputLogitSeries]:
     """Each output layer's log Z, largest logit and spread at the steps they were read, at
     most :data:`SERIES_POINTS` of them: report.json's ``run.output_logits``."""
-    read = (
-        _site_reads(
-            {"layer": o.layer, "dtype": o.dtype},
-            {"log_z": o.log_z, "top": o.top, "spread": o.spread},
-        )
-        for o in history.output_logits
-    )
-    return [r for r in read if r is not None]
+    out = []
+    for o in history.output_logits:
+        keep = _spaced(len(o.log_z.steps))
+        if keep:
+            steps = [o.log_z.steps[i] for i in keep]
+            log_z, top, spread = (_finite_at(s, keep) for s in (o.log_z, o.top, o.spread))
+            out.append(OutputLogitSeries(o.layer, o.dtype, steps, log_z, top, spread))
+    return out
 
 
-def measure_series(history: History) -> list[JsonObject]:
+def measure_series(history: History) -> list[MeasureSeries]:
     """The program's own measures with their direction and values (at most
     :data:`SERIES_POINTS` of them): report.json's ``run.metrics``."""
-    out: list[JsonObject] = []
+    out = []
     for m in history.measures:
         s = m.series
         finite = [v for v in s.values if math.isfinite(v)]
@@ -124,35 +134,24 @@ def measure_series(history: History) -> list[JsonObject]:
             best = max(finite) if m.direction == "up" else min(finite)
         keep = _spaced(len(s))
         out.append(
-            {
-                "name": m.name,
-                "source": m.source,
-                "direction": m.direction,
-                "direction_from": m.why,
-                "n": len(s),
-                "first": _finite(s.values[0]),
-                "last": _finite(s.values[-1]),
-                "best": best,
-                "steps": [s.steps[i] for i in keep],
-                "values": _finite_at(s, keep),
-            }
+            MeasureSeries(
+                m.name,
+                m.source,
+                m.direction,
+                m.why,
+                len(s),
+                _finite(s.values[0]),
+                _finite(s.values[-1]),
+                best,
+                [s.steps[i] for i in keep],
+                _finite_at(s, keep),
+            )
         )
     return out
 
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
-
-
-def _site_reads(said: JsonObject, columns: dict[str, Series]) -> JsonObject | None:
-    """One site's series read at the same steps (the first column's), at most
-    :data:`SERIES_POINTS` of them, non-finite values as None; None where none was read."""
-    first = next(iter(columns.values()))
-    keep = _spaced(len(first.steps))
-    if not keep:
-        return None
-    steps = [first.steps[i] for i in keep]
-    return {**said, "steps": steps, **{k: _finite_at(s, keep) for k, s in columns.items()}}
 
 
 def _spaced(n: int) -> list[int]:
@@ -355,13 +354,17 @@ def _not_watched(run: RunLog) -> str:
 
 __all__ = [
     "REPORT_SCHEMA",
+    "AttentionSeries",
     "Clipping",
     "GuardSummary",
+    "MeasureSeries",
     "ObjectiveFacts",
+    "OutputLogitSeries",
     "Ranks",
     "Report",
     "RunFacts",
     "analyze",
+    "as_floats",
     "clipping",
     "loss_read",
 ]

@@ -6,6 +6,7 @@ its fields; ``gradoc.report.json`` is the one place that writes and reads the fi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -160,6 +161,112 @@ class ObjectiveFacts:
         )
 
 
+Values = list[float | None]
+"""A series' values as report.json holds them: non-finite ones as None."""
+
+
+def _values(data: Any) -> Values:
+    return [None if v is None else float(v) for v in data or []]
+
+
+def _value(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def as_floats(values: Values) -> list[float]:
+    """A series' values from report.json as floats: NaN where it holds None."""
+    return [math.nan if v is None else v for v in values]
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSeries:
+    """One attention layer's largest logit gap and entropy (share of ``ln keys``) at the
+    steps read, at most 100 of them (``analysis.attention_series``)."""
+
+    layer: str
+    steps: list[int]
+    logit_gap: Values
+    entropy: Values
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttentionSeries:
+        steps = [int(s) for s in data.get("steps") or []]
+        return cls(
+            str(data.get("layer")),
+            steps,
+            _values(data.get("logit_gap")),
+            _values(data.get("entropy")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLogitSeries:
+    """One output layer's log Z, largest logit (``top``) and spread at the steps read, in
+    its dtype (``analysis.output_logit_series``)."""
+
+    layer: str
+    dtype: str | None
+    steps: list[int]
+    log_z: Values
+    top: Values
+    spread: Values
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OutputLogitSeries:
+        dtype = data.get("dtype")
+        return cls(
+            str(data.get("layer")),
+            None if dtype is None else str(dtype),
+            [int(s) for s in data.get("steps") or []],
+            _values(data.get("log_z")),
+            _values(data.get("top")),
+            _values(data.get("spread")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureSeries:
+    """A measure the program logged itself (``detect.measures``): where it was read, which
+    way is better (``up``/``down``/None) and from what, how many values, the first, last and
+    best, and at most 100 of them."""
+
+    name: str
+    source: str
+    direction: str | None
+    direction_from: str | None
+    n: int
+    first: float | None
+    last: float | None
+    best: float | None
+    steps: list[int]
+    values: Values
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MeasureSeries:
+        way, why = data.get("direction"), data.get("direction_from")
+        return cls(
+            str(data.get("name")),
+            str(data.get("source")),
+            None if way is None else str(way),
+            None if why is None else str(why),
+            int(data.get("n") or 0),
+            _value(data.get("first")),
+            _value(data.get("last")),
+            _value(data.get("best")),
+            [int(s) for s in data.get("steps") or []],
+            _values(data.get("values")),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class RunFacts:
     """report.json's ``run``: what the run was and how it ended."""
@@ -191,16 +298,10 @@ class RunFacts:
     sampling: str | None = None
     """When weights, updates and activations were read, in one sentence (the cadence chosen
     from the step time, or the schedule given)."""
-    attention: list[JsonObject] = field(default_factory=list)
-    """Each attention layer's ``layer``, ``steps``, ``logit_gap`` and ``entropy`` (share of
-    ``ln keys``) at the steps read, at most 100 of them (``analysis.attention_series``)."""
-    output_logits: list[JsonObject] = field(default_factory=list)
-    """Each output layer's ``layer``, ``dtype``, ``steps``, ``log_z``, ``top`` (largest
-    logit) and ``spread`` at the steps read (``analysis.output_logit_series``)."""
-    metrics: list[JsonObject] = field(default_factory=list)
-    """The measures the program logged itself (``detect.measures``): each one's ``name``,
-    ``source``, ``direction`` (``up``/``down``/None) and ``direction_from``, how many values
-    (``n``), ``first``, ``last``, ``best``, and ``steps``/``values`` (at most 100 of them)."""
+    attention: list[AttentionSeries] = field(default_factory=list)
+    output_logits: list[OutputLogitSeries] = field(default_factory=list)
+    metrics: list[MeasureSeries] = field(default_factory=list)
+    """The measures the program logged itself."""
 
     def to_json(self) -> JsonObject:
         out = {
@@ -226,11 +327,11 @@ class RunFacts:
         if self.segments:
             out["segments"] = [s.to_json() for s in self.segments]
         if self.attention:
-            out["attention"] = list(self.attention)
+            out["attention"] = [a.to_json() for a in self.attention]
         if self.output_logits:
-            out["output_logits"] = list(self.output_logits)
+            out["output_logits"] = [o.to_json() for o in self.output_logits]
         if self.metrics:
-            out["metrics"] = list(self.metrics)
+            out["metrics"] = [m.to_json() for m in self.metrics]
         return out
 
     @classmethod
@@ -254,9 +355,9 @@ class RunFacts:
             ranks=Ranks(ranks["world_size"], list(ranks["merged"])) if ranks else None,
             objectives=[ObjectiveFacts.from_json(o) for o in data.get("objectives") or []],
             sampling=data.get("sampling"),
-            attention=list(data.get("attention") or []),
-            output_logits=list(data.get("output_logits") or []),
-            metrics=list(data.get("metrics") or []),
+            attention=[AttentionSeries.from_json(a) for a in data.get("attention") or []],
+            output_logits=[OutputLogitSeries.from_json(o) for o in data.get("output_logits") or []],
+            metrics=[MeasureSeries.from_json(m) for m in data.get("metrics") or []],
         )
 
 

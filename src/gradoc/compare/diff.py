@@ -32,10 +32,10 @@ NOISE_FACTOR = 3.0
 def _series(log: RunLog) -> dict[tuple[str, str], dict[int, float]]:
     out: dict[tuple[str, str], dict[int, float]] = {}
     for name, stats in log.param_table().items():
-        s = stats["grad_norm"]
+        s = stats.grad_norm
         out[("gradient norm", name)] = dict(zip(s.steps, s.values))
-    for name, stats in log.activation_table().items():
-        s = stats["std"]
+    for name, acts in log.activation_table().items():
+        s = acts.std
         out[("output std", name)] = dict(zip(s.steps, s.values))
     return out
 

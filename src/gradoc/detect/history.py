@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..store import Layer, RunLog, Series
+from ..store import ActivationSeries, Layer, ParamDict, ParamSeries, RunLog, Series
 from ..store.meta import RunMeta
 from ..store.reader import Event
 from .measures import Measure, Trend, measures, role, trend
@@ -61,8 +61,8 @@ class History:
     """... and its threshold."""
     params: list[Layer] = field(default_factory=list)
     modules: list[Layer] = field(default_factory=list)
-    param_stats: Mapping[str, Mapping[str, Series]] = field(default_factory=dict)
-    act_stats: dict[str, dict[str, Series]] = field(default_factory=dict)
+    param_stats: Mapping[str, ParamSeries] = field(default_factory=dict)
+    act_stats: dict[str, ActivationSeries] = field(default_factory=dict)
     units: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     meta: RunMeta = field(default_factory=RunMeta)
@@ -164,10 +164,12 @@ class History:
         return replace(self, loss=objective.loss, derived={})
 
     def param(self, name: str, stat: str) -> Series:
-        return self.param_stats.get(name, {}).get(stat, _EMPTY)
+        stats = self.param_stats.get(name)
+        return _EMPTY if stats is None else stats.get(stat, _EMPTY)
 
     def act(self, name: str, stat: str) -> Series:
-        return self.act_stats.get(name, {}).get(stat, _EMPTY)
+        stats = self.act_stats.get(name)
+        return _EMPTY if stats is None else stats.get(stat, _EMPTY)
 
     def module_of(self, param: str) -> str | None:
         return next((p.module for p in self.params if p.name == param), None)
@@ -281,9 +283,11 @@ def synthetic(
         grad_nonfinite=_series(nonfinite),
         params=params,
         modules=modules,
-        param_stats=stats,
+        param_stats={name: ParamDict(by_stat) for name, by_stat in stats.items()},
         act_stats={
-            m: {stat: Series(act_steps[: len(v)], list(v)) for stat, v in by_stat.items()}
+            m: ActivationSeries(
+                {stat: Series(act_steps[: len(v)], list(v)) for stat, v in by_stat.items()}
+            )
             for m, by_stat in (acts or {}).items()
         },
         units=units or {},

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from .._util.text import module_label, number
-from ..analysis import Report
+from ..analysis import Report, as_floats
 from ..compare.diff import Difference, RunDiff
 from ..detect.finding import Finding, Origin, Reading, State
 from ..detect.signals import update_ratio_series
 from ..findings.dead_units import dead_share, relu_family
+from ..fix.compare import Comparison
 from ..store import EventKind, RunLog
 from . import charts
 from .results import Plan
@@ -282,19 +283,18 @@ _BETTER = {"up": "higher is better", "down": "lower is better"}
 def _measure_figures(log: RunLog, report: Report) -> list[str]:
     """A chart of each measure the program logged itself (``collect.attach.logged``)."""
     out = []
-    shown = sorted(report.run.metrics, key=lambda m: m.get("direction") is None)
+    shown = sorted(report.run.metrics, key=lambda m: m.direction is None)
     for k, m in enumerate(shown[:MEASURE_CHARTS]):
-        name, way = str(m["name"]), m.get("direction")
-        series = log.metric(name)
+        series = log.metric(m.name)
         if not series.steps:
             continue
-        better = _BETTER.get(str(way), "direction unknown")
-        chart = charts.measure_chart(series.steps, series.values, name, better)
+        better = _BETTER.get(str(m.direction), "direction unknown")
+        chart = charts.measure_chart(series.steps, series.values, m.name, better)
         said = (
-            f"logged by the program ({m.get('source')}), by the step in progress when it was "
-            f"logged; {better}: {m.get('direction_from')}."
+            f"logged by the program ({m.source}), by the step in progress when it was "
+            f"logged; {better}: {m.direction_from}."
         )
-        out.append(_figure(f"chart-measure-{k}", f"The program's {name}", chart, said))
+        out.append(_figure(f"chart-measure-{k}", f"The program's {m.name}", chart, said))
     return out
 
 
@@ -304,21 +304,15 @@ def _attention_figures(log: RunLog, report: Report) -> list[str]:
     layers = report.run.attention
     if not layers:
         return []
-
-    def series(key: str) -> dict[str, tuple[list[int], list[float]]]:
-        return {
-            a["layer"]: (list(a["steps"]), [math.nan if v is None else v for v in a[key]])
-            for a in layers
-        }
-
-    when = (log.meta.attention or {}).get("read")  # the cadence the run kept to its budget
-    cadence = f" ({when})" if isinstance(when, str) else ""
-    said = f"read from the loss's autograd graph at backward(){cadence}, on one sample's rows: "
+    gaps = {a.layer: (list(a.steps), as_floats(a.logit_gap)) for a in layers}
+    shares = {a.layer: (list(a.steps), as_floats(a.entropy)) for a in layers}
+    said = f"read from the loss's autograd graph at backward(){_cadence(log.meta.attention)}, "
+    said += "on one sample's rows: "
     gap = charts.per_layer_chart(
-        series("logit_gap"), "Largest attention logit gap per layer (nats)", "max - min logit"
+        gaps, "Largest attention logit gap per layer (nats)", "max - min logit"
     )
     share = charts.per_layer_chart(
-        series("entropy"), "Attention entropy per layer (share of ln keys)", "entropy / ln keys"
+        shares, "Attention entropy per layer (share of ln keys)", "entropy / ln keys"
     )
     return [
         _figure(
@@ -337,18 +331,23 @@ def _attention_figures(log: RunLog, report: Report) -> list[str]:
     ]
 
 
+def _cadence(read: Mapping[str, Any] | None) -> str:
+    """The cadence a graph reader kept to its budget, as the meta says it (`` (every 10
+    steps)``), or nothing."""
+    when = (read or {}).get("read")
+    return f" ({when})" if isinstance(when, str) else ""
+
+
 def _output_logit_figures(log: RunLog, report: Report) -> list[str]:
     """Each output layer's log Z and largest logit, where the loss's log-softmax showed its
     logits (``collect.graph.output_logits``)."""
     series: dict[str, tuple[list[int], list[float]]] = {}
     for o in report.run.output_logits:
-        for key, what in (("log_z", "log Z"), ("top", "largest logit")):
-            values = [math.nan if v is None else v for v in o[key]]
-            series[f"{o['layer']} {what} ({o.get('dtype')})"] = (list(o["steps"]), values)
+        for values, what in ((o.log_z, "log Z"), (o.top, "largest logit")):
+            series[f"{o.layer} {what} ({o.dtype})"] = (list(o.steps), as_floats(values))
     if not series:
         return []
-    when = (log.meta.output_logits or {}).get("read")
-    cadence = f" ({when})" if isinstance(when, str) else ""
+    cadence = _cadence(log.meta.output_logits)
     chart = charts.per_layer_chart(series, "Output logits' level (nats)", "nats", log=False)
     return [
         _figure(
@@ -394,7 +393,7 @@ def _charts(log: RunLog, report: Report) -> list[str]:
         for s in picks[-4:]:
             rms, mx = [], []
             for p in weights:
-                g, m = table[p.name]["grad_norm"].at(s), table[p.name]["grad_maxabs"].at(s)
+                g, m = table[p.name].grad_norm.at(s), table[p.name].grad_maxabs.at(s)
                 rms.append(g / math.sqrt(p.numel) if g is not None and p.numel else math.nan)
                 mx.append(m if m is not None else math.nan)
             at[s] = (rms, mx)
@@ -416,8 +415,8 @@ def _charts(log: RunLog, report: Report) -> list[str]:
         )
     )
     rows = _even(params, MAX_ROWS)
-    steps = _even(sorted({s for p in rows for s in table[p.name]["grad_norm"].steps}), MAX_COLS)
-    grid = [[table[p.name]["grad_norm"].at(s) for s in steps] for p in rows]
+    steps = _even(sorted({s for p in rows for s in table[p.name].grad_norm.steps}), MAX_COLS)
+    grid = [[table[p.name].grad_norm.at(s) for s in steps] for p in rows]
     out.append(
         _figure(
             "chart-grad-heatmap",
@@ -439,7 +438,7 @@ def _charts(log: RunLog, report: Report) -> list[str]:
     out += _activation_charts(log)
     ratios: dict[str, tuple[list[int], list[float]]] = {}
     for p in _even(weights, MAX_LINES):
-        r = update_ratio_series(table[p.name]["update_norm"], table[p.name]["weight_norm"])
+        r = update_ratio_series(table[p.name].update_norm, table[p.name].weight_norm)
         if r.steps:
             ratios[p.name] = (r.steps, r.values)
     out.append(
@@ -457,10 +456,8 @@ def _activation_charts(log: RunLog) -> list[str]:
     """Dead and saturated shares per module over time: one figure, a panel for each."""
     acts = log.activation_table()
     units = log.unit_table()
-    modules = [
-        m for m in log.modules if acts.get(m.name, {}).get("numel") and acts[m.name]["numel"].steps
-    ]
-    steps = _even(sorted({s for m in modules for s in acts[m.name]["numel"].steps}), MAX_COLS)
+    modules = [m for m in log.modules if m.name in acts and acts[m.name].numel.steps]
+    steps = _even(sorted({s for m in modules for s in acts[m.name].numel.steps}), MAX_COLS)
     functional = log.meta.functional_activations
     relu = [m for m in modules if units.get(m.name) and relu_family(m.type, m.name, functional)]
     dead_rows = _even(relu, MAX_ROWS)
@@ -468,8 +465,8 @@ def _activation_charts(log: RunLog) -> list[str]:
         [dead_share(units[m.name][s]) if units[m.name].get(s) else None for s in steps]
         for m in dead_rows
     ]
-    sat_rows = _even([m for m in modules if acts[m.name]["sat_frac"].steps], MAX_ROWS)
-    sat = [[acts[m.name]["sat_frac"].at(s) for s in steps] for m in sat_rows]
+    sat_rows = _even([m for m in modules if acts[m.name].sat_frac.steps], MAX_ROWS)
+    sat = [[acts[m.name].sat_frac.at(s) for s in steps] for m in sat_rows]
     panels = []
     if dead_rows and steps:
         panels.append(
@@ -701,34 +698,37 @@ OBJECTIVE = (
 )
 
 
-def write_fix(result: Mapping[str, Any], path: Path) -> Path:
+def write_fix(result: Comparison, path: Path) -> Path:
     """``gradoc fix``'s page (``fix.html`` beside ``fix.json``): the verdict, the edit as a
     diff, the two runs' losses on one chart, and the findings gone, left and new."""
-    before, after = result["before"], result["after"]
-    a, b = list(before.get("loss") or []), list(after.get("loss") or [])
+    before, after, edit = result.before, result.after, result.edit
+    a, b = list(before.loss), list(after.loss)
     n = max(len(a), len(b))
     pad = [math.nan] * n
     chart = charts.overlay_chart(
         list(range(n)), (a + pad)[:n], (b + pad)[:n], "Loss: before and after", ("before", "after")
     )
-    patch = result.get("patch")
-    verdict = result.get("verdict") or ("applied" if result.get("remedy") else "-")
-    what = patch["action"] if patch else (result.get("remedy") or {}).get("describe", "")
-    why = "".join(f"<li>{_e(w)}</li>" for w in result.get("why_not") or [])
+    verdict = result.verdict or ("applied" if result.remedy is not None else "-")
+    what = edit.action if edit else result.remedy.describe() if result.remedy else ""
+    why = "".join(f"<li>{_e(w)}</li>" for w in result.why_not)
     diff = ""
-    if patch and patch.get("diff"):
+    if edit is not None and result.diff:
         lines = []
-        for line in str(patch["diff"]).splitlines():
+        for line in result.diff.splitlines():
             head = line.startswith(("+++", "---"))
             cls = "" if head else "add" if line[:1] == "+" else "del" if line[:1] == "-" else ""
             lines.append(f"<span class='{cls}'>{_e(line)}</span>")
         diff = f"<h2>The edit</h2><pre class='diff' id='diff'>{chr(10).join(lines)}</pre>"
     found = "".join(
-        f"<tr><td>{_e(label)}</td><td><code>{_e(f['kind'])}</code></td><td>{_e(f['summary'])}</td></tr>"
-        for label, key in (("gone", "disappeared"), ("left", "remaining"), ("new", "new"))
-        for f in result.get(key) or []
+        f"<tr><td>{_e(label)}</td><td><code>{_e(f.kind)}</code></td><td>{_e(f.summary)}</td></tr>"
+        for label, some in (
+            ("gone", result.disappeared),
+            ("left", result.remaining),
+            ("new", result.new),
+        )
+        for f in some
     )
-    losses = f"final loss {_num(before.get('final_loss'))} → {_num(after.get('final_loss'))}"
+    losses = f"final loss {_num(before.final_loss)} → {_num(after.final_loss)}"
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>gradoc fix</title><style>{CSS}
 pre.diff {{ background: #f8fafc; padding: 8px 12px; border-radius: 6px; overflow-x: auto; }}
@@ -736,9 +736,9 @@ pre.diff .add {{ color: #15803d; }} pre.diff .del {{ color: #b91c1c; }}</style>
 </head><body><main><h1>gradoc fix</h1>
 <p class="summary" id="verdict"><b>{_e(verdict)}</b>: {_e(what)}</p>
 {f"<ul id='why-not'>{why}</ul>" if why else ""}
-{OBJECTIVE if patch and patch.get("objective") else ""}
-<p class="meta">before <code>{_e(before.get("dir"))}</code> · after
-<code>{_e(after.get("dir"))}</code> · {losses}</p>
+{OBJECTIVE if edit is not None and edit.objective else ""}
+<p class="meta">before <code>{_e(before.dir)}</code> · after
+<code>{_e(after.dir)}</code> · {losses}</p>
 {diff}
 <figure class="chart" id="chart-loss-before-after">{chart}</figure>
 <h2>Findings</h2><table class="plan" id="findings">{found}</table></main></body></html>

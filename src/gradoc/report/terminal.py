@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._util.text import number, one_line, safe
-from ..analysis import GuardSummary, Report
+from ..analysis import GuardSummary, Report, as_floats
 from ..detect.finding import Finding, State
 from ..detect.precision import AmpAdvice
 from ..fix.compare import Comparison
@@ -90,24 +90,22 @@ MEASURES_SHOWN = 8
 def _measure_lines(report: Report, console: Console) -> None:
     """The measures the program logged itself (``run.metrics``): where they were read, and
     each one's series with the way it is better."""
-    shown = sorted(report.run.metrics, key=lambda m: m.get("direction") is None)
+    shown = sorted(report.run.metrics, key=lambda m: m.direction is None)
     if not shown:
         return
-    sources = sorted({str(m.get("source")) for m in shown})
+    sources = sorted({m.source for m in shown})
     console.print(_t(f"the program's own measures (read from {', '.join(sources)}):", style="dim"))
-    width = min(24, max(len(str(m["name"])) for m in shown[:MEASURES_SHOWN]))
+    width = min(24, max(len(m.name) for m in shown[:MEASURES_SHOWN]))
     for m in shown[:MEASURES_SHOWN]:
-        values = [math.nan if v is None else float(v) for v in m.get("values") or []]
-        text = Text(f"{str(m['name'])[:width]:<{width}}  ", style="bold")
-        text.append(sparkline(values), style="cyan")
-        text.append(f"  first {_num(m.get('first'))}  last {_num(m.get('last'))}")
-        way = m.get("direction")
-        if way is not None:
-            text.append(f"  best {_num(m.get('best'))}")
-            text.append(f"  ({'higher' if way == 'up' else 'lower'} is better: ", style="dim")
-            text.append(f"{m.get('direction_from')})", style="dim")
+        text = Text(f"{m.name[:width]:<{width}}  ", style="bold")
+        text.append(sparkline(as_floats(m.values)), style="cyan")
+        text.append(f"  first {_num(m.first)}  last {_num(m.last)}")
+        if m.direction is not None:
+            text.append(f"  best {_num(m.best)}")
+            way = "higher" if m.direction == "up" else "lower"
+            text.append(f"  ({way} is better: {m.direction_from})", style="dim")
         else:
-            text.append(f"  (direction unknown: {m.get('direction_from')})", style="dim")
+            text.append(f"  (direction unknown: {m.direction_from})", style="dim")
         console.print(text)
     if len(shown) > MEASURES_SHOWN:
         more = len(shown) - MEASURES_SHOWN
@@ -124,12 +122,11 @@ def _attention_lines(report: Report, console: Console) -> None:
         if kind == "attention_logit_growth"
     }
     for a in report.run.attention:
-        if a.get("layer") not in named:
+        if a.layer not in named:
             continue
-        console.print(_t(f"attention of {a['layer']}", style="dim"))
-        for name, key in (("attn gap", "logit_gap"), ("attn H", "entropy")):
-            values = [math.nan if v is None else float(v) for v in a[key]]
-            line = _series_line(name, Series(list(a["steps"]), values))
+        console.print(_t(f"attention of {a.layer}", style="dim"))
+        for name, values in (("attn gap", a.logit_gap), ("attn H", a.entropy)):
+            line = _series_line(name, Series(list(a.steps), as_floats(values)))
             if line is not None:
                 console.print(line)
 
@@ -138,10 +135,9 @@ def _output_logit_lines(report: Report, console: Console) -> None:
     """The log Z series of the output layer a precursor finding names (``log Z``)."""
     named = {f.layer for f in report.findings if f.kind == "output_logit_divergence"}
     for o in report.run.output_logits:
-        if o.get("layer") in named:
-            console.print(_t(f"output logits of {o['layer']} ({o.get('dtype')})", style="dim"))
-            values = [math.nan if v is None else float(v) for v in o["log_z"]]
-            line = _series_line("log Z", Series(list(o["steps"]), values))
+        if o.layer in named:
+            console.print(_t(f"output logits of {o.layer} ({o.dtype})", style="dim"))
+            line = _series_line("log Z", Series(list(o.steps), as_floats(o.log_z)))
             if line is not None:
                 console.print(line)
 

@@ -497,7 +497,7 @@ class Rerun:
         text = to_json_text(result.to_json())
         write_text_file(after / "fix.json", text)
         try:
-            write_fix(result.to_json(), after / "fix.html")
+            write_fix(result, after / "fix.html")
         except Exception as exc:  # a chart failing on odd data costs the page, never the fix
             console.print(Text(f"gradoc: could not write {after / 'fix.html'}: {exc}"))
         if self.json_path:

@@ -24,13 +24,13 @@ def step_rows(log: RunLog) -> dict[int, dict[str, float]]:
     for step, v in zip(lr.steps, lr.values):
         put(step, "lr", v)
     for param, stats in log.param_table().items():
-        for step, v in zip(stats["grad_norm"].steps, stats["grad_norm"].values):
+        for step, v in zip(stats.grad_norm.steps, stats.grad_norm.values):
             put(step, f"grad_norm/{param}", v)
-        ratios = update_ratio_series(stats["update_norm"], stats["weight_norm"])
+        ratios = update_ratio_series(stats.update_norm, stats.weight_norm)
         for step, r in zip(ratios.steps, ratios.values):
             put(step, f"update_ratio/{param}", r)
-    for module, stats in log.activation_table().items():
-        for step, v in zip(stats["std"].steps, stats["std"].values):
+    for module, acts in log.activation_table().items():
+        for step, v in zip(acts.std.steps, acts.std.values):
             put(step, f"output_std/{module or '(model)'}", v)
     return dict(sorted(rows.items()))
 

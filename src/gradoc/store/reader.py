@@ -216,7 +216,51 @@ SERIES_KEPT = 32
 """Decoded parameter series kept for a second look (each a Python list per step)."""
 
 
-class ParamTable(Mapping[str, Mapping[str, Series]]):
+class ParamSeries(Mapping[str, Series]):
+    """One parameter's statistics: by name (``PARAM_STATS``), or each as an attribute."""
+
+    @property
+    def grad_norm(self) -> Series:
+        return self["grad_norm"]
+
+    @property
+    def grad_maxabs(self) -> Series:
+        return self["grad_maxabs"]
+
+    @property
+    def grad_nonfinite(self) -> Series:
+        return self["grad_nonfinite"]
+
+    @property
+    def weight_norm(self) -> Series:
+        return self["weight_norm"]
+
+    @property
+    def update_norm(self) -> Series:
+        return self["update_norm"]
+
+
+class ParamDict(dict[str, Series], ParamSeries):
+    """A parameter's statistics held in a dict (a v1/v2 log, a synthetic history)."""
+
+
+class ActivationSeries(dict[str, Series]):
+    """One module output's statistics (``ACT_STATS``): by name, or each as an attribute."""
+
+    @property
+    def std(self) -> Series:
+        return self["std"]
+
+    @property
+    def sat_frac(self) -> Series:
+        return self["sat_frac"]
+
+    @property
+    def numel(self) -> Series:
+        return self["numel"]
+
+
+class ParamTable(Mapping[str, ParamSeries]):
     """Every parameter's statistics from a schema-3 log (``param_arrays``), decoded when
     a parameter is asked for: memory holds the log's arrays, one float32 per value where
     that is exact (see ``_Block``), not a Python object per value and per step (a
@@ -254,7 +298,7 @@ class ParamTable(Mapping[str, Mapping[str, Series]]):
         self.series = functools.lru_cache(maxsize=SERIES_KEPT)(self._series)
         """One parameter's statistic (the last few decoded are kept)."""
 
-    def __getitem__(self, name: str) -> Mapping[str, Series]:
+    def __getitem__(self, name: str) -> ParamSeries:
         if name not in self._known:
             raise KeyError(name)
         return _ParamStats(self, name)
@@ -282,7 +326,7 @@ class ParamTable(Mapping[str, Mapping[str, Series]]):
         return len(self._names)
 
 
-class _ParamStats(Mapping[str, Series]):
+class _ParamStats(ParamSeries):
     """One parameter's statistics, each decoded when asked for."""
 
     def __init__(self, table: ParamTable, name: str) -> None:
@@ -640,14 +684,15 @@ class RunLog(Shown):
             out += zip([step] * n, ids.tolist(), *columns)
         return out
 
-    def param_table(self) -> Mapping[str, Mapping[str, Series]]:
+    def param_table(self) -> Mapping[str, ParamSeries]:
         """Every parameter's every statistic: ``{name: {stat: Series}}`` (one query). From
         a schema-3 log, a :class:`ParamTable`: the series are decoded when asked for."""
         if self._arrays:
             if self._param_table is None:  # decoded once per open log (report and charts)
                 self._param_table = ParamTable(self)
             return self._param_table
-        return self._table("param_stats", _PARAM_STATS, self.params)
+        table = self._table("param_stats", _PARAM_STATS, self.params)
+        return {name: ParamDict(stats) for name, stats in table.items()}
 
     def _cursor(self, sql: str) -> Iterator[tuple[Any, ...]]:
         """Rows one at a time (memory: one row, not the table)."""
@@ -656,9 +701,10 @@ class RunLog(Shown):
         except (sqlite3.Error, OverflowError, MemoryError) as exc:
             raise RunLogError(_unreadable(self.path, exc)) from None
 
-    def activation_table(self) -> dict[str, dict[str, Series]]:
+    def activation_table(self) -> dict[str, ActivationSeries]:
         """Every module output's every statistic: ``{name: {stat: Series}}`` (one query)."""
-        return self._table("act_stats", _ACT_STATS, self.modules)
+        table = self._table("act_stats", _ACT_STATS, self.modules)
+        return {name: ActivationSeries(stats) for name, stats in table.items()}
 
     def unit_table(self) -> dict[str, dict[int, list[float]]]:
         """Per module, per step, the per-unit activity fractions."""
