@@ -119,9 +119,8 @@ class Comparison:
 def _measures(log: RunLog) -> dict[str, list[str | float]]:
     """The program's own measures with a direction, and where each ended."""
     logged = {name: (source, log.metric(name)) for name, source in log.metrics().items()}
-    declared = (log.meta.logged or {}).get("declared")
     found: dict[str, list[str | float]] = {}
-    for m in measures(logged, declared if isinstance(declared, dict) else None):
+    for m in measures(logged, log.meta.declared):
         t = trend(m)
         if t is not None and m.direction is not None and math.isfinite(t.end):
             found[m.name] = [m.direction, t.end]

@@ -128,11 +128,10 @@ def _entry(value: ast.expr, key: str) -> ast.expr | None:
 def collated_mask(f: Finding, seen: Seen) -> Edit | None:
     """The mask the model takes, added to the dict the collator returns, from the pad token
     (the padding value its ``input_ids`` were padded with, where it names one)."""
-    d, lengths = details_of(f), seen.meta.lengths or {}
-    pad = lengths.get("pad_id")
+    pad = seen.meta.pad_id
     # seen in the inputs, or found by the audit (--check padding) in a run whose inputs had
     # pads and no mask although the model takes one
-    param = d.get("mask_param") or (lengths.get("mask_param") if lengths.get("unmasked") else None)
+    param = details_of(f).get("mask_param") or seen.meta.unmasked_param
     if not isinstance(pad, int) or not isinstance(param, str):
         return None
     if param == "attention_mask":  # Hugging Face's: 1 at a real token
@@ -274,7 +273,7 @@ def labels_where_made(f: Finding, seen: Seen) -> Edit | None:
             "labels padded with -100, which the model's loss ignores",
             objective=True,
         )  # fmt: skip
-    pad = (seen.meta.lengths or {}).get("pad_id")
+    pad = seen.meta.pad_id
     found = [(path, src, v, m) for path, src in _files(seen) for v, m in _labels_made(src)]
     one = _one(
         seen,

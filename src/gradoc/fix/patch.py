@@ -240,10 +240,9 @@ def _train_mode(f: Finding, seen: Seen) -> Edit | None:
     (``meta.forward_at``, and the variable holding the model there): whatever put it in
     eval() before (a validation pass, a call before the loop), each training forward then
     runs in training mode."""
-    at = seen.meta.forward_at or {}
-    where = _located(CodeLine.from_json(at))
-    name = at.get("model")
-    if where is None or not isinstance(name, str) or not name.isidentifier():
+    where = _located(CodeLine.from_json(seen.meta.forward_at or {}))
+    name = seen.meta.forward_model
+    if where is None or name is None:
         return None
     text = where.text
     if not _simple(where.tree):
@@ -449,9 +448,9 @@ def _calls_in(sources: Sequence[Path], name: str) -> list[tuple[Located, ast.Cal
 def _model_call(seen: Seen) -> tuple[Located, ast.Call] | None:
     """The line that calls the model with gradients (``meta.forward_at``) and its call of the
     model there (``model(...)``, through the variable the run found holding it)."""
-    at = seen.meta.forward_at or {}
-    where, name = _located(CodeLine.from_json(at)), at.get("model")
-    if where is None or not isinstance(name, str):
+    where = _located(CodeLine.from_json(seen.meta.forward_at or {}))
+    name = seen.meta.forward_model
+    if where is None or name is None:
         return None
     calls = [
         n
@@ -491,7 +490,7 @@ def _masked_labels(f: Finding, seen: Seen) -> Edit | None:
     stripped = where.stripped
     labels = _keyword(call, "labels")
     mask = _keyword(call, "attention_mask")
-    pad = (seen.meta.lengths or {}).get("pad_id")
+    pad = seen.meta.pad_id
     ids = _token_ids(call)
     if labels is None:
         return None
@@ -512,8 +511,7 @@ def _mask_given(f: Finding, seen: Seen) -> Edit | None:
     where it is called, from the model's pad token
     (``attention_mask=(ids != 0).long()``)."""
     d = _details(f)
-    lengths = seen.meta.lengths or {}
-    pad, param = lengths.get("pad_id"), d.get("mask_param")
+    pad, param = seen.meta.pad_id, d.get("mask_param")
     found = _model_call(seen)
     if d.get("seen") != "inputs" or not isinstance(pad, int) or found is None:
         return None
@@ -542,13 +540,10 @@ def _term_sign(f: Finding, seen: Seen) -> Edit | None:
     ``SubBackward0``, ``loss = recon - kl``): the subtracted term added instead, at the line
     that assigns the loss last before its ``backward()`` in the same file
     (``meta.loss_fn.at``: the backward's line and the variable holding the loss)."""
-    fn = seen.meta.loss_fn or {}
-    at = fn.get("at") or {}
-    name, file, line = at.get("loss"), at.get("file"), at.get("line")
-    if fn.get("node") != "SubBackward0" or not isinstance(name, str):
+    at = seen.meta.loss_at
+    if at is None or at.node != "SubBackward0":
         return None
-    if not isinstance(file, str) or not isinstance(line, int):
-        return None
+    name, file, line = at.loss, at.file, at.line
     try:
         tree = ast.parse(Path(file).read_text())
     except (OSError, SyntaxError, ValueError):
@@ -605,7 +600,7 @@ def _all_parameters(f: Finding, seen: Seen) -> Edit | None:
     base: ast.expr = params.func.value
     while isinstance(base, ast.Attribute):
         base = base.value
-    model = (seen.meta.forward_at or {}).get("model")
+    model = seen.meta.forward_model
     if not isinstance(base, ast.Name) or (model is not None and base.id != model):
         return None
     new = _replaced(stripped, params, f"{base.id}.parameters()")
@@ -665,12 +660,12 @@ def _rates_evened(f: Finding, seen: Seen) -> Edit | None:
     optimizers whose rates differ :data:`GAME_RATIO` times or more: the faster one's rate
     scaled to the slower one's where it is made (``lr=d_lr`` -> ``lr=d_lr * 0.01``)."""
     first = f.hypotheses[0].family if f.hypotheses else None
-    rated = [o for o in seen.meta.optimizers if isinstance(o.get("lr"), (int, float))]
+    rated = [(lr, o) for lr, o in zip(seen.meta.rates, seen.meta.optimizers) if lr is not None]
     if first is not Family.LEARNING_RATE or len(rated) != 2:
         return None
-    slow, fast = sorted(rated, key=lambda o: float(o["lr"]))
-    factor = float(slow["lr"]) / float(fast["lr"])
-    made = _optimizer_call(seen.meta, fast)
+    (slow, _), (fast, made_by) = sorted(rated, key=lambda r: r[0])
+    factor = slow / fast
+    made = _optimizer_call(seen.meta, made_by)
     if factor > 1 / GAME_RATIO or made is None:
         return None
     where, call = made

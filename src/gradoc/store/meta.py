@@ -17,7 +17,7 @@ import dataclasses
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, NamedTuple, Union, get_args, get_origin, get_type_hints
 
 from .._util.json_types import JsonObject
 from ..errors import RunLogError
@@ -146,6 +146,49 @@ class RunMeta(Mapping[str, Any]):
         kind = first.get("type") if isinstance(first, dict) else None
         return kind if isinstance(kind, str) else None
 
+    @property
+    def forward_model(self) -> str | None:
+        """The variable holding the model where the program first called it with gradients
+        (``forward_at``), when it is a name."""
+        name = (self.forward_at or {}).get("model")
+        return name if isinstance(name, str) and name.isidentifier() else None
+
+    @property
+    def pad_id(self) -> int | None:
+        """The pad token the batches' lengths were read by (``lengths``), when one was."""
+        pad = (self.lengths or {}).get("pad_id")
+        return pad if isinstance(pad, int) and not isinstance(pad, bool) else None
+
+    @property
+    def unmasked_param(self) -> str | None:
+        """The padding-mask argument of the model's forward that was given no pads, when the
+        pads were found by its ``padding_idx`` alone (``lengths``)."""
+        lengths = self.lengths or {}
+        param = lengths.get("mask_param") if lengths.get("unmasked") else None
+        return param if isinstance(param, str) else None
+
+    @property
+    def loss_at(self) -> LossAt | None:
+        """Where the loss handed to ``backward()`` was assigned last (``loss_fn.at``), with
+        the autograd node of its last operation."""
+        fn = self.loss_fn or {}
+        at = fn.get("at") or {}
+        name, file, line, node = at.get("loss"), at.get("file"), at.get("line"), fn.get("node")
+        if not (isinstance(name, str) and isinstance(file, str) and isinstance(line, int)):
+            return None
+        return LossAt(name, file, line, node if isinstance(node, str) else None)
+
+    @property
+    def rates(self) -> list[float | None]:
+        """Each optimizer's learning rate (``optimizers``), None where it is not a number."""
+        return [_number(o.get("lr")) for o in self.optimizers]
+
+    @property
+    def declared(self) -> dict[str, str] | None:
+        """The directions the program gave its measures itself (``logged.declared``)."""
+        declared = (self.logged or {}).get("declared")
+        return dict(declared) if isinstance(declared, dict) else None
+
     # the run log's table, as a read-only mapping
     def __getitem__(self, key: str) -> Any:
         return self.table[key]
@@ -155,6 +198,19 @@ class RunMeta(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.table)
+
+
+class LossAt(NamedTuple):
+    """The line that assigned the loss handed to ``backward()`` (``meta.loss_fn.at``)."""
+
+    loss: str
+    file: str
+    line: int
+    node: str | None
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _runtime(hint: Any) -> tuple[type, ...]:
