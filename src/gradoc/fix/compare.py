@@ -45,6 +45,32 @@ class Side:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class Tried:
+    """One re-run of a ``gradoc fix``: what it tried, where it ran, its verdict (None: the
+    re-run did not end in one)."""
+
+    fix: str
+    dir: str
+    verdict: str | None
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check a verdict made (:func:`verdict`): its name, whether it held, and what it saw,
+    in the runs' numbers."""
+
+    check: str
+    held: bool
+    saw: str
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
 @dataclass(slots=True)
 class Comparison:
     """Two reports of the same script, before and after a fix (``fix.json``)."""
@@ -67,10 +93,10 @@ class Comparison:
     """The first run's loss is one expected to fall (a supervised objective's): a policy
     gradient's or a GAN's loss says nothing of how well it does, and is not compared."""
     why_not: list[str] = field(default_factory=list)
-    tried: list[JsonObject] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
     """The re-runs of the same ``gradoc fix`` before this one: what each tried, where, and
     its verdict."""
-    checks: list[JsonObject] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
     """What :func:`verdict` checked: each check's name, whether it held, and in the runs'
     numbers what it saw (``fix.json``'s ``checks``)."""
     together: str | None = None
@@ -108,9 +134,9 @@ class Comparison:
             out["verdict"] = self.verdict
             out["why_not"] = list(self.why_not)
         if self.tried:
-            out["tried"] = list(self.tried)
+            out["tried"] = [t.to_json() for t in self.tried]
         if self.checks:
-            out["checks"] = list(self.checks)
+            out["checks"] = [c.to_json() for c in self.checks]
         if self.together is not None:
             out["together"] = self.together
         return out
@@ -195,11 +221,11 @@ def verdict(result: Comparison, kind: str, objective: bool = False) -> tuple[str
     checked for a finite value only: the two runs' losses are not the same quantity; nor is
     the loss of an objective not expected to fall (a policy gradient's, a GAN's)."""
     b, a = result.before, result.after
-    checks: list[JsonObject] = result.checks
+    checks = result.checks
     checks.clear()
 
     def check(name: str, failed: str | None, saw: str) -> None:
-        checks.append({"check": name, "held": failed is None, "saw": failed or saw})
+        checks.append(Check(name, failed is None, failed or saw))
 
     unread = [
         f"the {which} run's loss was read on {side.loss_read} of its {side.steps} steps"

@@ -21,7 +21,7 @@ from typing import Any
 from .._util.json_types import JsonObject
 from .._util.text import one_line
 from ..analysis import Report
-from ..fix.compare import NOT_JUDGED, Comparison
+from ..fix.compare import NOT_JUDGED, Comparison, Tried
 from ..fix.patch import Edit
 from ..fix.remedy import Remedy
 
@@ -393,7 +393,7 @@ class Rerun:
     console: Any
     out: str | None = None
     """``--out``: the first re-run's directory; the next go to ``OUT-2``, ``OUT-3``, ..."""
-    tried: list[JsonObject] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
     """Each re-run so far: what it tried, where it ran, its verdict."""
     calls: list[Call] = field(default_factory=list)
     """Each re-run so far: its edit, remedy and arguments."""
@@ -482,7 +482,7 @@ class Rerun:
         if code == -SIGINT and limit is not None and time.monotonic() - began >= limit:
             code = 0  # ended at the bound, as asked: the comparison is what this returns
         if after_report is None:
-            self.tried.append({"fix": what.describe(), "dir": str(after), "verdict": None})
+            self.tried.append(Tried(what.describe(), str(after), None))
             return code, None
         result = compare(self.before, self.report, after, after_report)
         left = result.left()
@@ -493,7 +493,7 @@ class Rerun:
         result.verdict, result.why_not = verdict(result, what.finding, objective)
         result.tried = list(self.tried)
         result.together = together.said if together is not None else None
-        self.tried.append({"fix": what.describe(), "dir": str(after), "verdict": result.verdict})
+        self.tried.append(Tried(what.describe(), str(after), result.verdict))
         text = to_json_text(result.to_json())
         write_text_file(after / "fix.json", text)
         try:
@@ -575,7 +575,7 @@ def _edit_copy(edit: Edit, copied: Any) -> None:
     edit.apply(target)
 
 
-def _said_verdict(result: Comparison, tried: list[JsonObject], write: bool, console: Any) -> int:
+def _said_verdict(result: Comparison, tried: list[Tried], write: bool, console: Any) -> int:
     """Say the outcome: the fix verified (with ``write``, a verified edit made in the user's
     file), or that none of those tried helped. 0 when verified, 1 when not."""
     from rich.text import Text
