@@ -98,28 +98,27 @@ def attention_series(history: History) -> list[AttentionSeries]:
     most :data:`SERIES_POINTS` of them: report.json's ``run.attention``."""
     out = []
     for a in history.attention:
-        keep = _spaced(len(a.gap.steps))
-        if keep:
-            steps = [a.gap.steps[i] for i in keep]
-            out.append(
-                AttentionSeries(
-                    a.layer, steps, _finite_at(a.gap, keep), _finite_at(a.entropy, keep)
-                )
-            )
+        if (read := _read(a.gap, a.entropy)) is not None:
+            steps, (gap, share) = read
+            out.append(AttentionSeries(a.layer, steps, gap, share))
     return out
 
 
 def output_logit_series(history: History) -> list[OutputLogitSeries]:
     """Each output layer's log Z, largest logit and spread at the steps they were read, at
     most :data:`SERIES_POINTS` of them: report.json's ``run.output_logits``."""
-    out = []
-    for o in history.output_logits:
-        keep = _spaced(len(o.log_z.steps))
-        if keep:
-            steps = [o.log_z.steps[i] for i in keep]
-            log_z, top, spread = (_finite_at(s, keep) for s in (o.log_z, o.top, o.spread))
-            out.append(OutputLogitSeries(o.layer, o.dtype, steps, log_z, top, spread))
-    return out
+    read = ((o, _read(o.log_z, o.top, o.spread)) for o in history.output_logits)
+    return [OutputLogitSeries(o.layer, o.dtype, r[0], *r[1]) for o, r in read if r is not None]
+
+
+def _read(*columns: Series) -> tuple[list[int], list[list[float | None]]] | None:
+    """A site's series read at the same steps (the first's): the steps kept (at most
+    :data:`SERIES_POINTS`) and each series' values there, non-finite ones as None; None
+    where none was read."""
+    keep = _spaced(len(columns[0].steps))
+    if not keep:
+        return None
+    return [columns[0].steps[i] for i in keep], [_finite_at(s, keep) for s in columns]
 
 
 def measure_series(history: History) -> list[MeasureSeries]:

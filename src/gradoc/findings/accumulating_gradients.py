@@ -23,16 +23,7 @@ import math
 from dataclasses import dataclass
 
 from .._util.json_types import JsonObject
-from ..detect.finding import (
-    CodeLine,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    Weight,
-)
+from ..detect.finding import CodeLine, Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.signals import fmt
 from .advice import lr_too_high

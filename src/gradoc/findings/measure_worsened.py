@@ -20,16 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..detect.finding import (
-    Details,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    Weight,
-)
+from ..detect.finding import Details, Evidence, Family, Finding, Fix, Horizon, Hypothesis, Weight
 from ..detect.history import History
 from ..detect.measures import Trend, role, trend
 from ..detect.signals import fmt, loss_improved
