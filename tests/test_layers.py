@@ -269,3 +269,46 @@ def test_the_rooms_check_sees_a_module_of_another_room() -> None:
     source += "from .packet import Packet\nfrom .. import probe\n"
     found = into_rooms(ROOMS / "step" / "a_module.py", source)
     assert found == ["gradoc.collect.attach.taps", "gradoc.collect.attach._hooks"]
+
+
+ROOM_ORDER = ("graph", "attach", "probes", "step")
+"""collect's rooms from the bottom up: a room runs on the rooms below it (its imports of a
+room above it are for types only, under ``TYPE_CHECKING``), the run's life at the top runs
+on them all."""
+
+
+def runtime_rooms(path: Path) -> set[str]:
+    """The collect rooms ``path`` imports when it runs: every import but those under
+    ``if TYPE_CHECKING:``."""
+    me = module_name(path)
+    package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for n in ast.walk(block)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and id(node) not in typing_only:
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = base + (node.module.split(".") if node.module else [])
+            if target[:2] == ["gradoc", "collect"] and len(target) > 2:
+                found.add(target[2])
+    return found & set(ROOM_ORDER)
+
+
+def test_a_room_runs_on_the_rooms_below_it() -> None:
+    assert set(ROOM_ORDER) == {p.name for p in rooms()}
+    against = [
+        f"{path.relative_to(ROOT)} imports collect/{other}"
+        for room in ROOM_ORDER
+        for path in sorted((ROOMS / room).glob("*.py"))
+        for other in runtime_rooms(path)
+        if ROOM_ORDER.index(other) > ROOM_ORDER.index(room)
+    ]
+    assert not against, "a room imports a room above it when it runs:\n" + "\n".join(against)
+    # the check itself: a type-only import of a room above is not one it runs on
+    assert "probes" not in runtime_rooms(ROOMS / "attach" / "manual.py")
+    assert "graph" in runtime_rooms(ROOMS / "attach" / "manual.py")

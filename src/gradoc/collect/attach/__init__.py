@@ -8,7 +8,7 @@ loss scaling (``clipping``) and the measures it logs itself (``logged``); with t
 what is watched (``layers``), the activations applied as functions (``functional``) and
 which modules a program trains (``models``). This room imports the package's engines,
 collect's contracts at its top (``_safety``, ``probe``, ``context``) and the ``graph``
-room; never ``probes`` or ``step``, which build on it.
+room; ``probes`` and ``step``, which build on it, only for their types.
 """
 
 from . import logged, taps
