@@ -719,20 +719,13 @@ class RunLog(Shown):
         return out
 
     def _table(
-        self,
-        table: str,
-        stats: tuple[str, ...],
-        layers: list[Layer],
-        rows: list[tuple[Any, ...]] | None = None,
+        self, table: str, stats: tuple[str, ...], layers: list[Layer]
     ) -> dict[str, dict[str, Series]]:
         names = {layer.id: layer.name for layer in layers}
         out: dict[str, dict[str, Series]] = {
             name: {s: Series([], []) for s in stats} for name in names.values()
         }
-        if rows is None:
-            rows = self._query(
-                f"SELECT step, layer_id, {', '.join(stats)} FROM {table} ORDER BY step"
-            )
+        rows = self._query(f"SELECT step, layer_id, {', '.join(stats)} FROM {table} ORDER BY step")
         for step, lid, *values in rows:
             series = out[_name_of(names, lid)]
             step = _step(step)
