@@ -217,10 +217,12 @@ def test_a_fix_is_checked_in_the_programs_own_measure_and_each_check_is_said() -
     said, why = verdict(worse, "loss_blowup")
     assert said == "did not help"
     assert why == ["the program's val/acc ended worse: 0.6 against 0.9"]
-    held = {c["check"]: c["held"] for c in worse.checks}
+    held = {c.check: c.held for c in worse.checks}
     assert held["the program's own measures no worse"] is False
     assert held["the finding is gone"] and held["both losses read on half their steps or more"]
-    assert worse.to_json()["checks"] == worse.checks
+    assert worse.to_json()["checks"] == [
+        {"check": c.check, "held": c.held, "saw": c.saw} for c in worse.checks
+    ]
     same = Comparison([], [], [], before, _run(falling, **{"val/acc": ["up", 0.89]}), 1.0)
     assert verdict(same, "loss_blowup") == ("verified", [])  # within its noise
 
