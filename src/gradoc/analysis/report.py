@@ -165,12 +165,12 @@ Values = list[float | None]
 """A series' values as report.json holds them: non-finite ones as None."""
 
 
-def _values(data: Any) -> Values:
-    return [None if v is None else float(v) for v in data or []]
-
-
 def _value(v: Any) -> float | None:
     return None if v is None else float(v)
+
+
+def _values(data: Any) -> Values:
+    return [_value(v) for v in data or []]
 
 
 def as_floats(values: Values) -> list[float]:

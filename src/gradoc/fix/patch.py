@@ -242,7 +242,7 @@ def _train_mode(f: Finding, seen: Seen) -> Edit | None:
     runs in training mode."""
     where = _located(CodeLine.from_json(seen.meta.forward_at or {}))
     name = seen.meta.forward_model
-    if where is None or name is None:
+    if where is None or name is None or not name.isidentifier():
         return None
     text = where.text
     if not _simple(where.tree):

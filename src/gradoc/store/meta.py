@@ -148,10 +148,10 @@ class RunMeta(Mapping[str, Any]):
 
     @property
     def forward_model(self) -> str | None:
-        """The variable holding the model where the program first called it with gradients
-        (``forward_at``), when it is a name."""
+        """The name holding the model where the program first called it with gradients
+        (``forward_at``), when one was found."""
         name = (self.forward_at or {}).get("model")
-        return name if isinstance(name, str) and name.isidentifier() else None
+        return name if isinstance(name, str) else None
 
     @property
     def pad_id(self) -> int | None:
