@@ -75,6 +75,28 @@ class Probe:
         return {}
 
 
+class Points:
+    """Each point's methods of the run's probes that do something there, bound once when
+    the run's probes are chosen: a step calls only those (a point no probe uses costs it
+    nothing, and no probe's empty method is called)."""
+
+    def __init__(self, probes: list[Probe]) -> None:
+        self.on_output = _defined(probes, "on_output")
+        self.on_forward = _defined(probes, "on_forward")
+        self.at_statistics = _defined(probes, "at_statistics")
+        self.decided = _defined(probes, "decided")
+        self.after_statistics = _defined(probes, "after_statistics")
+        self.late = _defined(probes, "late")
+        self.received = _defined(probes, "received")
+        self.end_step = _defined(probes, "end_step")
+
+
+def _defined(probes: list[Probe], point: str) -> list[Any]:
+    """The bound ``point`` methods of the ``probes`` whose class defines one of its own."""
+    empty = getattr(Probe, point)
+    return [getattr(p, point) for p in probes if getattr(type(p), point) is not empty]
+
+
 ROUND = (10, 20, 50, 100, 200, 500, 1000)
 """The periods a sampled probe or graph reader may take (``step.cadence``'s k, the attention
 reader's every): round numbers, so that the sampled steps read well."""

@@ -26,7 +26,7 @@ from ..._util.wrappers import compiled, traced, unwrap
 from ...locate.origin import user_line_holding
 from ...store.writer import insert_rows
 from .._safety import guarded
-from ..probe import Probe
+from ..probe import Points, Probe
 from ._hooks import global_hooks, local_hooks
 from .layers import WatchedModule, assign_prefixes, module_rows, qualified
 
@@ -54,6 +54,7 @@ def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 class Watched:
     def __init__(self, run: Internal, probes: list[Probe], names: IdMap[nn.Module, str]) -> None:
         self.run, self.probes = run, probes
+        self.points = Points(probes)
         self.keep_rng = any(p.wants_rng for p in probes)
         self._rng_looks = 0
         self.prefixes: IdMap[nn.Module, str] = IdMap()  # watched root modules -> name prefix
@@ -150,8 +151,8 @@ class Watched:
             self.forward_seen = True
             self.last_forward = (module, args, kwargs)
             self.samples += batch_size(args, kwargs)
-            for probe in self.probes:
-                probe.on_forward(module, args, kwargs, output, rng if self.keep_rng else {})
+            for on_forward in self.points.on_forward:
+                on_forward(module, args, kwargs, output, rng if self.keep_rng else {})
 
     @guarded
     def _root_called(self, module: nn.Module, args: Any) -> None:
@@ -173,8 +174,8 @@ class Watched:
             self._drew(rng)
         self.last_forward = (module, args, kwargs)
         self.samples += batch_size(args, kwargs)
-        for probe in self.probes:
-            probe.on_forward(module, args, kwargs, output, rng)
+        for on_forward in self.points.on_forward:
+            on_forward(module, args, kwargs, output, rng)
         self.run.steps.on_forward_output(output)
 
 

@@ -30,7 +30,7 @@ from ...stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_
 from ...store.writer import real
 from .._safety import guarded
 from ..attach import PRE_ACTIVATION_SATURATION, SKIPPED, WatchedModule, functional_activations
-from ..probe import Probe
+from ..probe import Points, Probe
 from .locating import first_tensor
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class Activations(Probe):
         self, run: Context, schedule: Callable[[int], bool], budget: int, probes: list[Probe]
     ) -> None:
         self.run, self.schedule, self.budget, self.probes = run, schedule, budget, probes
+        self._others = Points(probes).on_output  # the other probes that read outputs
         self._scheduled = 0  # steps of the schedule so far
         self._asked: tuple[int, bool] | None = None  # the last step asked about, its answer
         self._handles: list[RemovableHandle] = []
@@ -123,8 +124,8 @@ class Activations(Probe):
         if x is None or x.numel() == 0 or x.is_complex():
             return
         self.on_output(watched, module, x)
-        for probe in self.probes:
-            probe.on_output(watched, module, x)
+        for on_output in self._others:
+            on_output(watched, module, x)
 
     def on_output(self, watched: WatchedModule, module: nn.Module, x: Tensor) -> None:
         units = unit_dim(module, x)

@@ -49,7 +49,7 @@ from ...store import EventKind
 from .._safety import guarded, without_grad
 from ..attach import ManualSteps, ProgramClipping, WatchedParam, taps
 from ..graph import losses
-from ..probe import Probe
+from ..probe import Points, Probe
 from ..probes import (
     Activations,
     AmpRanges,
@@ -98,6 +98,7 @@ class Steps(taps.TapReceiver):
     def __init__(self, run: Internal, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
         self.locator, self.watched, self.probes = run.locator, run.watched, probes
+        self.points = Points(probes)  # what each point of a step calls
         config = run.config
         self.activations = Activations(run, config.activations, config.activation_modules, probes)
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
@@ -309,16 +310,16 @@ class Steps(taps.TapReceiver):
             timed.collected(time.perf_counter() - began, self.config.params(target.steps))
         if primary:
             self._clearing.at_statistics(target, self.loss.backward_calls, self.count)
-        for probe in self.probes:
-            probe.at_statistics(target, primary)
+        for at_statistics in self.points.at_statistics:
+            at_statistics(target, primary)
         if primary:
             self.lengths.take(target.steps)
         if self.checks_now():
             self.checks.vet(target, primary)
         elif primary:  # read later: what a replay of this step would need is kept
             self.locator.keep(target.steps, self.config.flush_every_steps + 8)
-        for probe in self.probes:
-            probe.after_statistics(target, primary)
+        for after_statistics in self.points.after_statistics:
+            after_statistics(target, primary)
         if target.manual:  # the next forward comes before the next backward: arm now
             self.locator.after_step()
         if primary:
@@ -355,8 +356,8 @@ class Steps(taps.TapReceiver):
         self.watched.forward_seen = self.several and self.watched.forward_seen
         self.watched.samples = 0
         self.transfers.step_ended(row)
-        for probe in self.probes:
-            probe.end_step(self.count, self.activations.armed)
+        for end_step in self.points.end_step:
+            end_step(self.count, self.activations.armed)
         self.count += 1
         self.activations.arm(self.activations.wanted(self.count))
         if not target.manual:

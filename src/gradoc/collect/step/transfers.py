@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..._util.objects import IdMap
     from ...guard import Guard
     from ..context import Internal
-    from ..probe import Probe
+    from ..probe import Points, Probe
     from ..probes import Activations, Calls, Lengths, WatchedOptimizer
     from .loss_reading import LossReader
     from .objectives import Objectives
@@ -49,6 +49,7 @@ class Stepping(Protocol):
     loss: LossReader
     objectives: Objectives
     probes: list[Probe]
+    points: Points
     guard: Guard | None
 
 
@@ -163,8 +164,8 @@ class Transfers:
         for sl in layout.targets:
             if not finite:
                 counts.update(((sl.step, i), c) for i, c in received_counts(sl, host).items())
-            for probe in self.steps.probes:
-                probe.received(sl, host)
+            for received in self.steps.points.received:
+                received(sl, host)
         if layout.later:
             self._read_later(host, layout)
         record = StepRecord(host, layout, counts, self._seen_nonfinite, self.run.t0)
@@ -186,8 +187,8 @@ class Transfers:
             return
         first = min(bad)
         self.synced = True
-        for probe in self.steps.probes:
-            probe.late(first, self.steps.count, bad[first])
+        for late in self.steps.points.late:
+            late(first, self.steps.count, bad[first])
 
     def _collected(self) -> bool:
         return (

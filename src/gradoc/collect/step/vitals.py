@@ -18,7 +18,7 @@ from ..graph import losses
 if TYPE_CHECKING:
     from ..._util.objects import IdMap
     from ..context import InternalWatched
-    from ..probe import Probe
+    from ..probe import Points, Probe
     from ..probes import WatchedOptimizer
     from .loss_reading import LossReader
     from .transfers import Transfers
@@ -31,6 +31,7 @@ class Checked(Protocol):
     device: torch.device | None
     targets: IdMap[Optimizer, WatchedOptimizer]
     probes: list[Probe]
+    points: Points
     loss: LossReader
     transfers: Transfers
     watched: InternalWatched
@@ -48,8 +49,8 @@ class StepChecks:
     def vet(self, target: WatchedOptimizer, primary: bool) -> None:
         """The first non-finite step is located; the guard (or the default skip) acts."""
         v = self.vitals(target, primary)
-        for probe in self.steps.probes:
-            probe.decided(target, v)
+        for decided in self.steps.points.decided:
+            decided(target, v)
         if target.manual:
             return  # the program applies its own update: gradoc cannot skip it
         if self.steps.guard is not None:
