@@ -162,3 +162,75 @@ def test_an_objective_of_no_recognised_kind_beside_others_is_not_judged_by_its_t
     )
     found = judge(meta, lambda k: _series([1.0 + i for i in range(40)]))
     assert [(o.role, o.falls) for o in found] == [("unrecognised", False), ("loss", True)]
+
+
+# -- the one walk of a loss's graph (collect/graph/walk.py) -----------------------------------
+def _chain_loss(depth: int):  # type: ignore[no-untyped-def]
+    import torch
+
+    x = torch.randn(4, requires_grad=True)
+    y = x
+    for _ in range(depth):
+        y = y * 2.0 + 1.0
+    return x, y.sum()
+
+
+def test_the_walk_meets_each_node_once_within_its_budget() -> None:
+    from gradoc.collect.graph import Walk
+
+    _x, loss = _chain_loss(50)
+    everything = [n.name().split("::")[-1] for n in Walk([loss.grad_fn], None)]
+    assert everything.count("AccumulateGrad") == 1  # x reached by one path, met once
+    assert len(everything) == 1 + 2 * 50 + 1  # sum, 50 x (mul, add), the leaf
+    assert len(list(Walk([loss.grad_fn], 10))) == 10  # the budget bounds it
+
+
+def test_a_reader_prunes_only_below_the_node_it_took() -> None:
+    import torch
+
+    from gradoc.collect.graph import Walk
+
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    loss = (a.exp() + b.sin()).sum()
+    walk = Walk([loss.grad_fn])
+    met = []
+    for node in walk:
+        met.append(node.name().split("::")[-1])
+        if met[-1] == "ExpBackward0":
+            walk.prune()  # taken: not below it
+    assert "ExpBackward0" in met and "SinBackward0" in met  # beside it: still walked
+    assert met.count("AccumulateGrad") == 1  # b's leaf; a's, below the exp, is not
+
+
+def test_breadth_first_meets_the_nearest_nodes_first() -> None:
+    from gradoc.collect.graph import Walk
+
+    _x, loss = _chain_loss(3)
+    near = [n.name() for n in Walk([loss.grad_fn], 3, breadth=True)]
+    assert near == ["SumBackward0", "AddBackward0", "MulBackward0"]
+
+
+def test_collect_walks_the_graph_only_through_the_one_walk() -> None:
+    """A reader of the graph never walks it its own way: no loop over ``next_functions``
+    with its own stack in collect/, except the short looks beside a match (a softmax's
+    product a few nodes below, a Gaussian's log-density's shape)."""
+    import ast
+    from pathlib import Path
+
+    import gradoc
+
+    root = Path(gradoc.__file__).parent / "collect"
+    looks = {("graph/attention.py", "_logits_product"), ("graph/mechanics.py", "_density")}
+    walks = set()
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel == "graph/walk.py":
+            continue
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            loops = [n for n in ast.walk(fn) if isinstance(n, ast.While)]
+            if any(w in ast.unparse(loop) for loop in loops for w in ("next_functions", "_below(")):
+                walks.add((rel, fn.name))
+    assert walks == looks

@@ -8,7 +8,7 @@ pre-activation beyond ±2.99 is a saturated ``torch.tanh``.
 Which module feeds which function is read from the autograd graph, once, on the first
 activation step: the activation hook remembers the autograd node of each watched
 module's output; at that step's ``backward()`` the graph is walked from the loss (at
-most ``MAX_NODES`` nodes, host-side only) and each ``ReluBackward0`` / ``TanhBackward0``
+most ``graph.REACH`` nodes, host-side only) and each ``ReluBackward0`` / ``TanhBackward0``
 / ``SigmoidBackward0`` whose input is such a node — and that is not itself a watched
 module's output (an ``nn.ReLU``) — marks that module.
 """
@@ -20,9 +20,7 @@ from typing import Any
 from torch import Tensor
 
 from ...stats.activations import SaturationRule
-
-MAX_NODES = 20_000
-"""Autograd nodes walked at most (a very large graph is read in part)."""
+from ..graph import REACH, Walk
 
 _ACTIVATIONS = {"ReluBackward0": "relu", "TanhBackward0": "tanh", "SigmoidBackward0": "sigmoid"}
 
@@ -37,18 +35,10 @@ def functional_activations(loss: Tensor, produced: dict[Any, Any]) -> list[tuple
     """For each value of ``produced`` (autograd node of a watched module's output -> that
     module) whose output goes through an activation function: (module, function name)."""
     found: dict[int, tuple[Any, str]] = {}
-    todo = [loss.grad_fn] if loss.grad_fn is not None else []
-    seen: set[Any] = set()
-    while todo and len(seen) < MAX_NODES:
-        node = todo.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        inputs = [fn for fn, _ in node.next_functions if fn is not None]
+    for node in Walk([loss.grad_fn], REACH):
         kind = _ACTIVATIONS.get(node.name())
         if kind is not None and node not in produced:  # a function, not an nn.ReLU's output
-            for fn in inputs:
-                if fn in produced:
+            for fn, _ in node.next_functions:
+                if fn is not None and fn in produced:
                     found[id(produced[fn])] = (produced[fn], kind)
-        todo.extend(inputs)
     return list(found.values())

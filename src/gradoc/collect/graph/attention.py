@@ -19,7 +19,7 @@ Per attention call and head, on the device: the largest logit gap over the rows 
 from uniform the softmax can be pushed) and the mean entropy of the rows as a share of its
 maximum ``ln(keys)`` (1: uniform, 0: one key). Read on the first ``FIRST`` backward calls,
 then one in ``EVERY`` (or fewer, chosen once to keep within the budget); a run whose first ``LOOKS``
-looks found no attention is looked at no more. At most ``NODES`` nodes are walked, ``MOST``
+looks found no attention is looked at no more. At most ``walk.NODES`` nodes are walked, ``MOST``
 calls read, each on at most ``ROWS`` query rows of one sample. Each call is named by the
 layer that holds it: the module of the first parameter below the attention's inputs (a
 ``q_proj`` Linear's parent, a ``MultiheadAttention``'s own ``in_proj_weight``).
@@ -39,11 +39,11 @@ from torch import Tensor
 from ...store.writer import real
 from ..probe import ROUND
 from .output_logits import logits_dtype, output_calls, output_stats, saved
+from .walk import Walk
 
 FIRST = 20
 EVERY = 10
 LOOKS = 3
-NODES = 4096
 MOST = 64
 ROWS = 256
 """Query rows of one sample read per call (a long sequence's last rows are left out)."""
@@ -95,12 +95,9 @@ def attention_calls(root: Any) -> list[tuple[Any, str]]:
     """The attention nodes in ``root``'s graph, in the order the forward made them:
     ("softmax" | "sdpa") with the node."""
     found: list[tuple[int, Any, str]] = []
-    todo, seen = [root], set[int]()
-    while todo and len(seen) < NODES and len(found) < MOST:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in Walk([root]):
+        if len(found) >= MOST:
+            break
         name = node.name()
         if name in ("SoftmaxBackward0", "SafeSoftmaxBackward0"):
             below = node.next_functions[0][0] if node.next_functions else None
@@ -108,23 +105,16 @@ def attention_calls(root: Any) -> list[tuple[Any, str]]:
                 found.append((node._sequence_nr(), node, "softmax"))
         elif name.startswith("ScaledDotProduct") and hasattr(node, "_saved_query"):
             found.append((node._sequence_nr(), node, "sdpa"))
-        todo.extend(fn for fn, _ in node.next_functions)
     found.sort(key=lambda f: f[0])
     return [(node, kind) for _, node, kind in found]
 
 
 def owner(node: Any, names: dict[int, str]) -> str | None:
     """The name of the first parameter below ``node`` (``names``: by the parameter's id)."""
-    todo, seen = [node], set[int]()
-    while todo and len(seen) < OWNER:
-        n = todo.pop(0)
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
+    for n in Walk([node], OWNER, breadth=True):
         variable = getattr(n, "variable", None)
         if variable is not None and id(variable) in names:
             return names[id(variable)]
-        todo.extend(fn for fn, _ in n.next_functions)
     return None
 
 

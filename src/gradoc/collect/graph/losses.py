@@ -35,6 +35,7 @@ from torch import Tensor
 from ..._util.json_types import JsonObject
 from ..._util.tree import output_loss
 from .policy import LOG_PROBS
+from .walk import Walk
 
 _NLL = ("NllLossBackward0", "NllLoss2DBackward0")
 _BINARY = ("BinaryCrossEntropyWithLogitsBackward0", "BinaryCrossEntropyBackward0")
@@ -303,15 +304,8 @@ def _terms(node: Any, found: list[Any]) -> list[Any]:
 
 
 def _names_below(node: Any) -> set[str]:
-    """The names of the first ``_SEARCH`` nodes below ``node``, depth first."""
-    seen: set[str] = set()
-    todo, visited = [node], 0
-    while todo and visited < _SEARCH:
-        n = todo.pop()
-        visited += 1
-        seen.add(n.name())
-        todo.extend(fn for fn, _ in n.next_functions if fn is not None)
-    return seen
+    """The names of the first ``_SEARCH`` nodes below ``node`` (each node once), depth first."""
+    return {n.name() for n in Walk([node], _SEARCH)}
 
 
 def _actor_critic(node: Any) -> bool:
@@ -469,17 +463,11 @@ class Unbacked:
 def _top(root: Any, wanted: set[int]) -> set[int]:
     """Which of the ``wanted`` node ids lie within the top ``_SEARCH`` nodes of the graph."""
     found: set[int] = set()
-    todo, seen = [root], 0
-    visited: set[int] = set()
-    while todo and seen < _SEARCH and len(found) < len(wanted):
-        node = todo.pop(0)
-        if node is None or id(node) in visited:
-            continue
-        visited.add(id(node))
-        seen += 1
+    for node in Walk([root], _SEARCH, breadth=True):
+        if len(found) >= len(wanted):
+            break
         if id(node) in wanted:
             found.add(id(node))
-        todo.extend(fn for fn, _ in node.next_functions)
     return found
 
 

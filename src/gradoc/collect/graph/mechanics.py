@@ -22,7 +22,7 @@ Several ``backward()`` calls before one optimizer step (a critic's real, fake an
 terms) are one objective: their facts are read apart and joined (:func:`join`). Read at a
 loss's ``backward()`` (its saved tensors still held), until each objective's first step was
 read (``READS_AT_MOST`` losses at most: no later step pays for a walk); each walk stops after
-``NODES`` nodes. Nothing is read from the device.
+``walk.NODES`` nodes. Nothing is read from the device.
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ from typing import Any
 from ..._util import entry
 from ..._util.json_types import JsonObject
 from .policy import LOG_PROBS
+from .walk import Walk
 
-NODES = 1024
-"""Autograd nodes walked at most per loss."""
 READS_AT_MOST = 512
 """Losses read at most a run: each objective's first step's (a generator trained after a
 hundred critic iterations of three ``backward()`` calls comes after 300)."""
@@ -296,23 +295,16 @@ def _by_hand(node: Any) -> Any:
 
 def _walk(root: Any, facts: Facts) -> None:
     """A gradient penalty's nodes, and the storages saved at layers fed by a tensor with no
-    gradient, within ``NODES`` nodes."""
-    todo, seen = [root], set[int]()
-    while todo and len(seen) < NODES:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
+    gradient, within ``walk.NODES`` nodes."""
+    for node in Walk([root]):
         name = node.name()
         if "BackwardBackward" in name:
             facts.penalty = True
-        below = _below(node)
-        if name in SCORES and None in below:
+        if name in SCORES and None in _below(node):
             for attr in ("_saved_mat2", "_saved_self", "_saved_weight"):
                 saved = getattr(node, attr, None)
                 if saved is not None and hasattr(saved, "untyped_storage"):
                     facts.storages.add(saved.untyped_storage().data_ptr())
-        todo.extend(below)
 
 
 def reads(root: Any, facts: Facts) -> None:

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .walk import Walk
+
 ROWS = 256
 CELLS = 1 << 20
 """Log-probabilities read at most per call: a 50,000-word vocabulary's first 20 rows."""
@@ -85,19 +87,14 @@ def output_calls(root: Any) -> list[tuple[Any, Any]]:
     """The loss's log-softmaxes over a layer's product, nearest the loss first:
     (``LogSoftmaxBackward0``, its ``addmm``/``mm``)."""
     found: list[tuple[Any, Any]] = []
-    todo, seen = [root], set[int]()
-    while todo and len(seen) < NEAR:
-        node = todo.pop(0)
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
+    walk = Walk([root], NEAR, breadth=True)
+    for node in walk:
         if node.name() == "LogSoftmaxBackward0":
             below = node.next_functions[0][0] if node.next_functions else None
             product = _product(below)
             if product is not None:
                 found.append((node, product))
-            continue
-        todo.extend(fn for fn, _ in node.next_functions)
+            walk.prune()
     return found
 
 

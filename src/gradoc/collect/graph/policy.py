@@ -11,7 +11,7 @@ one action certain), and read with the step's other statistics (no extra host re
 
 When: the first ``FIRST`` backward() calls, then one in ``EVERY``; a run whose first
 ``LOOKS`` looks found no policy is looked at no more (a supervised loss has none). At most
-``NODES`` nodes are walked and ``MOST`` distributions read (an episode's losses stacked:
+``walk.NODES`` nodes are walked and ``MOST`` distributions read (an episode's losses stacked:
 their mean). An index of a ``log_softmax`` at the action (``F.log_softmax(logits, -1)[a]``)
 is read from the result the ``log_softmax`` saved. A gather over log-probabilities is also how a
 cross-entropy is written by hand
@@ -30,10 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .walk import Walk
+
 FIRST = 20
 EVERY = 10
 LOOKS = 3
-NODES = 512
 MOST = 16
 LOG_PROBS = ("LogSoftmaxBackward0", "LogBackward0")
 """Nodes whose output, gathered, is a categorical distribution's log-probabilities
@@ -53,22 +54,22 @@ def _log_probs(node: Any) -> bool:
 
 def distributions(root: Any) -> list[tuple[Tensor, int]]:
     """The log-probabilities gathered in ``root``'s graph (each with the dimension of its
-    actions): at most ``MOST``, within ``NODES`` nodes, not below a gather."""
+    actions): at most ``MOST``, within ``walk.NODES`` nodes, not below a gather."""
     found: list[tuple[Tensor, int]] = []
-    todo, seen = [root], set[int]()
-    while todo and len(seen) < NODES and len(found) < MOST:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
+    walk = Walk([root])
+    for node in walk:
+        if len(found) >= MOST:
+            break
         if node.name() in ("IndexBackward0", "SelectBackward0"):  # log_softmax(x)[a]
             below = node.next_functions[0][0] if node.next_functions else None
             if below is not None and below.name() == "LogSoftmaxBackward0":
                 saved = _saved_log_softmax(below)
                 if saved is not None:
                     found.append(saved)
+                walk.prune()
                 continue
         if node.name() == "GatherBackward0":
+            walk.prune()
             below = node.next_functions[0][0] if node.next_functions else None
             if below is not None and _log_probs(below):
                 try:
@@ -79,8 +80,6 @@ def distributions(root: Any) -> list[tuple[Tensor, int]]:
                 whole = isinstance(saved, Tensor) and -saved.dim() <= dim < saved.dim()
                 if whole and saved.shape[dim] > 1:
                     found.append((saved, dim))
-            continue
-        todo.extend(fn for fn, _ in node.next_functions)
     return found
 
 

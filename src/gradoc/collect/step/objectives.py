@@ -28,7 +28,7 @@ from torch.optim import Optimizer
 from ..._util.json_types import JsonObject
 from ..._util.objects import IdMap
 from ..attach import taps
-from ..graph import graph_leaves, losses, mechanics
+from ..graph import REACH, graph_leaves, losses, mechanics
 
 if TYPE_CHECKING:
     from torch import nn
@@ -46,11 +46,6 @@ class Stepping(Protocol):
     targets: IdMap[Optimizer, WatchedOptimizer]
     watched: InternalWatched
     run: Internal
-
-
-REACH_LIMIT = 20_000
-"""Autograd nodes walked at most to find the parameters an objective's loss reaches (once
-per objective): a generator's graph through its discriminator is a few hundred."""
 
 
 @dataclass(slots=True)
@@ -245,4 +240,4 @@ def _storages(objective: Objective) -> set[int]:
 
 def _reach(node: Any) -> frozenset[int]:
     """ids of the leaf tensors (parameters) a loss's graph accumulates gradients into."""
-    return frozenset(id(t) for t in graph_leaves([node], REACH_LIMIT))
+    return frozenset(id(t) for t in graph_leaves([node], REACH))
