@@ -169,8 +169,8 @@ class Run(Shown):
     def flush(self) -> None:
         """Write everything collected so far to the run log (waits for the writer)."""
         if not self.closed:
-            if self.steps.unsent():
-                self.steps.send()
+            if self.steps.transfers.unsent():
+                self.steps.transfers.send()
             self._writer.flush()
 
     def close(
@@ -208,7 +208,7 @@ class Run(Shown):
             self.guard.close()
         if self._lr_scale != 1.0:
             guard_lr.uninstall()
-        entry.call(self.steps.send_last, where="collect.run.Run.close")
+        entry.call(self.steps.transfers.send_last, where="collect.run.Run.close")
         self.set_meta(
             status=termination.status(status, exit_code, self.event),
             exit_code=exit_code,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypedDict, TypeVar
 
 from .._util.json_types import JsonObject
 from .._util.text import StrEnum
@@ -508,6 +508,26 @@ class Details:
 
 
 D = TypeVar("D", bound=Details)
+
+
+class Told(TypedDict, total=False):
+    """What a kind tells of its finding beyond its head (its severity, step, layer and
+    summary): :class:`Finding`'s other fields, as ``FindingKind.found`` takes them."""
+
+    evidence: list[Evidence]
+    hypotheses: list[Hypothesis]
+    ruled_out: list[RuledOut]
+    fixes: list[Fix]
+    origin: Origin | None
+    symptom: str | None
+    root_cause: str | None
+    root_cause_family: Family | None
+    monitoring: list[str]
+    related: list[Related]
+    details: Details | JsonObject
+    rank: int | None
+    objective: str | None
+    step_from: int | None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -100,11 +100,9 @@ class AccumulatingGradients(FindingKind):
             )
             details.growth, details.growth_step = growth[1], growth[0]
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=step,
-                layer=None,
                 summary=(
                     f"accumulating gradients: on {n} of {checked} steps the gradient the optimizer "
                     "applied was the previous step's plus the new one (never cleared: "

@@ -144,11 +144,9 @@ class AdamEpsilon(FindingKind):
         d = Damped(float(eps), grad, ratio, len(damped), len(layers), early, state)
         half = (h.loss.steps[-1] if h.loss.steps else 0) // 2
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=half,
-                layer=None,
                 summary=(
                     f"Adam's step shrinks with the gradients: their RMS ({fmt(grad)}, median) "
                     f"is below its eps ({fmt(eps)}) on {len(damped)} of {len(layers)} weight "

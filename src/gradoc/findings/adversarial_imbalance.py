@@ -111,11 +111,9 @@ class AdversarialImbalance(FindingKind):
             if dl[1] > WINS * dl[0] or gl[1] < STARVED * gl[0]:
                 continue
             found.append(
-                Finding(
-                    kind=self.name,
+                self.found(
                     severity="error",
                     step=_onset(g, STARVED * gl[0]),
-                    layer=None,
                     objective=g.name,
                     summary=(
                         f"{d.name} wins the game: its loss fell to {fmt(dl[1])} "

@@ -136,8 +136,7 @@ class AttentionLogitGrowth(FindingKind):
             evidence.append(Evidence("other layers one-hot", ", ".join(others[:4])))
         where = f" (head {head} at {fmt(head_share)})" if head is not None and head_share else ""
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=step,
                 layer=a.layer,

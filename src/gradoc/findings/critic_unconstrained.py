@@ -122,11 +122,9 @@ class CriticUnconstrained(FindingKind):
                     Evidence(f"{d.name}'s gradient norm, last tenth over first", fmt(growth))
                 )
             found.append(
-                Finding(
-                    kind=self.name,
+                self.found(
                     severity="error" if dropped else "warning",
                     step=None,
-                    layer=None,
                     objective=d.name,
                     summary=(
                         f"{d.name} is a Wasserstein critic with no constraint: {said}"

@@ -217,8 +217,7 @@ class DeadUnits(FindingKind):
         others = [f[0] or "(model)" for f in flagged[1:]]
         behind = " (its output goes through F.relu)" if functional.get(name) == "relu" else ""
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=first,
                 layer=name,

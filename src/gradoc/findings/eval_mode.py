@@ -60,8 +60,7 @@ class EvalMode(FindingKind):
         d = InEval(seen["modules"], seen.get("fresh_norms", 0), seen["names"], seen["kinds"])
         kinds = ", ".join(f"{n} {k}" for k, n in d.kinds.items())
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning" if d.fresh_norms else "info",
                 step=0,
                 layer=d.names[0] if d.names else None,

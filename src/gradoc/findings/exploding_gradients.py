@@ -195,8 +195,7 @@ class ExplodingGradients(FindingKind):
             if layer is None:
                 layer = _fastest_growing(h, s)
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=step,
                 layer=layer,

@@ -45,8 +45,7 @@ class Fp16Underflow(FindingKind):
                 worst = (name, low / total)
         if worst is not None:
             findings.append(
-                Finding(
-                    kind="fp16_underflow",
+                self.found(
                     severity="warning",
                     step=None,
                     layer=worst[0],
@@ -66,8 +65,7 @@ class Fp16Underflow(FindingKind):
         if acts:
             name, share = max(acts, key=lambda x: x[1])
             findings.append(
-                Finding(
-                    kind="fp16_underflow",
+                self.found(
                     severity="warning",
                     step=None,
                     layer=name,

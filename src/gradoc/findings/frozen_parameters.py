@@ -105,11 +105,9 @@ class FrozenParameters(FindingKind):
             else ""
         )
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=0,
-                layer=None,
                 summary=(
                     f"the optimizer trains nothing: none of the {idle['tensors']} tensors it holds "
                     f"(e.g. {', '.join(names[:3])}) ever received a gradient, so no step moves "
@@ -148,11 +146,9 @@ class FrozenParameters(FindingKind):
         names = list(left["names"])
         models = list(left.get("models") or [])
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning" if share >= SHARE or stalled or models else "info",
                 step=0,
-                layer=None,
                 summary=(
                     f"parameters left out of the optimizer: {share:.1%} of the model's parameters "
                     f"({left['tensors']} tensors, e.g. {', '.join(names[:3])}) receive a gradient "
@@ -193,11 +189,9 @@ class FrozenParameters(FindingKind):
         stalled = gain is not None and gain < IMPROVED
         names = [p.name for p in frozen]
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning" if stalled else "info",
                 step=0,
-                layer=None,
                 summary=(
                     f"frozen parameters: {share:.1%} of the model's parameters never trained "
                     f"({len(frozen)} of {len(h.params)} tensors, e.g. {', '.join(names[:3])})"

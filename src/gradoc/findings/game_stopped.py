@@ -107,11 +107,9 @@ class GameStopped(FindingKind):
             d_level, d_spread = _spread(d, onset)
             span = len(norms) - i
             found.append(
-                Finding(
-                    kind=self.name,
+                self.found(
                     severity="error",
                     step=onset,
-                    layer=None,
                     objective=g.name,
                     summary=(
                         f"the game stopped at step {onset}: {g.name} gets no gradient through "

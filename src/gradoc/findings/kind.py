@@ -12,11 +12,14 @@ reference, the causal stories and the tests read everything from the classes.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ..detect.finding import Details, Finding, Hypothesis
+from ..detect.finding import Details, Finding, Hypothesis, Severity, Told
 from ..detect.history import History
 from .facts import Facts
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["LAST_LINK", "Details", "FindingKind"]
 """A kind's module builds on these: its class on ``FindingKind``, its details on ``Details``."""
@@ -61,6 +64,20 @@ class FindingKind:
     example_details: ClassVar[Details | None] = None
     """Details for the findings reference's finding with no evidence: a kind whose
     explanation reads its details sets them."""
+
+    def found(
+        self,
+        *,
+        severity: Severity,
+        step: int | None,
+        summary: str,
+        layer: str | None = None,
+        **told: Unpack[Told],
+    ) -> Finding:
+        """A finding of this kind (``layer``: the module involved; None, the whole model)."""
+        return Finding(
+            kind=self.name, severity=severity, step=step, layer=layer, summary=summary, **told
+        )
 
     def check(self, h: History) -> list[Finding]:
         """The findings of this kind in a run's history; a kind that is found while the run

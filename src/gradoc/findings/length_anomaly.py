@@ -40,12 +40,10 @@ class LengthAnomaly(FindingKind):
         first = anomalies[0]
         bad = {e.step for e in h.events if e.kind in NONFINITE_EVENTS}
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 # unusual lengths are news, a problem only where something broke with them
                 severity="warning" if any(e.step in bad for e in anomalies) else "info",
                 step=first.step,
-                layer=None,
                 summary=f"unusual sequence lengths: {first.message}"
                 + (f" ({len(anomalies)} such batches)" if len(anomalies) > 1 else ""),
                 evidence=[

@@ -29,11 +29,9 @@ class LogIncomplete(FindingKind):
     def stopped(self, recorded: int, stopped: Stopped) -> Finding:
         """The steps the run took that its log does not hold (``recorded`` of them kept)."""
         steps = stopped.steps
-        return Finding(
-            kind=self.name,
+        return self.found(
             severity="warning",
             step=recorded,
-            layer=None,
             summary=f"the run log stopped recording at step {recorded} ({stopped.error}): "
             f"{max(0, steps - recorded)} of the run's {steps} steps were not watched",
             symptom="what gradoc reports covers only the steps before the log stopped",

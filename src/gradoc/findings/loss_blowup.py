@@ -208,11 +208,9 @@ class LossBlowup(FindingKind):
         )
         unit = " per sample" if per_sample else ""
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=steps[onset],
-                layer=None,
                 summary=(
                     f"loss blow-up from step {steps[onset]}: the loss{unit} rose from "
                     f"{fmt(start)} to {fmt(values[peak_i])} ({fmt(ratio)}x) at step "

@@ -80,11 +80,9 @@ class LossOnProbabilities(FindingKind):
             return []  # raw scores the graph shows, and a loss below 0 that confirms them
         floor = _floor(classes) if fed == "softmax" else None
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=0,
-                layer=None,
                 summary=(
                     _said(fed)
                     + (f"; the loss reached {fmt(lowest)} at best" if lowest is not None else "")

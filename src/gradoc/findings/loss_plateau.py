@@ -119,11 +119,9 @@ class LossPlateau(FindingKind):
         if not at_chance and noise is not None and noise > NOISY:
             return []  # a loss this noisy measures no 2% gain
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=steps[-max(5, len(values) // 4)],
-                layer=None,
                 summary=(
                     f"loss plateau: {fmt(early)} at the start, {fmt(late)} over the last "
                     f"{len(values) // 4} steps ({gain:.1%} better in {len(values)} steps)"

@@ -177,11 +177,9 @@ class LossSpike(FindingKind):
             ratio=value / med if med > 0 else math.inf,
         )
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=step,
-                layer=None,
                 summary=(
                     f"loss spike at step {step}: {fmt(value)}, {fmt(value / med)}x the recent "
                     "median" + (f" ({len(spikes)} spikes in the run)" if len(spikes) > 1 else "")

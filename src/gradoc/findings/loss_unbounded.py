@@ -68,11 +68,9 @@ class LossUnbounded(FindingKind):
         onset = steps[above[-1] + 1] if above else steps[0]  # below 0 from here on
         node = (h.meta.loss_fn or {}).get("node")
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=onset,
-                layer=None,
                 summary=(
                     f"the loss falls without bound: from {fmt(start)} to {fmt(late)} "
                     f"({fmt(abs(late / start)) if start else 'inf'}x its start, below 0 "

@@ -46,11 +46,9 @@ class LossUnread(FindingKind):
             because = f" ({'; '.join(why)})" if why else ""
             name = f" of {o.name}" if len(h.objectives) > 1 else ""
             found.append(
-                Finding(
-                    kind=self.name,
+                self.found(
                     severity="warning",
                     step=first,
-                    layer=None,
                     summary=(
                         f"the loss{name} was read on {read} of its {counted} steps{because}: "
                         "its trend is not judged (fewer than half the steps say nothing of "

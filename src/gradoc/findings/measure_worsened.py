@@ -96,11 +96,9 @@ class MeasureWorsened(FindingKind):
                 said += ", and the training loss did not improve beside it"
         step = worse.best_step if worse.best_step < m.series.steps[-1] else m.series.steps[0]
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=step,
-                layer=None,
                 summary=said,
                 evidence=[
                     Evidence(f"{m.name}, its first values (median)", fmt(worse.start)),

@@ -36,11 +36,9 @@ class MonitoringStopped(FindingKind):
         first = failed[0]
         step = first.step if first.step is not None else 0
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=step,
-                layer=None,
                 summary=(
                     f"gradoc stopped watching at step {step} after an {first.message}; the "
                     "program went on unwatched: what this report says covers only the steps "

@@ -462,8 +462,7 @@ class Nonfinite(FindingKind):
             evidence.append(Evidence("loss non-finite to the end from", end, step=end))
             evidence.append(Evidence("steps non-finite from then to the last", after))
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=step,
                 layer=layer,

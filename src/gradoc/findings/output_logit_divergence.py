@@ -140,8 +140,7 @@ class OutputLogitDivergence(FindingKind):
             Evidence("log Z farthest from 0 in the run", fmt(farthest)),
         ]
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=step,
                 layer=o.layer,

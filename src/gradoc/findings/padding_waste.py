@@ -36,11 +36,9 @@ class PaddingWaste(FindingKind):
         if ratio is None or ratio <= WASTE_INFO:
             return []
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="info",
                 step=None,
-                layer=None,
                 summary=f"{ratio:.0%} of the tokens were padding over {lengths['batches']} "
                 f"batches (mean length {fmt(lengths['mean'])} of up to {lengths['max']})"
                 + ("; bucket batches by length" if ratio > 0.5 else "")

@@ -114,11 +114,9 @@ class PolicyCollapse(FindingKind):
             )
             span = fall[1] - fall[0]
             found.append(
-                Finding(
-                    kind=self.name,
+                self.found(
                     severity="warning",
                     step=fall[1],
-                    layer=None,
                     objective=o.name if len(h.objectives) > 1 else None,
                     summary=(
                         f"the policy went certain of one action in {span} "

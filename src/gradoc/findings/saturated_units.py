@@ -53,8 +53,7 @@ class SaturatedUnits(FindingKind):
         name, mtype, first, share = flagged[0]
         others = [f[0] for f in flagged[1:]]
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=first,
                 layer=name,

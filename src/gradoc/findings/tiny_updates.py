@@ -45,8 +45,7 @@ class TinyUpdates(FindingKind):
         name, peak, step = stuck[0]
         total = len(update_ratios(h))
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=step,
                 layer=h.module_of(name),

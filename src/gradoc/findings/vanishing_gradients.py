@@ -98,8 +98,7 @@ class VanishingGradients(FindingKind):
         numel = math.prod(first.shape or (1,))
         rms = g_first.at(flagged[-1]) or 0.0
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=flagged[0],
                 layer=first.module,

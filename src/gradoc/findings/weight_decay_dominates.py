@@ -119,11 +119,9 @@ class WeightDecayDominates(FindingKind):
         first = min(s for n in over for s, d in shares[n] if d >= DOMINATES)
         d = Dominates(wd, per_step, share, len(over), len(shares), factor)
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="warning",
                 step=first,
-                layer=None,
                 summary=(
                     f"the weight decay outweighs the gradient: weight_decay={fmt(wd)} takes "
                     f"{fmt(per_step)} of every weight a step, and over the second half of the "

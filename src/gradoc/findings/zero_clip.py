@@ -59,11 +59,9 @@ class ZeroClip(FindingKind):
         first = zeroed[0][0]
         measured = median([v for _, v in zeroed])
         return [
-            Finding(
-                kind=self.name,
+            self.found(
                 severity="error",
                 step=first,
-                layer=None,
                 summary=(
                     f"gradients clipped to 0: the program's clip threshold was 0 on "
                     f"{len(zeroed)} of the {len(ran)} steps it ran, so every gradient was scaled "

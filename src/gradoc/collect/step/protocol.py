@@ -373,15 +373,6 @@ class Steps(taps.TapReceiver):
     def checks_now(self) -> bool:
         return self.transfers.checks_now()
 
-    def unsent(self) -> bool:
-        return self.transfers.unsent()
-
-    def send(self, wait: bool = False) -> None:
-        self.transfers.send(wait)
-
-    def send_last(self) -> None:
-        self.transfers.send_last()
-
     def close(self) -> JsonObject:
         """The last step ends (a program without an optimizer ends one here), the probes
         close; what they leave for the run log's ``meta``."""
@@ -389,7 +380,7 @@ class Steps(taps.TapReceiver):
             self.manual.end(None)
         self.loss.close(self.count)  # backpropagated, but the step never ended: not a step's
         self.activations.arm(False)
-        self.send_last()  # what waits reaches the host before the probes sum up
+        self.transfers.send_last()  # what waits reaches the host before the probes sum up
         meta: JsonObject = self.clipping.meta() | self.loss.unread_meta()
         meta |= self._clearing.summary()
         for probe in self.probes:
