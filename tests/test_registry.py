@@ -339,3 +339,25 @@ def test_every_kinds_details_read_back_from_their_json() -> None:
     assert ChanceInit.in_(init) is None and Drift.in_(init) == Drift(
         factor_per_layer=3.0, grows=True
     )
+
+
+def test_a_kind_makes_its_findings_with_every_field_of_a_finding() -> None:
+    """``FindingKind.found`` takes every field of ``Finding`` (``Told`` lists those beyond
+    the head): a field added to ``Finding`` and not to ``Told`` could not be told."""
+    from dataclasses import fields
+
+    from gradoc.detect.finding import Evidence, Finding, Told
+    from gradoc.findings import REGISTRY
+
+    head = {"kind", "severity", "step", "layer", "summary"}
+    assert set(Told.__annotations__) == {f.name for f in fields(Finding)} - head
+    kind = REGISTRY["loss_spike"]
+    f = kind.found(severity="warning", step=3, summary="s", evidence=[Evidence("x", 1.0)])
+    assert (f.kind, f.severity, f.step, f.layer, f.summary) == (
+        "loss_spike",
+        "warning",
+        3,
+        None,
+        "s",
+    )
+    assert [e.value for e in f.evidence] == [1.0]

@@ -200,6 +200,11 @@ def clip_off(facts: Facts) -> bool:
     return facts.clip is not None and not math.isfinite(facts.clip[0])
 
 
+def clip_site(h: History) -> CodeLine | None:
+    """The line of the program's clip call, as the run recorded it (``meta.clipping.at``)."""
+    return CodeLine.from_json((h.meta.clipping or {}).get("at"))
+
+
 def clip_to(facts: Facts) -> float | str:
     """The threshold gradoc clips at: the p99 of the run's healthy norms, else ZClip."""
     return float(fmt(facts.grad_p99)) if facts.grad_p99 else "zclip"
@@ -263,6 +268,18 @@ def update_signs(lr: Hypothesis, facts: Facts, f: Finding) -> None:
         lr.against(claim, Weight.MODERATE, value=peak)
     else:
         lr.unseen(claim, value=peak)
+
+
+def first_update_large(facts: Facts) -> str | None:
+    """That the first update moved a weight matrix by more than is large for this optimizer
+    (``Facts.large_ratio``), in a sign's words; None when it did not, or was not read."""
+    first = facts.first_update_ratio
+    if first is None or first <= facts.large_ratio:
+        return None
+    return (
+        f"the first update moved a weight matrix by {fmt(first)} of its norm ("
+        f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})"
+    )
 
 
 def lr_ruled_out(facts: Facts, f: Finding) -> RuledOut | None:

@@ -68,6 +68,7 @@ from .advice import (
     at,
     at_chance,
     clipping,
+    first_update_large,
     lr_fix,
     lr_too_high,
     noise_note,
@@ -260,14 +261,9 @@ class LossBlowup(FindingKind):
                 Weight.WEAK,
                 step=f.step,
             )
-        first = facts.first_update_ratio
-        if first is not None and first > facts.large_ratio:
-            lr.seen(
-                f"the first update moved a weight matrix by {fmt(first)} of its norm ("
-                f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
-                Weight.STRONG,
-                value=first,
-            )
+        first, large = facts.first_update_ratio, first_update_large(facts)
+        if large is not None:
+            lr.seen(large, Weight.STRONG, value=first)
         elif first is not None and first < facts.large_ratio / 10 and not warming(h, f.step):
             lr.against(
                 f"the first update moved the weights by at most {fmt(first)} of their norm",

@@ -35,7 +35,7 @@ from .._util.json_types import JsonObject
 from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import ce_classes, early_late, finite, fmt, loss_noise, loss_trend
-from .advice import at_chance, lr_fix, weight_decay
+from .advice import at_chance, first_update_large, lr_fix, weight_decay
 from .facts import Facts
 from .kind import Details, FindingKind
 
@@ -172,13 +172,9 @@ class LossPlateau(FindingKind):
                 Weight.STRONG,
             )
             low.against("the loss rose in the first steps: the updates were too big", Weight.STRONG)
-        first = facts.first_update_ratio
-        if first is not None and first > facts.large_ratio:
-            high.seen(
-                f"the first update moved a weight matrix by {fmt(first)} of its norm ("
-                f"{fmt(facts.large_ratio)} is large for {facts.optimizer or 'this optimizer'})",
-                Weight.MODERATE,
-            )
+        large = first_update_large(facts)
+        if large is not None:
+            high.seen(large, Weight.MODERATE)
         k = at_chance(Plateau.of(f.details).late_loss, h)
         if (
             k is not None

@@ -16,19 +16,10 @@ the run's own numbers (``tests/mechanisms/clip_zero.py``).
 
 from __future__ import annotations
 
-from ..detect.finding import (
-    CodeLine,
-    Evidence,
-    Family,
-    Finding,
-    Fix,
-    Horizon,
-    Hypothesis,
-    RuledOut,
-    Weight,
-)
+from ..detect.finding import Evidence, Family, Finding, Fix, Horizon, Hypothesis, RuledOut, Weight
 from ..detect.history import History
 from ..detect.signals import clip_factors, fmt, median
+from .advice import clip_site
 from .facts import Facts
 from .kind import FindingKind
 
@@ -106,7 +97,7 @@ class ZeroClip(FindingKind):
                 Horizon.IMMEDIATE,
                 "give clip_grad_norm_ a positive max_norm (1.0 is the usual start), or skip the "
                 "call where clipping is meant to be off: if max_norm > 0: clip_grad_norm_(...)",
-                code=_clip_site(h),
+                code=clip_site(h),
             ),
             Fix(
                 Horizon.SHORT_TERM,
@@ -120,9 +111,3 @@ class ZeroClip(FindingKind):
         ]
         f.monitoring.append("gradient norm after clipping (alert when it is 0)")
         return [zero]
-
-
-def _clip_site(h: History) -> CodeLine | None:
-    """The line of the program's clip call, as the run recorded it (``meta.clipping.at``)."""
-    at = (h.meta.clipping or {}).get("at")
-    return CodeLine.from_json(at)

@@ -76,6 +76,9 @@ class Transfers:
         """The newest step whose loss reached the host, and that loss, kept when some probe
         ``wants_loss`` (a status line's)."""
         self._keep_loss = any(p.wants_loss for p in steps.probes)
+        self._now: bool | None = None
+        """Whether each step's vitals are read at its statistics point (:meth:`checks_now`),
+        once the device is known."""
 
     def step_ended(self, row: StepRow) -> None:
         """The primary optimizer's step ended: its row waits, and travels when it is time."""
@@ -98,9 +101,13 @@ class Transfers:
         update, and once a step read later was non-finite. Elsewhere (an accelerator) a
         step's vitals travel with its statistics, read behind the device's work: no step
         waits for the device."""
-        device = self.steps.device
-        guard = self.steps.guard
-        return self.synced or guard is not None or device is None or device.type == "cpu"
+        now = self._now
+        if now is None:  # decided once the device is known (it runs several times a step)
+            device = self.steps.device
+            if device is None:
+                return True
+            now = self._now = self.steps.guard is not None or device.type == "cpu"
+        return now or self.synced
 
     def pack_activations(self) -> None:
         """The current step's module outputs, if it sampled any, into the packet."""
