@@ -266,14 +266,19 @@ def _lean_run(
     steps: int = 420,
     bad_at: int = 333,
     grads: gradoc.lean = NEVER_FITS,
+    adam: bool = False,
 ) -> dict[str, Any]:
-    """A run whose per-step reads never fit (a budget of 0: every 1,000th step from 200)."""
+    """A run whose per-step reads never fit (a budget of 0: every 1,000th step from 200).
+    ``how="lr"``: the learning rate turns NaN at ``bad_at`` (finite gradients, a NaN update)."""
     torch.manual_seed(0)
     model = _Net(bad_at, how)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    params = model.parameters()
+    opt = torch.optim.Adam(params, lr=1e-3) if adam else torch.optim.SGD(params, lr=0.01)
     x, y = torch.randn(32, 8), torch.randn(32, 1)
     with gradoc.watch(model, opt, out=tmp_path / "run", grads=grads):
         for step in range(steps):
+            if how == "lr" and step == bad_at:
+                opt.param_groups[0]["lr"] = float("nan")
             loss = ((model(x, step) - y) ** 2).mean()
             opt.zero_grad()
             loss.backward()
@@ -319,9 +324,10 @@ def test_a_nan_loss_on_a_lean_step_is_seen_and_located_at_its_step(tmp_path: Pat
 def test_a_nan_gradient_on_a_lean_step_is_found_in_its_backward_a_step_late(
     tmp_path: Path,
 ) -> None:
-    """Its gradients were not read; held by reference, they are read when the next step's
-    loss (computed on the weights its update wrote) comes back non-finite: the birth is the
-    backward of the step before, not the update that carried it."""
+    """Its gradients were not read; when the next step's loss (computed on the weights its
+    update wrote) comes back non-finite, the weights the update wrote (plain SGD keeps no
+    moment) are counted: the birth is the backward of the step before, not the update that
+    carried it."""
     (top,) = [f for f in _lean_run(tmp_path, "grad")["findings"] if f["kind"] == "nonfinite"]
     origin = top["origin"]
     assert (top["step"], origin["step"], origin["phase"], origin["late"]) == (
@@ -332,6 +338,27 @@ def test_a_nan_gradient_on_a_lean_step_is_found_in_its_backward_a_step_late(
     ), origin
     assert "born in the backward pass of step 333" in top["summary"], top["summary"]
     assert "optimizer" not in top["summary"].split(";")[0]
+
+
+def test_a_nan_gradient_on_a_lean_step_is_found_in_the_moments_it_left(tmp_path: Path) -> None:
+    """Nothing is held from a lean step: with Adam, the NaN gradient of step 333 is found a
+    step late in the first moments its update left, the parameters named."""
+    report = _lean_run(tmp_path, "grad", adam=True)
+    (top,) = [f for f in report["findings"] if f["kind"] == "nonfinite"]
+    origin = top["origin"]
+    assert (origin["step"], origin["phase"], origin["late"]) == (333, "backward", True), origin
+    named = [e for e in origin["evidence"] if "gradients held non-finite" in e["signal"]]
+    assert named and {"a.weight", "a.bias"} <= set(named[0]["names"]), origin
+
+
+def test_a_nan_update_from_finite_gradients_is_not_said_born_in_the_backward(
+    tmp_path: Path,
+) -> None:
+    """A learning rate turned NaN on a lean step writes NaN weights from finite gradients:
+    Adam's first moments stay finite, so the step's backward is not blamed."""
+    report = _lean_run(tmp_path, "lr", adam=True)
+    origins = [f["origin"] for f in report["findings"] if f.get("origin")]
+    assert not [o for o in origins if o["phase"] == "backward" and o["step"] == 333], origins
 
 
 def test_gradients_asked_for_every_step_are_read_every_step(tmp_path: Path) -> None:

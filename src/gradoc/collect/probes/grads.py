@@ -108,28 +108,35 @@ class WatchedOptimizer:
     ready: bool = False
     """This step's statistics were read (at the program's clip or its scaler's
     ``unscale_``, before the optimizer's step): its step pre-hook reads nothing more."""
-    unread: tuple[int, list[Tensor | None]] | None = None
-    """This step's gradients when they are not read (a lean step, see ``cadence``), held by
-    reference (no copy) until the next step's vitals: a non-finite loss there asks whether
-    they were where it came from."""
-    unread_before: tuple[int, list[Tensor | None]] | None = None
+    unread: int | None = None
+    """This step, when its gradients are not read (a lean step, see ``cadence``): a
+    non-finite loss at the next step's vitals asks whether its update wrote what it came
+    from (:meth:`unread_nonfinite`)."""
+    unread_before: int | None = None
     """The step before's, as ``unread``."""
 
     def unread_nonfinite(self) -> tuple[int, dict[str, int]] | None:
-        """The step before this one, when its gradients went unread and held non-finite
-        values: (that step, the non-finite values of each parameter's gradient). A gradient
-        the program zeroed in place and this step's backward filled again is not that
-        step's any more, and is not read."""
-        held, self.unread_before = self.unread_before, None
-        if held is None or held[0] != self.steps - 1:
+        """The step before this one, when its gradients went unread and were non-finite:
+        (that step, the non-finite values each parameter's gradient left). Read from what
+        its update left, one fused count, with nothing held from the lean step (reading a
+        ``.grad`` makes a Python object a tensor, every step): the optimizer's first moment
+        where it keeps one (Adam's ``exp_avg``, SGD's ``momentum_buffer``: non-finite when a
+        gradient was, and only then, whatever the update's own arithmetic did), else the
+        weight the update wrote."""
+        step, self.unread_before = self.unread_before, None
+        if step is None or step != self.steps - 1 or not self.params:
             return None
-        bad: dict[str, int] = {}
-        for w, g in zip(self.params, held[1]):
-            if g is not None and g is not w.param.grad:
-                n = int((~torch.isfinite(g)).sum())
-                if n:
-                    bad[w.name] = n
-        return (held[0], bad) if bad else None
+        state = self.optimizer.state
+        left = []
+        for w in self.params:
+            kept = state.get(w.param) or {}
+            moment = kept.get("exp_avg", kept.get("momentum_buffer"))
+            left.append(moment if isinstance(moment, Tensor) else w.param.detach())
+        if sharded(left[0]):
+            return None  # a count of DTensors is a DTensor: not read here
+        counts = nonfinite_counts(left).tolist()
+        bad = {w.name: int(c) for w, c in zip(self.params, counts) if c}
+        return (step, bad) if bad else None
 
     @property
     def present(self) -> list[WatchedParam]:
@@ -214,7 +221,7 @@ class WatchedOptimizer:
         the full gradients, per-shard statistics skipped)."""
         self.unread_before, self.unread = self.unread, None
         if not (want_grads or self.manual):  # asked of at the next step's vitals
-            self.unread = (self.steps, [w.param.grad for w in self.params])
+            self.unread = self.steps
         if not (want_grads or want_params):
             return False
         present, grads = self.with_grads()

@@ -117,9 +117,10 @@ class Locate(Probe):
             ],
             note=(
                 f"the gradients of step {step} were not read at their step (on steps this "
-                "short they are read every few steps); held until the next step's loss came "
-                f"back non-finite, they were: the value was born in step {step}'s backward, "
-                "and its update wrote it into the weights"
+                "short they are read every few steps); the next step's loss came back "
+                "non-finite, and what their update left (the optimizer's moments, else the "
+                f"weights) was too: the value was born in step {step}'s backward, and its "
+                "update wrote it into the weights"
             ),
         )
 
