@@ -45,10 +45,13 @@ def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """Samples in one forward call, from the first tensor argument's shape (on the host):
     its first dimension when it has two or more, else 1 (an unbatched call, as an RL
     policy makes per time step)."""
-    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+    first = args[0] if args and isinstance(args[0], Tensor) else None  # the common call
     if first is None:
-        return 1
-    return int(first.shape[0]) if first.dim() >= 2 else 1
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+        if first is None:
+            return 1
+    shape = first.shape
+    return int(shape[0]) if len(shape) >= 2 else 1
 
 
 class Watched:

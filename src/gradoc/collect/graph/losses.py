@@ -65,6 +65,9 @@ class Micro:
     entropy: Tensor | None = None
     """Its policy's entropy, a share of its maximum, on the device, where it was read
     (``collect.graph.policy``); taken once the step is credited."""
+    host: float | None = None
+    """Its value, once read on the host (on the CPU, where that waits for nothing): read
+    once, at its ``backward()``, by whichever check reads it first."""
 
 
 def divided(node: Any) -> tuple[Tensor, Any] | None:

@@ -30,6 +30,7 @@ from ...locate import (
     origin_in_graph,
 )
 from ..attach import taps
+from ..graph import losses
 
 
 def first_tensor(output: Any) -> Tensor | None:
@@ -115,14 +116,17 @@ class Locator:
                 # a builtin as the hook: the backward calls no Python frame of gradoc's
                 entry.tensor_hook(out, record.out_grad.append)
 
-    def on_loss(self, loss: Tensor, value: Tensor, step: int) -> None:
-        """A scalar loss handed to ``backward()`` (``value``: detached, scaling undone). On
-        the CPU, where reading it is no synchronisation (~0.2 us), a non-finite one has its
-        graph read now, before the backward frees what it saved. On an accelerator the
-        read would wait for the device every step: the replay locates instead."""
-        if self.done or self.in_graph is not None or value.device.type != "cpu":
+    def on_loss(self, loss: Tensor, micro: losses.Micro, step: int) -> None:
+        """A scalar loss handed to ``backward()`` (``micro``: its value detached, scaling
+        undone). On the CPU, where reading it is no synchronisation (~0.2 us), a non-finite
+        one has its graph read now, before the backward frees what it saved (the value read
+        stays with it: the step's vitals read it no more). On an accelerator the read would
+        wait for the device every step: the replay locates instead."""
+        if self.done or self.in_graph is not None or not micro.value.is_cpu:
             return
-        if math.isfinite(taps.raw_item(value)) or self.graph_walks >= GRAPH_WALKS:
+        if micro.host is None:
+            micro.host = taps.raw_item(micro.value)
+        if math.isfinite(micro.host) or self.graph_walks >= GRAPH_WALKS:
             return
         self.graph_walks += 1
         self.replaying = True  # the walk's own ops are gradoc's

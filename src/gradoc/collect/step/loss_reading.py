@@ -103,6 +103,7 @@ class LossReader:
         if joined and self.micros:
             last = self.micros[-1]
             last.value = last.value + micro.value.to(last.value.dtype)  # on the device
+            last.host = None
             last.entropy = micro.entropy if last.entropy is None else last.entropy
             return
         self.micros.append(micro)

@@ -190,7 +190,7 @@ class Steps(taps.TapReceiver):
             self.loss.read(root, joined=self.manual.joined)
             if self.reads_graph and self.checks_now():  # a read that waits for nothing
                 step = self.count if self.manual.joined else self._loss_step()
-                self.locator.on_loss(root, self.loss.micros[-1].value, step)
+                self.locator.on_loss(root, self.loss.micros[-1], step)
             self.activations.on_loss(tensors)
             return
         self.loss.read_handed(tensors, gradients, self.manual.joined)

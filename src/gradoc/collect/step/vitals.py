@@ -92,11 +92,11 @@ class StepChecks:
         again by :meth:`vitals`): few norms are read one scalar each, more summed once."""
         now = target.now
         found = now.norms if now is not None else None
-        values = [taps.raw_item(m.value) for m in micros]
+        values = [m.host if m.host is not None else taps.raw_item(m.value) for m in micros]
         if isinstance(found, tuple):
             read = [taps.raw_item(t) for t in found]
             values += read
-            if now is not None and found and found[0].device.type == "cpu":
+            if now is not None and found and found[0].is_cpu:
                 now.norms = read  # read: they travel as these values (see ``grads``)
         elif isinstance(found, list):
             values += found
