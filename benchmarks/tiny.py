@@ -23,6 +23,7 @@ dropped) and the added milliseconds per step.
     python benchmarks/tiny.py --models mlp --steps 6000
     python benchmarks/tiny.py --quick                # a smoke run
     python benchmarks/tiny.py --parts --models mlp   # the cost of a step, part by part
+    python benchmarks/tiny.py --inside               # the time inside gradoc's hook points
 """
 
 from __future__ import annotations
@@ -76,7 +77,39 @@ if os.environ.get("TINY_WATCH"):
     import gradoc
     never = dict(params=gradoc.never(), activations=gradoc.never())
     kw = never if PART == "unsampled" else {{}}
+    if PART == "inside":  # the writer thread's CPU time, around each record it applies
+        from gradoc.store.writer import RunWriter
+        thread_s = [0.0]
+        def on_thread(f):
+            def timed(*a):
+                t = time.thread_time()
+                try:
+                    return f(*a)
+                finally:
+                    thread_s[0] += time.thread_time() - t
+            return timed
+        RunWriter._apply = on_thread(RunWriter._apply)
+        RunWriter._commit = on_thread(RunWriter._commit)
     run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"], **kw)
+inside = {{}}
+if PART == "inside":  # the time spent inside gradoc's hook points, each wrapped here
+    def clocked(name, f):
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                inside[name] = inside.get(name, 0.0) + time.perf_counter() - t
+        return timed
+    points = (("forward", model._forward_pre_hooks), ("forward", model._forward_hooks),
+              ("statistics point", opt._optimizer_step_pre_hooks),
+              ("step end", opt._optimizer_step_post_hooks))
+    for name, hooks in points:
+        for key in list(hooks):
+            hooks[key] = clocked(name, hooks[key])
+    steps_ = run.steps  # the backward tap's receiver: what gradoc does around backward()
+    steps_.on_backward = clocked("backward()", steps_.on_backward)
+    steps_.after_backward = clocked("backward()", steps_.after_backward)
 floor = PART == "floor"
 if PART in ("floor", "hooked"):  # what every watched step must do: the gradients' norms
     import math                  # in one reduction, one host read of them and the loss
@@ -119,6 +152,10 @@ else:
     t = time.perf_counter()
     train(0, STEPS)
     print("LOOP", time.perf_counter() - t, file=sys.stderr)
+if PART == "inside":
+    import json
+    inside["writer thread (CPU)"] = thread_s[0]
+    print("INSIDE", json.dumps({{k: v / STEPS * 1e3 for k, v in inside.items()}}), file=sys.stderr)
 if run is not None:
     run.close()
 """
@@ -288,6 +325,54 @@ def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
     }
 
 
+def inside(model: str, steps: int, rounds: int) -> dict[str, object]:
+    """``--inside``: the time spent inside gradoc's own hook points under ``gradoc.watch``,
+    each wrapped in the script (ms per step, every step of the loop from its first: the
+    early dense samples and the sampled steps amortised), and the writer thread's CPU time;
+    the median over ``rounds`` fresh processes. Less noisy than whole-process ratios on a
+    shared machine (it times gradoc's work only, not the training's), it is what says
+    whether gradoc's cost grows with the number of tensors. Not counted: the taps'
+    wrappers around ``backward()`` (a few us) and what gradoc's work does to the training's
+    own ops (caches)."""
+    bench = str(Path(__file__).resolve().parent)
+    runs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        script = tmp / "train.py"
+        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
+        for r in range(rounds):
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_PART": "inside"}
+            env["TINY_WATCH"] = str(tmp / f"run-{r}")
+            done = subprocess.run(
+                [sys.executable, str(script)], cwd=tmp, capture_output=True, text=True, env=env
+            )
+            found = [line for line in done.stderr.splitlines() if line.startswith("INSIDE ")]
+            if done.returncode or not found:
+                raise SystemExit(f"--inside failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+            runs.append(json.loads(found[-1].split(" ", 1)[1]))
+            shutil.rmtree(tmp / f"run-{r}", ignore_errors=True)
+            print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+    row: dict[str, object] = {"model": model, "steps": steps}
+    for point in INSIDE_POINTS:
+        row[point] = statistics.median(run.get(point, 0.0) for run in runs)
+    row["hook points"] = statistics.median(
+        sum(run.get(p, 0.0) for p in INSIDE_POINTS[:-1]) for run in runs
+    )
+    return row
+
+
+INSIDE_POINTS = ("forward", "backward()", "statistics point", "step end", "writer thread (CPU)")
+
+
+def _inside_table(rows: list[dict[str, object]]) -> str:
+    head = f"{'model':<12}" + "".join(f"{p:>21}" for p in (*INSIDE_POINTS, "hook points"))
+    lines = [head, " " * 12 + "(ms per step inside gradoc, median over rounds)"]
+    for row in rows:
+        cells = [row[p] for p in (*INSIDE_POINTS, "hook points")]
+        lines.append(f"{row['model']:<12}" + "".join(f"{c:>21.4f}" for c in cells))
+    return "\n".join(lines)
+
+
 PARTS_HEADER = (
     f"{'model':<12}{'plain ms':>9}{'per-step ops':>14}{'hook points':>13}{'python+writer':>15}"
     f"{'sampled':>9}"
@@ -342,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
         help="what a watched step costs, part by part (in-process loops): the per-step ops, "
         "gradoc's Python and writer, the sampled statistics",
     )
+    ap.add_argument(
+        "--inside",
+        action="store_true",
+        help="the time spent inside gradoc's hook points and its writer thread, per step "
+        "(in process, gradoc.watch): whether it grows with the number of tensors",
+    )
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -350,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    if args.parts:
+    if args.inside:
+        rows = [inside(m, args.steps or MODELS[m], args.rounds) for m in models]
+        print(_inside_table(rows))
+    elif args.parts:
         rows = [parts(m, args.steps or MODELS[m], args.rounds) for m in models]
         print(PARTS_HEADER)
         for row in rows:

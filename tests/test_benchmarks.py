@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,6 +52,19 @@ def test_tiny_benchmark_parts_smoke(tmp_path: Path) -> None:
     assert {"ops_ms", "hooks_ms", "python_ms", "sampled_ms", "total_ms"} <= set(row)
     assert "hook points" in done.stdout
     assert "per-step ops" in done.stdout
+
+
+def test_tiny_benchmark_inside_smoke(tmp_path: Path) -> None:
+    """The time inside gradoc's hook points: each point was reached and timed (every step
+    has a forward, a backward(), a statistics point and a step end), and the writer thread
+    worked (timings not asserted)."""
+    out = tmp_path / "inside.json"
+    done = smoke("tiny", "--inside", "--json", str(out))
+    (row,) = json.loads(out.read_text())
+    points = ("forward", "backward()", "statistics point", "step end", "writer thread (CPU)")
+    assert all(row[p] > 0 for p in points), row
+    assert row["hook points"] == pytest.approx(sum(row[p] for p in points[:-1]))
+    assert "ms per step inside gradoc" in done.stdout
 
 
 def test_detect_benchmark_smoke() -> None:
