@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..store import EventKind
     from ..store.writer import Write
     from .attach import WatchedModule
+    from .probe import Points
     from .probes import Locator, WatchedOptimizer
 
 
@@ -105,6 +106,8 @@ class InternalWatched(WatchedView, Protocol):
     """The samples the step's forwards held."""
     next_id: int
     """The id the next watched tensor or module gets."""
+    points: Points
+    """The run's probes' methods at each point of a step, bound once (``probe.Points``)."""
 
     def roots(self, given: list[nn.Module], several: bool = False) -> list[nn.Module]: ...
 

@@ -7,8 +7,9 @@ policy's entropy (``policy``), attention's sharpness and the output logits' leve
 (``attention``, ``output_logits``), and the leaves a loss reaches. Every reader walks the
 graph through the one :class:`~.walk.Walk` (``walk``): one budget, one pruning rule.
 Nothing here hooks or holds a live object: a reader is handed a graph's root and returns
-statistics on the device. This room imports the package's engines (``stats``, ``store``, ``locate``,
-``_util``) and collect's contracts at its top (``probe``); no other room of collect.
+statistics on the device. This room imports the package's engines (``stats``, ``store``,
+``locate``, ``_util``) and collect's contracts at its top (``probe``); no other room of
+collect.
 """
 
 from . import losses, mechanics

@@ -35,7 +35,7 @@ activation functions after each layer."""
 class Walk:
     """A walk of the graph below ``roots`` (autograd nodes; None is skipped)."""
 
-    __slots__ = ("_breadth", "_limit", "_ordered", "_pruned", "_roots", "seen")
+    __slots__ = ("_breadth", "_limit", "_ordered", "_pruned", "_roots")
 
     def __init__(
         self,
@@ -49,11 +49,10 @@ class Walk:
         argument's subgraph first), as a recursion would meet them."""
         self._roots, self._limit, self._breadth, self._ordered = roots, limit, breadth, ordered
         self._pruned = False
-        self.seen: set[int] = set()
-        """The ids of the nodes met so far."""
 
     def __iter__(self) -> Iterator[Any]:
-        seen, limit, breadth, ordered = self.seen, self._limit, self._breadth, self._ordered
+        limit, breadth, ordered = self._limit, self._breadth, self._ordered
+        seen: set[int] = set()  # the ids of the nodes met
         todo: deque[Any] = deque(reversed(self._roots) if ordered else self._roots)
         while todo and (limit is None or len(seen) < limit):
             node = todo.popleft() if breadth else todo.pop()

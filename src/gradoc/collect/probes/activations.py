@@ -30,7 +30,7 @@ from ...stats.precision import EXP_MIN, RANGE_FIELDS, exponent_histogram, merge_
 from ...store.writer import real
 from .._safety import guarded
 from ..attach import PRE_ACTIVATION_SATURATION, SKIPPED, WatchedModule, functional_activations
-from ..probe import Points, Probe
+from ..probe import Probe
 from .locating import first_tensor
 
 if TYPE_CHECKING:
@@ -61,10 +61,14 @@ class Activations(Probe):
     """Per watched module and forward call: statistics of its output (see ``stats``)."""
 
     def __init__(
-        self, run: Context, schedule: Callable[[int], bool], budget: int, probes: list[Probe]
+        self,
+        run: Context,
+        schedule: Callable[[int], bool],
+        budget: int,
+        others: list[Callable[[WatchedModule, nn.Module, Tensor], None]],
     ) -> None:
-        self.run, self.schedule, self.budget, self.probes = run, schedule, budget, probes
-        self._others = Points(probes).on_output  # the other probes that read outputs
+        """``others``: the run's other probes that read module outputs (``probe.Points``)."""
+        self.run, self.schedule, self.budget, self._others = run, schedule, budget, others
         self._scheduled = 0  # steps of the schedule so far
         self._asked: tuple[int, bool] | None = None  # the last step asked about, its answer
         self._handles: list[RemovableHandle] = []

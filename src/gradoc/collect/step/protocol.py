@@ -49,7 +49,7 @@ from ...store import EventKind
 from .._safety import guarded, without_grad
 from ..attach import ManualSteps, ProgramClipping, WatchedParam, taps
 from ..graph import losses
-from ..probe import Points, Probe
+from ..probe import Probe
 from ..probes import (
     Activations,
     AmpRanges,
@@ -98,9 +98,11 @@ class Steps(taps.TapReceiver):
     def __init__(self, run: Internal, probes: list[Probe]) -> None:
         self.run, self.config, self.guard = run, run.config, run.guard
         self.locator, self.watched, self.probes = run.locator, run.watched, probes
-        self.points = Points(probes)  # what each point of a step calls
+        self.points = run.watched.points  # what each point of a step calls, bound once
         config = run.config
-        self.activations = Activations(run, config.activations, config.activation_modules, probes)
+        self.activations = Activations(
+            run, config.activations, config.activation_modules, self.points.on_output
+        )
         self.lengths = next(p for p in probes if isinstance(p, Lengths))
         self.count = 0  # steps completed so far (of the first optimizer attached)
         self.targets: IdMap[Optimizer, WatchedOptimizer] = IdMap()
