@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import sqlite3
@@ -258,3 +259,32 @@ def test_parameter_statistics_are_held_in_float32_only_where_that_is_exact() -> 
     assert np.array_equal(norms, np.stack([exact, exact * 2, exact * 4]), equal_nan=True)
     _, weights = block.stats["weight_norm"]
     assert weights.dtype == np.float64 and weights[0].tolist() == [0.1, 1e300, 2.0]
+
+
+@pytest.mark.parametrize("n", [1, 3, 50, 64, 65, 1000])
+@pytest.mark.parametrize("width", [2, 10, 37])
+def test_rows_are_inserted_a_chunk_per_statement_as_executemany_would(n: int, width: int) -> None:
+    """The writer thread lets go of the GIL once per statement's step: a record's rows go in
+    a few statements (chunks of powers of two, at most 999 values each), never one per row,
+    and the table holds what ``executemany`` would have left (a later row replacing an
+    earlier one of the same key)."""
+    from gradoc.store.writer import insert_rows
+
+    rng = random.Random(n * 100 + width)
+    rows = [(rng.randrange(2 * n), *(rng.random() for _ in range(width - 1))) for _ in range(n)]
+    cols = ", ".join(f"c{i}" for i in range(1, width))
+    made = []
+    for conn in (sqlite3.connect(":memory:"), sqlite3.connect(":memory:")):
+        conn.execute(f"CREATE TABLE t (c0 INTEGER PRIMARY KEY, {cols})")
+        made.append(conn)
+    by_row, chunked = made
+    by_row.executemany(f"INSERT OR REPLACE INTO t VALUES ({','.join('?' * width)})", rows)
+    statements: list[str] = []
+    chunked.set_trace_callback(statements.append)
+    insert_rows(chunked, "t", rows)
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    most = 1 << (min(64, 999 // width).bit_length() - 1)
+    assert len(inserts) <= n // most + (n % most).bit_length()
+    assert len(inserts) < n or n == 1
+    read = "SELECT * FROM t ORDER BY c0"
+    assert chunked.execute(read).fetchall() == by_row.execute(read).fetchall()
