@@ -132,6 +132,65 @@ if PART == "hooked":  # the same, from empty hooks where gradoc's are: a wrapped
     model.register_forward_hook(lambda module, args, kwargs, out: None, with_kwargs=True)
     opt.register_step_pre_hook(lambda o, args, kwargs: vitals(seen["loss"]))
     opt.register_step_post_hook(lambda o, args, kwargs: None)
+if PART == "minimal":  # the least a watcher of gradoc's contract does a step (see PARTS)
+    import math, queue, sqlite3, tempfile, threading
+    class Minimal:
+        def __init__(self):
+            self.params = [p for g in opt.param_groups for p in g["params"]]
+            self.count, self.rows, self.norms, self.host, self.call = 0, [], [], 0.0, None
+            self.queue = queue.Queue()
+            db = sqlite3.connect(tempfile.mkdtemp() + "/m.db", check_same_thread=False,
+                                 isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE steps (step INT, t REAL, loss REAL, norms BLOB, lr REAL)")
+            self.db, self.t0 = db, time.monotonic()
+            self.writer = threading.Thread(target=self.write, daemon=True)
+            self.writer.start()
+            model.register_forward_pre_hook(self.called)
+            model.register_forward_hook(self.returned, with_kwargs=True)
+            opt.register_step_pre_hook(self.statistics)
+            opt.register_step_post_hook(self.ended)
+            backward, me = torch.Tensor.backward, self
+            def tapped(self, *args, **kwargs):  # the loss, read where it is backpropagated
+                if self.grad_fn is not None and self.dim() == 0:
+                    me.host = self.detach().item()
+                    me.bad = not math.isfinite(me.host)
+                return backward(self, *args, **kwargs)
+            torch.Tensor.backward = tapped
+        def called(self, module, args):  # kept for a replay: the inputs
+            self.call = [args, None, []]
+        def returned(self, module, args, kwargs, out):  # the output, its gradient when read
+            self.call[1] = out.detach()
+            if self.count % 2 == 0 and out.grad_fn is not None:
+                out.grad_fn.register_prehook(self.call[2].append)
+        def statistics(self, opt, args, kwargs):  # every 2nd step: the norms, one reduction
+            if self.count % 2 == 0:
+                norms = torch.stack(torch._foreach_norm([p.grad for p in self.params]))
+                self.bad = not math.isfinite(norms.sum().item())
+                self.norms.append(norms)
+        def ended(self, opt, args, kwargs):  # a row; every 50 steps, to the writer thread
+            lr = opt.param_groups[0]["lr"]
+            self.rows.append((self.count, time.monotonic() - self.t0, self.host, lr))
+            self.count += 1
+            if len(self.rows) >= 50:
+                rows, self.rows, norms, self.norms = self.rows, [], self.norms, []
+                self.queue.put((rows, torch.cat(norms).numpy()))
+        def write(self):
+            while (item := self.queue.get()) is not None:
+                rows, norms = item
+                k, values = len(self.params), []
+                for i, (step, t, loss, lr) in enumerate(rows):
+                    blob = norms[i // 2 * k:(i // 2 + 1) * k].tobytes() if i % 2 == 0 else None
+                    values += [step, t, loss, blob, lr]
+                self.db.execute("BEGIN")
+                self.db.execute("INSERT INTO steps VALUES " + ",".join(["(?,?,?,?,?)"] * len(rows)),
+                                values)
+                self.db.execute("COMMIT")
+        def close(self):
+            self.queue.put(None)
+            self.writer.join()
+    run = Minimal()
 def train(first, n):
     for step in range(first, first + n):
         x, y = batches(step)
@@ -172,13 +231,18 @@ def _gradoc() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "gradoc"]
 
 
-PARTS = ("plain", "floor", "hooked", "unsampled", "watch")
+PARTS = ("plain", "floor", "hooked", "unsampled", "watch", "minimal")
 """``--parts``: ``floor`` is the plain loop plus what every watched step cannot do without
 (the gradients' norms, one reduction, and one host read of them and the loss); ``hooked``
 does the same from empty hooks at the points where gradoc's are (a wrapped ``backward()``,
 the root's forward hooks, the optimizer's step hooks): what any watcher built on PyTorch's
 Python hooks pays before doing anything; ``unsampled`` is ``gradoc.watch`` with weights,
-updates and activations never sampled."""
+updates and activations never sampled; ``minimal`` is the least a watcher of gradoc's
+contract does a step, written in the script with no probe, sampling or cadence: the root's
+inputs and output kept for a replay (the gradient reaching the output on read steps), the
+loss read and checked where it is backpropagated, the gradients' norms every 2nd step in one
+reduction, read and checked, and a row a step to a writer thread that inserts 50 at a time
+into SQLite (a ruler for gradoc's own cost, not a design)."""
 
 
 def once(variant: str, script: Path, tmp: Path, k: int) -> tuple[float, float]:
@@ -263,7 +327,7 @@ def _blocks(model: str, steps: int, rounds: int) -> dict[str, list[float]]:
             env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_BLOCKS": "1"}
             env.pop("TINY_PART", None)
             env.pop("TINY_WATCH", None)
-            if v in ("floor", "hooked", "unsampled"):
+            if v in ("floor", "hooked", "unsampled", "minimal"):
                 env["TINY_PART"] = v
             if v in ("watch", "unsampled"):
                 env["TINY_WATCH"] = str(tmp / f"run-{v}")
@@ -304,7 +368,8 @@ def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
     hooks at gradoc's points (``hooked`` - ``floor``), gradoc's Python in those hooks and
     its writer thread (``unsampled`` - ``hooked``), and the sampled statistics,
     amortised (``watch`` - ``unsampled``); each the median over rounds of the difference
-    within a round, so the parts add up to the total only roughly."""
+    within a round, so the parts add up to the total only roughly. ``minimal``: what the
+    least watcher of gradoc's contract adds (see ``PARTS``), gradoc's ruler."""
     loops = _blocks(model, steps, rounds)
 
     def added(v: str, over: str) -> float:
@@ -321,6 +386,7 @@ def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
         "python_ms": added("unsampled", "hooked"),
         "sampled_ms": added("watch", "unsampled"),
         "total_ms": added("watch", "plain"),
+        "minimal_ms": added("minimal", "plain"),
         "ratio": statistics.median(a / b for a, b in zip(loops["watch"], loops["plain"])),
     }
 
@@ -376,7 +442,9 @@ def _inside_table(rows: list[dict[str, object]]) -> str:
 PARTS_HEADER = (
     f"{'model':<12}{'plain ms':>9}{'per-step ops':>14}{'hook points':>13}{'python+writer':>15}"
     f"{'sampled':>9}"
-    f"{'total':>9}{'ratio':>8}\n" + " " * 21 + "(ms added per step, the training loop's time)"
+    f"{'total':>9}{'ratio':>8}{'minimal':>9}\n"
+    + " " * 21
+    + "(ms added per step, the training loop's time)"
 )
 
 
@@ -386,6 +454,7 @@ def _parts_line(row: dict[str, object]) -> str:
         f"{row['model']:<12}{g['plain_ms']:>9.3f}{g['ops_ms']:>+14.3f}{g['hooks_ms']:>+13.3f}"
         f"{g['python_ms']:>+15.3f}"
         f"{g['sampled_ms']:>+9.3f}{g['total_ms']:>+9.3f}{g['ratio']:>7.3f}x"
+        f"{g['minimal_ms']:>+9.3f}"
     )
 
 

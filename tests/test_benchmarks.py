@@ -49,7 +49,7 @@ def test_tiny_benchmark_parts_smoke(tmp_path: Path) -> None:
     done = smoke("tiny", "--parts", "--json", str(out))
     (row,) = json.loads(out.read_text())
     assert row["model"] == "mlp" and row["plain_ms"] > 0 and row["ratio"] > 0
-    assert {"ops_ms", "hooks_ms", "python_ms", "sampled_ms", "total_ms"} <= set(row)
+    assert {"ops_ms", "hooks_ms", "python_ms", "sampled_ms", "total_ms", "minimal_ms"} <= set(row)
     assert "hook points" in done.stdout
     assert "per-step ops" in done.stdout
 

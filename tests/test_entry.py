@@ -476,3 +476,27 @@ def test_the_shadowing_program_of_the_issue_trains_under_gradoc(tmp_path: Path) 
     with gradoc.open_run(tmp_path / "run") as log:
         assert log.num_steps == 30 and not [e for e in log.events if e.kind == "internal_error"]
         assert any(p.name.endswith("layers.0.weight") for p in log.params)
+
+
+def test_gradients_into_keeps_the_gradient_reaching_one_output_of_a_node() -> None:
+    """What locate keeps of a step's backward: the gradient reaching the model's output,
+    whichever output of its node it is (a split's second part), or a leaf's own; the
+    program's gradients are as without it."""
+    from gradoc.collect.probes.locating import _Forward
+
+    x = torch.arange(6.0, requires_grad=True)
+    first, second = (x * 1.0).split(3)
+    held = _Forward(nn.Identity(), (), {}, {})
+    held.out_at = entry.gradients_into(second, held.out_grad)
+    assert held.out_at == 1
+    (first.sum() + (second * torch.tensor([2.0, 3.0, 4.0])).sum()).backward()
+    assert torch.equal(held.output_gradient(), torch.tensor([2.0, 3.0, 4.0]))
+    assert torch.equal(x.grad, torch.tensor([1.0, 1.0, 1.0, 2.0, 3.0, 4.0]))
+
+    leaf = torch.ones(2, requires_grad=True)
+    kept = _Forward(nn.Identity(), (), {}, {})
+    kept.out_at = entry.gradients_into(leaf, kept.out_grad)
+    assert kept.out_at is None
+    (leaf * 5.0).sum().backward()
+    assert torch.equal(kept.output_gradient(), torch.full((2,), 5.0))
+    assert _Forward(nn.Identity(), (), {}, {}).output_gradient() is None

@@ -367,6 +367,20 @@ def tensor_hook(tensor: torch.Tensor, fn: Callable[..., Any]) -> RemovableHandle
     return torch.Tensor.register_hook(tensor, hook)  # type: ignore[no-any-return]
 
 
+def gradients_into(tensor: torch.Tensor, into: list[Any]) -> int | None:
+    """Keep what the backward computes for ``tensor`` in ``into``: the gradients its node
+    receives, appended as they come (a tuple; ``tensor``'s is at the index returned), or for
+    a leaf its gradient itself (None returned). ``into.append`` is registered as it is: the
+    backward calls no Python frame of gradoc's, appending cannot fail, and a node's pre-hook
+    costs a third of a tensor hook's Python (~0.5 us against ~2.5; it runs every step)."""
+    node = tensor.grad_fn
+    if node is None:
+        torch.Tensor.register_hook(tensor, into.append)
+        return None
+    node.register_prehook(into.append)
+    return int(tensor.output_nr)
+
+
 def _appends(fn: Any) -> bool:
     return getattr(fn, "__name__", None) == "append" and isinstance(
         getattr(fn, "__self__", None), list

@@ -56,8 +56,18 @@ class _Forward:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     rng: RngState
-    out_grad: list[Tensor] = field(default_factory=list)
+    out_grad: list[Any] = field(default_factory=list)
+    """What the backward computed for the output (``entry.gradients_into``)."""
+    out_at: int | None = None
+    """Where the output's gradient lies in what ``out_grad`` holds (None: it is held itself)."""
     output: Tensor | None = None
+
+    def output_gradient(self) -> Tensor | None:
+        """The gradient that reached the output in the step's backward, if it was kept."""
+        if not self.out_grad:
+            return None
+        got = self.out_grad[0] if self.out_at is None else self.out_grad[0][self.out_at]
+        return got.detach() if isinstance(got, Tensor) else None
 
 
 def _placed(origin: Origin) -> bool:
@@ -113,8 +123,7 @@ class Locator:
         if out is not None:
             record.output = out.detach()  # shares storage: no copy, no graph kept
             if backward and out.requires_grad:
-                # a builtin as the hook: the backward calls no Python frame of gradoc's
-                entry.tensor_hook(out, record.out_grad.append)
+                record.out_at = entry.gradients_into(out, record.out_grad)
 
     def on_loss(self, loss: Tensor, micro: losses.Micro, step: int) -> None:
         """A scalar loss handed to ``backward()`` (``micro``: its value detached, scaling
@@ -311,7 +320,7 @@ class Locator:
                     fwd.output is None or bool(torch.isfinite(fwd.output).all())
                 ):
                     continue
-                out_grad = fwd.out_grad[0].detach() if fwd.out_grad else None
+                out_grad = fwd.output_gradient()
                 origin = locate_step(
                     step,
                     [fwd.root],

@@ -127,6 +127,7 @@ class Steps(taps.TapReceiver):
         self.cadence = next((p for p in probes if isinstance(p, Cadence)), None)  # the budget
         self.resumption: Resumption | None = None
         """A resumed run, until its first step fixes where its segment starts (``resume``)."""
+        self._reads: tuple[int, bool] = (-1, False)  # the step asked last, and the answer
 
     def add(
         self, optimizer: Any, params: list[WatchedParam], manual: bool = False
@@ -329,7 +330,12 @@ class Steps(taps.TapReceiver):
                 listener("stats", self.count)
 
     def reads_grads(self, step: int) -> bool:
-        return self.config.grads(step) or self.checks.guard_asked()  # a guard: every step
+        """Whether ``step``'s gradients are read (a guard: every step's), once a step."""
+        asked, reads = self._reads
+        if asked != step:
+            reads = self.config.grads(step) or self.checks.guard_asked()
+            self._reads = (step, reads)
+        return reads
 
     # -- the step's end -------------------------------------------------------------------
     @guarded
