@@ -24,6 +24,7 @@ dropped) and the added milliseconds per step.
     python benchmarks/tiny.py --quick                # a smoke run
     python benchmarks/tiny.py --parts --models mlp   # the cost of a step, part by part
     python benchmarks/tiny.py --inside               # the time inside gradoc's hook points
+    python benchmarks/tiny.py --cycle --models mlp   # where in a cycle of 50 steps it lands
 """
 
 from __future__ import annotations
@@ -207,6 +208,14 @@ if os.environ.get("TINY_BLOCKS"):  # --parts: STEPS steps whenever the parent sa
         train(done, STEPS)
         done += STEPS
         print(time.perf_counter() - t, flush=True)
+elif PART == "cycle":  # --cycle: each step's own time
+    import json
+    took = []
+    for step in range(STEPS):
+        t = time.perf_counter()
+        train(step, 1)
+        took.append(time.perf_counter() - t)
+    print("CYCLE", json.dumps(took), file=sys.stderr)
 else:
     t = time.perf_counter()
     train(0, STEPS)
@@ -427,6 +436,73 @@ def inside(model: str, steps: int, rounds: int) -> dict[str, object]:
     return row
 
 
+CYCLE = 50
+"""``--cycle``'s period: the steps one transfer carries (``flush_every_steps``), and on the
+MLP the sampling's (``meta.sampling.every``)."""
+
+
+def cycle(model: str, steps: int, rounds: int) -> dict[str, object]:
+    """``--cycle``: where in a cycle of ``CYCLE`` steps gradoc's cost lands, under
+    ``gradoc.watch`` with each step timed: each step's excess over the run's median step (the
+    steady step, gradoc's per-step work included), averaged per position in the cycle
+    (``step % CYCLE``), from step 200 on (past the early dense samples and the cadence's
+    choice), the median over ``rounds`` fresh processes. What the median step does not show:
+    a sampled step, a transfer, the writer thread's record stalling the steps after it."""
+    bench = str(Path(__file__).resolve().parent)
+    per_run: list[tuple[float, float, list[float]]] = []
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        script = tmp / "train.py"
+        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
+        for r in range(rounds):
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_PART": "cycle"}
+            env["TINY_WATCH"] = str(tmp / f"run-{r}")
+            done = subprocess.run(
+                [sys.executable, str(script)], cwd=tmp, capture_output=True, text=True, env=env
+            )
+            found = [line for line in done.stderr.splitlines() if line.startswith("CYCLE ")]
+            if done.returncode or not found:
+                raise SystemExit(f"--cycle failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+            took = json.loads(found[-1].split(" ", 1)[1])
+            first = min(200, len(took) // 2)
+            kept = took[first:]
+            median = statistics.median(kept)
+            by = [
+                [t - median for k, t in enumerate(kept, first) if k % CYCLE == r_]
+                for r_ in range(CYCLE)
+            ]
+            per_run.append(
+                (
+                    median,
+                    statistics.fmean(t - median for t in kept),
+                    [statistics.fmean(b) if b else 0.0 for b in by],
+                )
+            )
+            shutil.rmtree(tmp / f"run-{r}", ignore_errors=True)
+            print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+    return {
+        "model": model,
+        "steps": steps,
+        "median_ms": statistics.median(m for m, _, _ in per_run) * 1e3,
+        "excess_us": statistics.median(e for _, e, _ in per_run) * 1e6,
+        "by_position_us": [
+            statistics.median(run[2][k] for run in per_run) * 1e6 for k in range(CYCLE)
+        ],
+    }
+
+
+def _cycle_lines(row: dict[str, object]) -> list[str]:
+    by = row["by_position_us"]
+    assert isinstance(by, list)
+    top = sorted(range(CYCLE), key=lambda k: -by[k])[:5]
+    spread = ", ".join(f"{k}: {by[k]:+.0f} us" for k in top)
+    return [
+        f"{row['model']:<12} median step {row['median_ms']:.4f} ms, mean excess over it "
+        f"{row['excess_us']:+.1f} us a step",
+        f"{'':<12} dearest positions in a cycle of {CYCLE} steps (step % {CYCLE}): {spread}",
+    ]
+
+
 INSIDE_POINTS = ("forward", "backward()", "statistics point", "step end", "writer thread (CPU)")
 
 
@@ -502,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the time spent inside gradoc's hook points and its writer thread, per step "
         "(in process, gradoc.watch): whether it grows with the number of tensors",
     )
+    ap.add_argument(
+        "--cycle",
+        action="store_true",
+        help=f"where in a cycle of {CYCLE} steps gradoc's cost lands (gradoc.watch, each step "
+        "timed): the sampled step, the transfer, the writer's record",
+    )
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -510,7 +592,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    if args.inside:
+    if args.cycle:
+        rows = [cycle(m, args.steps or MODELS[m], args.rounds) for m in models]
+        for row in rows:
+            print("\n".join(_cycle_lines(row)))
+    elif args.inside:
         rows = [inside(m, args.steps or MODELS[m], args.rounds) for m in models]
         print(_inside_table(rows))
     elif args.parts:

@@ -67,6 +67,18 @@ def test_tiny_benchmark_inside_smoke(tmp_path: Path) -> None:
     assert "ms per step inside gradoc" in done.stdout
 
 
+def test_tiny_benchmark_cycle_smoke(tmp_path: Path) -> None:
+    """Where in a cycle of steps gradoc's cost lands: every position of the cycle measured
+    (timings not asserted; a step is never faster than the median by more than itself)."""
+    out = tmp_path / "cycle.json"
+    done = smoke("tiny", "--cycle", "--json", str(out))
+    (row,) = json.loads(out.read_text())
+    assert row["model"] == "mlp" and row["median_ms"] > 0
+    assert len(row["by_position_us"]) == 50
+    assert all(us > -row["median_ms"] * 1e3 for us in row["by_position_us"])
+    assert "dearest positions in a cycle of 50 steps" in done.stdout
+
+
 def test_detect_benchmark_smoke() -> None:
     done = smoke("detect")
     assert "full report" in done.stdout and "200 steps" in done.stderr

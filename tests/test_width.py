@@ -138,3 +138,40 @@ def test_activation_steps_of_a_wide_model_are_spaced_out(tmp_path: Path) -> None
     with gradoc.watch(small, opt, out=tmp_path / "small", activations=gradoc.every(2)) as run:
         calls_per_step(small, opt, [6])
     assert gradoc.open_run(run.dir).activation("9", "mean").steps == [0, 2, 4, 6]
+
+
+def test_a_stacked_transfer_makes_the_rows_each_step_would() -> None:
+    """Steps that took only gradient norms of the same parameters lie side by side in the
+    host vector: their rows are cut from one array, and are the rows each step's own slice
+    makes (a step that also took weights, another optimizer's, or a non-finite transfer
+    breaks the run)."""
+    import numpy as np
+
+    from gradoc.collect.attach.layers import WatchedParam
+    from gradoc.collect.probes.grads import Slices, grad_rows
+
+    def params(first: int) -> list[WatchedParam]:
+        return [
+            WatchedParam(first + i, nn.Parameter(torch.ones(1)), f"p{i}", "m", 0) for i in range(3)
+        ]
+
+    mine, theirs = params(0), params(10)
+    host = np.random.default_rng(0).random(40)
+
+    def norms(step: int, at: int, present: list[WatchedParam] = mine, **more: slice) -> Slices:
+        given = {"maxabs": None, "updates": None} | more
+        return Slices(step, present is mine, present, {}, None, slice(at, at + 3), **given)
+
+    targets = [
+        *(norms(0, 0), norms(1, 3), norms(2, 6)),  # a run of three
+        norms(3, 9, maxabs=slice(30, 33), updates=slice(33, 39)),  # weights taken: alone
+        *(norms(4, 12), norms(5, 15, present=theirs), norms(6, 18), norms(7, 21)),
+    ]
+    rows, primary = grad_rows(targets, {}, host)
+    alone = [grad_rows([sl], {}, host) for sl in targets]
+    assert rows == [row for one, _ in alone for row in one]
+    assert primary == {k: v for _, one in alone for k, v in one.items()}
+    assert [r[0] for r in rows] == list(range(8)) and 5 not in primary
+    counted = {(0, 1): 2.0}  # a non-finite transfer: each step its own row, counts in it
+    rows, primary = grad_rows(targets[:3], counted, host)
+    assert rows[0][5] == np.array([0.0, 2.0, 0.0]).astype("<f8").tobytes() and primary[0][1] == 2

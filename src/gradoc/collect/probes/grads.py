@@ -446,14 +446,29 @@ def grad_rows(
     rows: list[tuple[Any, ...]] = []
     primary: dict[int, tuple[float, int]] = {}
     packed: dict[int, tuple[list[int], bytes]] = {}
-    for sl in targets:
+    skip = 0
+    for k, sl in enumerate(targets):
         n = len(sl.present)
-        if not n:
+        if skip or not n:
+            skip = max(0, skip - 1)
             continue
         if id(sl.present) not in packed:
             ids_ = [w.id for w in sl.present]
             packed[id(sl.present)] = (ids_, np.array(ids_, dtype="<i4").tobytes())
         ids, ids_blob = packed[id(sl.present)]
+        run = 0 if counts else _norms_run(targets, k)
+        if run > 1:  # healthy steps that took only these norms, side by side: one array
+            assert sl.norms is not None  # a run's steps took norms
+            start, width = sl.norms.start, 8 * n
+            raw: bytes = _blob(host[start : start + run * n])  # type: ignore[assignment]
+            for i, step_sl in enumerate(targets[k : k + run]):
+                if sl.primary:  # as one step's row would (in the host's dtype)
+                    at = host[start + i * n : start + (i + 1) * n]
+                    primary[step_sl.step] = (float(np.dot(at, at)), 0)
+                norms_blob = raw[i * width : (i + 1) * width]
+                rows.append((step_sl.step, ids[0], ids_blob, norms_blob, None, b"", None, None))
+            skip = run - 1
+            continue
         norms_, maxabs, updates = (
             host[at] if at is not None else None for at in (sl.norms, sl.maxabs, sl.updates)
         )
@@ -468,6 +483,29 @@ def grad_rows(
         stats = (_blob(norms_), _blob(maxabs), bad, _blob(weights), _blob(deltas))
         rows.append((sl.step, ids[0], ids_blob, *stats))
     return rows, primary
+
+
+def _norms_run(targets: list[Slices], k: int) -> int:
+    """How many slices from ``k`` on are steps that took only gradient norms, of the same
+    parameters, lying one after the other in the host vector (a stacked transfer's, see
+    ``_stacked``): their rows are cut from one array, with no Python call per step."""
+    first = targets[k]
+    if first.norms is None or first.maxabs is not None or first.updates is not None:
+        return 0
+    n, run = len(first.present), 1
+    for sl in targets[k + 1 :]:
+        joins = (
+            sl.present is first.present
+            and sl.primary == first.primary
+            and sl.maxabs is None
+            and sl.updates is None
+            and sl.norms is not None
+            and sl.norms.start == first.norms.start + run * n
+        )
+        if not joins:
+            break
+        run += 1
+    return run
 
 
 def _blob(values: np.ndarray[Any, Any] | None) -> bytes | None:
