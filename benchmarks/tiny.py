@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SCRIPT = """
 import os, sys, time
@@ -400,6 +401,31 @@ def parts(model: str, steps: int, rounds: int) -> dict[str, object]:
     }
 
 
+def _watched(model: str, steps: int, rounds: int, part: str) -> list[Any]:
+    """``rounds`` fresh processes of ``model`` under ``gradoc.watch`` with ``TINY_PART=part``:
+    what each printed on its ``PART`` line (JSON)."""
+    bench = str(Path(__file__).resolve().parent)
+    said: list[Any] = []
+    tag = part.upper() + " "
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        script = tmp / "train.py"
+        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
+        for r in range(rounds):
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_PART": part}
+            env["TINY_WATCH"] = str(tmp / f"run-{r}")
+            done = subprocess.run(
+                [sys.executable, str(script)], cwd=tmp, capture_output=True, text=True, env=env
+            )
+            found = [line for line in done.stderr.splitlines() if line.startswith(tag)]
+            if done.returncode or not found:
+                raise SystemExit(f"--{part} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+            said.append(json.loads(found[-1].split(" ", 1)[1]))
+            shutil.rmtree(tmp / f"run-{r}", ignore_errors=True)
+            print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+    return said
+
+
 def inside(model: str, steps: int, rounds: int) -> dict[str, object]:
     """``--inside``: the time spent inside gradoc's own hook points under ``gradoc.watch``,
     each wrapped in the script (ms per step, every step of the loop from its first: the
@@ -409,24 +435,7 @@ def inside(model: str, steps: int, rounds: int) -> dict[str, object]:
     whether gradoc's cost grows with the number of tensors. Not counted: the taps'
     wrappers around ``backward()`` (a few us) and what gradoc's work does to the training's
     own ops (caches)."""
-    bench = str(Path(__file__).resolve().parent)
-    runs: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as tmp_:
-        tmp = Path(tmp_)
-        script = tmp / "train.py"
-        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
-        for r in range(rounds):
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_PART": "inside"}
-            env["TINY_WATCH"] = str(tmp / f"run-{r}")
-            done = subprocess.run(
-                [sys.executable, str(script)], cwd=tmp, capture_output=True, text=True, env=env
-            )
-            found = [line for line in done.stderr.splitlines() if line.startswith("INSIDE ")]
-            if done.returncode or not found:
-                raise SystemExit(f"--inside failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
-            runs.append(json.loads(found[-1].split(" ", 1)[1]))
-            shutil.rmtree(tmp / f"run-{r}", ignore_errors=True)
-            print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+    runs: list[dict[str, float]] = _watched(model, steps, rounds, "inside")
     row: dict[str, object] = {"model": model, "steps": steps}
     for point in INSIDE_POINTS:
         row[point] = statistics.median(run.get(point, 0.0) for run in runs)
@@ -448,38 +457,21 @@ def cycle(model: str, steps: int, rounds: int) -> dict[str, object]:
     (``step % CYCLE``), from step 200 on (past the early dense samples and the cadence's
     choice), the median over ``rounds`` fresh processes. What the median step does not show:
     a sampled step, a transfer, the writer thread's record stalling the steps after it."""
-    bench = str(Path(__file__).resolve().parent)
     per_run: list[tuple[float, float, list[float]]] = []
-    with tempfile.TemporaryDirectory() as tmp_:
-        tmp = Path(tmp_)
-        script = tmp / "train.py"
-        script.write_text(SCRIPT.format(model=model, steps=steps, bench=bench))
-        for r in range(rounds):
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "TINY_PART": "cycle"}
-            env["TINY_WATCH"] = str(tmp / f"run-{r}")
-            done = subprocess.run(
-                [sys.executable, str(script)], cwd=tmp, capture_output=True, text=True, env=env
+    for took in _watched(model, steps, rounds, "cycle"):
+        first = min(200, len(took) // 2)
+        kept = took[first:]
+        median = statistics.median(kept)
+        by = [
+            [t - median for k, t in enumerate(kept, first) if k % CYCLE == p] for p in range(CYCLE)
+        ]
+        per_run.append(
+            (
+                median,
+                statistics.fmean(t - median for t in kept),
+                [statistics.fmean(b) if b else 0.0 for b in by],
             )
-            found = [line for line in done.stderr.splitlines() if line.startswith("CYCLE ")]
-            if done.returncode or not found:
-                raise SystemExit(f"--cycle failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
-            took = json.loads(found[-1].split(" ", 1)[1])
-            first = min(200, len(took) // 2)
-            kept = took[first:]
-            median = statistics.median(kept)
-            by = [
-                [t - median for k, t in enumerate(kept, first) if k % CYCLE == r_]
-                for r_ in range(CYCLE)
-            ]
-            per_run.append(
-                (
-                    median,
-                    statistics.fmean(t - median for t in kept),
-                    [statistics.fmean(b) if b else 0.0 for b in by],
-                )
-            )
-            shutil.rmtree(tmp / f"run-{r}", ignore_errors=True)
-            print(f"  {model}: round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+        )
     return {
         "model": model,
         "steps": steps,
