@@ -372,7 +372,7 @@ def gradients_into(tensor: torch.Tensor, into: list[Any]) -> int | None:
     receives, appended as they come (a tuple; ``tensor``'s is at the index returned), or for
     a leaf its gradient itself (None returned). ``into.append`` is registered as it is: the
     backward calls no Python frame of gradoc's, appending cannot fail, and a node's pre-hook
-    costs a third of a tensor hook's Python (~0.5 us against ~2.5; it runs every step)."""
+    costs less than a tensor hook's Python (locate's forward, every step: 8.2 us against 9.5)."""
     node = tensor.grad_fn
     if node is None:
         torch.Tensor.register_hook(tensor, into.append)

@@ -448,9 +448,11 @@ def grad_rows(
     packed: dict[int, tuple[list[int], bytes]] = {}
     skip = 0
     for k, sl in enumerate(targets):
+        if skip:  # a step of the run cut above
+            skip -= 1
+            continue
         n = len(sl.present)
-        if skip or not n:
-            skip = max(0, skip - 1)
+        if not n:
             continue
         if id(sl.present) not in packed:
             ids_ = [w.id for w in sl.present]

@@ -110,24 +110,14 @@ class StepRecord:
         ]
         step_rows = []
         said: dict[tuple[Any, ...], str] = {}  # learning rates as JSON (they rarely change)
-        # NOTE: the common row (one loss, undivided; learning rates and no clipping known
-        # on the host) takes no call of its own: this runs on the writer thread, whose
-        # Python holds the GIL against the training thread (``tiny.py --cycle``)
         for k, (r, loss_at, divisors_at) in enumerate(layout.rows):
-            if divisors_at is None and loss_at is not None and loss_at.stop - loss_at.start == 1:
-                loss: float | None = values[loss_at.start]  # the mean of one value: itself
-            else:
-                loss = self._loss(conn, values, loss_at, divisors_at)
-            lrs = (
-                [
-                    values[layout.lrs[(k, i)]][0] if (k, i) in layout.lrs else lr
-                    for i, lr in enumerate(r.lrs)
-                ]
-                if layout.lrs
-                else r.lrs
-            )
+            loss = self._loss(conn, values, loss_at, divisors_at)
+            lrs = [
+                values[layout.lrs[(k, i)]][0] if (k, i) in layout.lrs else lr
+                for i, lr in enumerate(r.lrs)
+            ]
             sumsq, nonfinite = primary.get(r.step, (None, None))
-            clip_at = layout.clips.get(k) if layout.clips else None
+            clip_at = layout.clips.get(k)
             step_rows.append(
                 (
                     r.step,
