@@ -188,6 +188,38 @@ def test_nonfinite_gradients_are_counted_and_recorded_as_events(tmp_path: Path) 
     assert math.isnan(log.scalar("loss").at(4) or 0.0)
 
 
+def test_only_the_steps_whose_norms_are_nonfinite_are_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a transfer holding a non-finite value (a poisoned gradient; a sampled step's
+    # activation statistics hold NaN by design) counts values only where an optimizer's
+    # own norms are non-finite: no look at each gradient of every healthy step it carries
+    from gradoc.collect.step import transfers
+
+    counted: list[int] = []
+
+    def spy(sl: Any, host: Any) -> dict[int, float]:
+        counted.append(sl.step)
+        return received_counts(sl, host)
+
+    received_counts = transfers.received_counts
+    monkeypatch.setattr(transfers, "received_counts", spy)
+    model, opt = make(lr_groups=False)
+    with gradoc.watch(model, opt, out=tmp_path / "run", activations=1) as run:
+
+        def poison() -> None:
+            model.fc2.weight.grad[0, :2] = torch.tensor([math.nan, math.inf])
+
+        for step in range(6):
+            one_step(model, opt, step, after_backward=poison if step == 3 else None)
+    # step 3's update, applied as without gradoc, leaves NaN weights: 4 and 5 are bad too
+    assert counted == [3, 4, 5]
+    log = gradoc.open_run(run.dir)
+    assert log.scalar("grad_nonfinite").values[:4] == [0, 0, 0, 2]
+    assert all(n > 0 for n in log.scalar("grad_nonfinite").values[4:])
+    assert log.param_stats_at(3)["fc2.weight"]["grad_nonfinite"] == 2
+
+
 def test_loss_capture_forms(tmp_path: Path) -> None:
     model, opt = make(lr_groups=False)
     pytorchs = (torch.autograd.backward, torch.autograd.grad, torch.optim.Optimizer.__init__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -165,11 +165,14 @@ class Transfers:
     def _received(self, host: Tensor, layout: Layout) -> None:
         """A transfer's statistics reached the host: hand them to the writer thread."""
         counts: dict[tuple[int, int], float] = {}
-        finite = bool(np.isfinite(host.numpy()).all())  # the common case: nothing to count
+        bad = ~np.isfinite(host.numpy())
+        finite = not bad.any()  # the common case: nothing to count
         if self._keep_loss:
             self.last_loss = layout.newest_loss(host.numpy()) or self.last_loss
         for sl in layout.targets:
-            if not finite:
+            # only an optimizer's own non-finite norms are counted: a sampled step's
+            # activation statistics hold NaN by design (a statistic its module lacks)
+            if not finite and (sl.counted is not None or _any_at(bad, sl.norms)):
                 counts.update(((sl.step, i), c) for i, c in received_counts(sl, host).items())
             for received in self.steps.points.received:
                 received(sl, host)
@@ -249,6 +252,11 @@ class Transfers:
                 self.send(wait=True)
             except Exception as exc:  # the log so far is still written and reported
                 print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
+
+
+def _any_at(flags: np.ndarray[Any, Any], at: slice | None) -> bool:
+    """Any of ``flags`` set where ``at`` lies (None: nothing there)."""
+    return at is not None and bool(flags[at].any())
 
 
 def _loss_rows(
