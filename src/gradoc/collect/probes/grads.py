@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -462,13 +463,15 @@ def grad_rows(
         if run > 1:  # healthy steps that took only these norms, side by side: one array
             assert sl.norms is not None  # a run's steps took norms
             start, width = sl.norms.start, 8 * n
-            raw: bytes = _blob(host[start : start + run * n])  # type: ignore[assignment]
-            for i, step_sl in enumerate(targets[k : k + run]):
-                if sl.primary:  # as one step's row would (in the host's dtype)
-                    at = host[start + i * n : start + (i + 1) * n]
-                    primary[step_sl.step] = (float(np.dot(at, at)), 0)
-                norms_blob = raw[i * width : (i + 1) * width]
-                rows.append((step_sl.step, ids[0], ids_blob, norms_blob, None, b"", None, None))
+            block = host[start : start + run * n]
+            raw: bytes = _blob(block)  # type: ignore[assignment]
+            steps_ = [step_sl.step for step_sl in targets[k : k + run]]
+            if sl.primary:  # each step's squared norm, as one step's row would have it
+                primary.update(zip(steps_, zip(_squares(block.reshape(run, n)), repeat(0))))
+            rows += [
+                (step, ids[0], ids_blob, raw[i * width : (i + 1) * width], None, b"", None, None)
+                for i, step in enumerate(steps_)
+            ]
             skip = run - 1
             continue
         norms_, maxabs, updates = (
@@ -480,7 +483,7 @@ def grad_rows(
             mine = [counts.get((sl.step, i), 0.0) for i in ids] if counts else []
             bad = _blob(np.array(mine)) if any(mine) else b""
             if sl.primary:
-                primary[sl.step] = (float(np.dot(norms_, norms_)), int(sum(mine)))
+                primary[sl.step] = (_squares(norms_[None])[0], int(sum(mine)))
         weights, deltas = (updates[:n], updates[n:]) if updates is not None else (None, None)
         stats = (_blob(norms_), _blob(maxabs), bad, _blob(weights), _blob(deltas))
         rows.append((sl.step, ids[0], ids_blob, *stats))
@@ -508,6 +511,12 @@ def _norms_run(targets: list[Slices], k: int) -> int:
             break
         run += 1
     return run
+
+
+def _squares(rows: np.ndarray[Any, Any]) -> list[float]:
+    """Each row's sum of squares (a step's squared global norm from its gradients' norms):
+    one pass for a run of steps, the same arithmetic for one step alone."""
+    return np.einsum("ij,ij->i", rows, rows).tolist()  # type: ignore[no-any-return]
 
 
 def _blob(values: np.ndarray[Any, Any] | None) -> bytes | None:
