@@ -25,6 +25,7 @@ dropped) and the added milliseconds per step.
     python benchmarks/tiny.py --parts --models mlp   # the cost of a step, part by part
     python benchmarks/tiny.py --inside               # the time inside gradoc's hook points
     python benchmarks/tiny.py --cycle --models mlp   # where in a cycle of 50 steps it lands
+    python benchmarks/tiny.py --cycle --flush 60     # ... each kind of step apart
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ if os.environ.get("TINY_WATCH"):
             return timed
         RunWriter._apply = on_thread(RunWriter._apply)
         RunWriter._commit = on_thread(RunWriter._commit)
+    if os.environ.get("TINY_FLUSH"):  # --cycle --flush: transfers apart from sampled steps
+        kw["flush_every_steps"] = int(os.environ["TINY_FLUSH"])
     run = gradoc.watch(model, opt, out=os.environ["TINY_WATCH"], **kw)
 inside = {{}}
 if PART == "inside":  # the time spent inside gradoc's hook points, each wrapped here
@@ -209,13 +212,15 @@ if os.environ.get("TINY_BLOCKS"):  # --parts: STEPS steps whenever the parent sa
         train(done, STEPS)
         done += STEPS
         print(time.perf_counter() - t, flush=True)
-elif PART == "cycle":  # --cycle: each step's own time
+elif PART == "cycle":  # --cycle: each step's own time; whether it sampled, transferred
     import json
-    took = []
+    took, cadence, transfers = [], run.steps.cadence, run.steps.transfers
     for step in range(STEPS):
+        last = transfers._last
         t = time.perf_counter()
         train(step, 1)
-        took.append(time.perf_counter() - t)
+        took.append((time.perf_counter() - t, bool(cadence and cadence.sampled(step)),
+                     transfers._last != last))
     print("CYCLE", json.dumps(took), file=sys.stderr)
 else:
     t = time.perf_counter()
@@ -457,10 +462,10 @@ def cycle(model: str, steps: int, rounds: int) -> dict[str, object]:
     (``step % CYCLE``), from step 200 on (past the early dense samples and the cadence's
     choice), the median over ``rounds`` fresh processes. What the median step does not show:
     a sampled step, a transfer, the writer thread's record stalling the steps after it."""
-    per_run: list[tuple[float, float, list[float]]] = []
-    for took in _watched(model, steps, rounds, "cycle"):
-        first = min(200, len(took) // 2)
-        kept = took[first:]
+    per_run: list[tuple[float, float, list[float], dict[str, float]]] = []
+    for record in _watched(model, steps, rounds, "cycle"):
+        first = min(200, len(record) // 2)
+        kept = [t for t, _, _ in record[first:]]
         median = statistics.median(kept)
         by = [
             [t - median for k, t in enumerate(kept, first) if k % CYCLE == p] for p in range(CYCLE)
@@ -470,17 +475,49 @@ def cycle(model: str, steps: int, rounds: int) -> dict[str, object]:
                 median,
                 statistics.fmean(t - median for t in kept),
                 [statistics.fmean(b) if b else 0.0 for b in by],
+                _by_kind(record[first:], median),
             )
         )
+    kinds = sorted({k for run in per_run for k in run[3]})
     return {
         "model": model,
         "steps": steps,
-        "median_ms": statistics.median(m for m, _, _ in per_run) * 1e3,
-        "excess_us": statistics.median(e for _, e, _ in per_run) * 1e6,
+        "median_ms": statistics.median(run[0] for run in per_run) * 1e3,
+        "excess_us": statistics.median(run[1] for run in per_run) * 1e6,
         "by_position_us": [
             statistics.median(run[2][k] for run in per_run) * 1e6 for k in range(CYCLE)
         ],
+        "by_kind_us": {
+            k: statistics.median(run[3].get(k, 0.0) for run in per_run) * 1e6 for k in kinds
+        },
     }
+
+
+AFTER = 3
+"""The steps after a transfer counted as its aftermath (the writer's record beside them, and
+the caches the transfer took)."""
+
+
+def _by_kind(steps: list[list[Any]], median: float) -> dict[str, float]:
+    """Each kind of step's mean excess over the median step, and its share of every step
+    (``... a step``): a sampled step, a transfer's, the ``AFTER`` steps after a transfer
+    (their excess summed). Apart only where the transfers' period is not the sampling's
+    (``--flush``)."""
+    kinds: dict[str, list[float]] = {"sampled": [], "transfer": [], "both": [], "after": []}
+    for k, (t, sampled, moved) in enumerate(steps):
+        kind = (
+            "both" if sampled and moved else "sampled" if sampled else "transfer" if moved else ""
+        )
+        if kind:
+            kinds[kind].append(t - median)
+        if moved and k + AFTER < len(steps):
+            kinds["after"].append(sum(s[0] - median for s in steps[k + 1 : k + 1 + AFTER]))
+    out: dict[str, float] = {}
+    for kind, excess in kinds.items():
+        if excess:
+            out[kind] = statistics.fmean(excess)
+            out[kind + " a step"] = sum(excess) / len(steps)
+    return out
 
 
 def _cycle_lines(row: dict[str, object]) -> list[str]:
@@ -492,7 +529,20 @@ def _cycle_lines(row: dict[str, object]) -> list[str]:
         f"{row['model']:<12} median step {row['median_ms']:.4f} ms, mean excess over it "
         f"{row['excess_us']:+.1f} us a step",
         f"{'':<12} dearest positions in a cycle of {CYCLE} steps (step % {CYCLE}): {spread}",
+        f"{'':<12} by kind (mean excess; its share a step): {_kinds_said(row)}",
     ]
+
+
+def _kinds_said(row: dict[str, object]) -> str:
+    kinds = row["by_kind_us"]
+    assert isinstance(kinds, dict)
+    said = {"sampled": "sampled", "transfer": "transfer", "both": "sampled and transfer"}
+    said["after"] = f"the {AFTER} after a transfer"
+    return ", ".join(
+        f"{label} {kinds[k]:+.0f} us ({kinds[k + ' a step']:+.1f})"
+        for k, label in said.items()
+        if k in kinds
+    )
 
 
 INSIDE_POINTS = ("forward", "backward()", "statistics point", "step end", "writer thread (CPU)")
@@ -576,6 +626,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"where in a cycle of {CYCLE} steps gradoc's cost lands (gradoc.watch, each step "
         "timed): the sampled step, the transfer, the writer's record",
     )
+    ap.add_argument(
+        "--flush",
+        type=int,
+        metavar="N",
+        help="--cycle: transfer every N steps (flush_every_steps), apart from the sampled "
+        "steps, so that each kind of step's cost shows on its own",
+    )
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -584,6 +641,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
+    if args.flush is not None:
+        if not args.cycle or args.flush < 1:
+            ap.error("--flush N goes with --cycle, N >= 1")
+        os.environ["TINY_FLUSH"] = str(args.flush)
     if args.cycle:
         rows = [cycle(m, args.steps or MODELS[m], args.rounds) for m in models]
         for row in rows:

@@ -77,6 +77,42 @@ def test_tiny_benchmark_cycle_smoke(tmp_path: Path) -> None:
     assert len(row["by_position_us"]) == 50
     assert all(us > -row["median_ms"] * 1e3 for us in row["by_position_us"])
     assert "dearest positions in a cycle of 50 steps" in done.stdout
+    assert row["by_kind_us"] and "by kind (mean excess; its share a step)" in done.stdout
+
+
+def test_tiny_benchmark_cycle_apart_smoke(tmp_path: Path) -> None:
+    """``--flush``: transfers apart from the sampled steps, each kind's cost on its own."""
+    out = tmp_path / "cycle.json"
+    done = smoke("tiny", "--cycle", "--flush", "60", "--json", str(out))
+    (row,) = json.loads(out.read_text())
+    assert {"transfer", "after"} <= set(row["by_kind_us"])
+    assert "the 3 after a transfer" in done.stdout
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/tiny.py"), "--flush", "60"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--flush N goes with --cycle" in bad.stderr
+
+
+def test_tiny_cycle_sorts_steps_by_kind() -> None:
+    """Each kind's mean excess over the median, its share of every step, and the steps after
+    a transfer summed (a step that both sampled and transferred is neither alone)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import tiny
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    ms = 1e-3
+    steps = [[ms, False, False]] * 3 + [[5 * ms, True, False], [4 * ms, False, True]]
+    steps += [[2 * ms, False, False], [3 * ms, False, False], [ms, False, False]]
+    steps += [[9 * ms, True, True]] + [[ms, False, False]] * 4
+    got = tiny._by_kind(steps, ms)
+    assert got["sampled"] == pytest.approx(4 * ms) and got["transfer"] == pytest.approx(3 * ms)
+    assert got["both"] == pytest.approx(8 * ms)
+    assert got["after"] == pytest.approx((ms + 2 * ms + 0.0 + 0.0) / 2)  # (1+2+0) and (0+0+0)
+    assert got["transfer a step"] == pytest.approx(3 * ms / len(steps))
 
 
 def test_detect_benchmark_smoke() -> None:
