@@ -498,6 +498,10 @@ AFTER = 3
 the caches the transfer took)."""
 
 
+KINDS = {(True, False): "sampled", (False, True): "transfer", (True, True): "both"}
+"""A step's kind by (whether it sampled, whether it transferred)."""
+
+
 def _by_kind(steps: list[list[Any]], median: float) -> dict[str, float]:
     """Each kind of step's mean excess over the median step, and its share of every step
     (``... a step``): a sampled step, a transfer's, the ``AFTER`` steps after a transfer
@@ -505,10 +509,8 @@ def _by_kind(steps: list[list[Any]], median: float) -> dict[str, float]:
     (``--flush``)."""
     kinds: dict[str, list[float]] = {"sampled": [], "transfer": [], "both": [], "after": []}
     for k, (t, sampled, moved) in enumerate(steps):
-        kind = (
-            "both" if sampled and moved else "sampled" if sampled else "transfer" if moved else ""
-        )
-        if kind:
+        kind = KINDS.get((sampled, moved))
+        if kind is not None:
             kinds[kind].append(t - median)
         if moved and k + AFTER < len(steps):
             kinds["after"].append(sum(s[0] - median for s in steps[k + 1 : k + 1 + AFTER]))

@@ -165,14 +165,14 @@ class Transfers:
     def _received(self, host: Tensor, layout: Layout) -> None:
         """A transfer's statistics reached the host: hand them to the writer thread."""
         counts: dict[tuple[int, int], float] = {}
-        bad = ~np.isfinite(host.numpy())
-        finite = not bad.any()  # the common case: nothing to count
+        fine = np.isfinite(host.numpy())
+        finite = bool(fine.all())  # the common case: nothing to count
         if self._keep_loss:
             self.last_loss = layout.newest_loss(host.numpy()) or self.last_loss
         for sl in layout.targets:
             # only an optimizer's own non-finite norms are counted: a sampled step's
             # activation statistics hold NaN by design (a statistic its module lacks)
-            if not finite and (sl.counted is not None or _any_at(bad, sl.norms)):
+            if not finite and (sl.counted is not None or _any_bad(fine, sl.norms)):
                 counts.update(((sl.step, i), c) for i, c in received_counts(sl, host).items())
             for received in self.steps.points.received:
                 received(sl, host)
@@ -254,9 +254,9 @@ class Transfers:
                 print(f"gradoc: could not record the last step: {safe(exc)}", file=sys.stderr)
 
 
-def _any_at(flags: np.ndarray[Any, Any], at: slice | None) -> bool:
-    """Any of ``flags`` set where ``at`` lies (None: nothing there)."""
-    return at is not None and bool(flags[at].any())
+def _any_bad(fine: np.ndarray[Any, Any], at: slice | None) -> bool:
+    """A value not ``fine`` (finite) where ``at`` lies (None: nothing there)."""
+    return at is not None and not fine[at].all()
 
 
 def _loss_rows(
